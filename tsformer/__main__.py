@@ -1,0 +1,3 @@
+from tsformer.cli import main
+
+main()

@@ -1,0 +1,169 @@
+"""The command line: thin commands over the library. The only module that imports typer."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import traceback
+from pathlib import Path
+from typing import Callable, Optional
+
+import typer
+
+from tsformer.errors import TsformerError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    help="Forecast time series from a CSV with a causal-masked Transformer.",
+)
+_debug = {"on": False}
+
+
+def fail(message: str, code: int = 2) -> None:
+    typer.echo(f"Error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def domain_errors(command: Callable) -> Callable:
+    """Turn a TsformerError into one `Error:` line and exit 2 (130 for Ctrl-C); --debug shows the traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except TsformerError as exc:
+            if _debug["on"]:
+                traceback.print_exc()
+            fail(str(exc), getattr(exc, "exit_code", 2))
+
+    return wrapper
+
+
+@app.callback()
+def main_options(
+    debug: bool = typer.Option(False, "--debug", help="Show the traceback behind an error."),
+) -> None:
+    _debug["on"] = debug
+
+
+@app.command()
+@domain_errors
+def train(
+    csv: Optional[Path] = typer.Argument(None, help="CSV with a time column and numeric columns."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config; flags override it."),
+    out: Path = typer.Option(Path("runs/latest"), "--out", "-o", help="Run folder to create."),
+    target: list[str] = typer.Option([], "--target", "-t", help="Column to forecast (repeatable); default: all numeric."),
+    time_col: Optional[str] = typer.Option(None, "--time-col", help="Time column (default: found by name)."),
+    context_len: Optional[int] = typer.Option(None, "--context-len", help="Input steps the model sees."),
+    horizon: Optional[int] = typer.Option(None, "--horizon", help="Steps to forecast."),
+    epochs: Optional[int] = typer.Option(None, "--epochs", help="Maximum epochs."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (exactly reproducible on CPU)."),
+    freq: Optional[str] = typer.Option(None, "--freq", help="State the frequency (h, D, 15min, ...) instead of inferring it."),
+    sort: bool = typer.Option(False, "--sort", help="Accept unsorted rows by sorting on the time column."),
+    fill: Optional[str] = typer.Option(None, "--fill", help="Fill NaN/inf cells: ffill, interpolate or zero."),
+    overrides: list[str] = typer.Option([], "--set", help="Override any config key: --set train.lr=3e-4 (repeatable)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its last checkpoint."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing run folder."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
+) -> None:
+    """Train a model on a CSV into a run folder.
+
+    Example: tsformer train data/sample.csv --target OT --context-len 96 --horizon 24 --out runs/demo
+    """
+    from tsformer.config import load_config
+    from tsformer.train import train as run_training
+
+    flags = {
+        "data.path": str(csv) if csv else None, "data.time_col": time_col, "data.freq": freq,
+        "data.fill": fill, "data.sort": True if sort else None,
+        "model.context_len": context_len, "model.horizon": horizon, "train.epochs": epochs, "train.seed": seed,
+    }
+    flag_overrides = [f"{k}={v}" for k, v in flags.items() if v is not None]
+    if target:
+        flag_overrides.append(f"data.targets=[{', '.join(repr(t) for t in target)}]")
+    cfg = load_config(config, flag_overrides + list(overrides))
+    result = run_training(cfg, out, resume=resume, overwrite=overwrite, show_progress=not quiet)
+    typer.echo(
+        f"trained {result.n_parameters:,} parameters on {result.n_train_windows} windows in "
+        f"{result.train_seconds:.0f} s; best validation MSE {result.best_val_loss:.4f} at epoch "
+        f"{result.best_epoch} of {result.epochs_run}\nrun folder: {result.run_dir}"
+    )
+
+
+@app.command()
+@domain_errors
+def evaluate(
+    run: Path = typer.Argument(..., help="Run folder (or its model.pt)."),
+    csv: Optional[Path] = typer.Option(None, "--csv", help="Evaluate on this CSV instead of the training CSV."),
+) -> None:
+    """Score the model on every test window, beside repeat-last and seasonal-naive baselines.
+
+    Example: tsformer evaluate runs/demo
+    """
+    from tsformer.evaluate import evaluate as run_evaluation
+    from tsformer.evaluate import format_report
+
+    report = run_evaluation(run, csv)
+    typer.echo(format_report(report))
+
+
+@app.command()
+@domain_errors
+def predict(
+    run: Path = typer.Argument(..., help="Run folder (or its model.pt)."),
+    csv: Path = typer.Argument(..., help="CSV whose last rows are the history to forecast from."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the forecast CSV here (default: stdout)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of recent history and the forecast."),
+) -> None:
+    """Forecast the next horizon steps after the CSV's last row, in original units.
+
+    Example: tsformer predict runs/demo data/sample.csv --out forecast.csv --plot forecast.png
+    """
+    from tsformer.checkpoint import load_checkpoint, resolve_checkpoint
+    from tsformer.predict import forecast_frame, read_history
+
+    ckpt = load_checkpoint(resolve_checkpoint(run))
+    history = read_history(ckpt, csv)
+    forecast = forecast_frame(ckpt, history)
+    if plot is not None:
+        from tsformer.plots import plot_forecast
+
+        plot_forecast(history.iloc[-4 * ckpt.config.model.horizon :], forecast, plot)
+    if out is None:
+        forecast.to_csv(sys.stdout)
+    else:
+        tmp = out.with_name(f".{out.name}.tmp")
+        forecast.to_csv(tmp)
+        tmp.replace(out)
+        typer.echo(f"wrote {len(forecast)} steps x {forecast.shape[1]} columns to {out}", err=True)
+
+
+@app.command()
+@domain_errors
+def check(
+    run: Path = typer.Argument(..., help="Run folder (or its model.pt)."),
+    csv: Optional[Path] = typer.Option(None, "--csv", help="CSV for the data checks (default: the training CSV)."),
+) -> None:
+    """Prove the trained model and its data pipeline cannot see the future; exit 1 if any check fails.
+
+    Example: tsformer check runs/demo
+    """
+    from tsformer.check import check_run
+
+    results, note = check_run(run, csv)
+    for result in results:
+        typer.echo(result.line())
+    if note:
+        typer.echo(note)
+    failed = [r.name for r in results if not r.passed]
+    if failed:
+        typer.echo(f"Error: leakage check failed: {', '.join(failed)}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"all {len(results)} checks passed")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,248 @@
+"""One typed, frozen config: data, model and training sections.
+
+Loaded strictly from YAML (an unknown key is an error naming the valid ones), then overridden
+by dotted `section.key=value` strings, then validated. `to_dict`/`config_from_dict` round-trip.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tsformer.errors import ConfigError
+
+FILL_METHODS = ("", "ffill", "interpolate", "zero")
+NORMS = ("prefix", "first_patch", "none")
+ATTENTIONS = ("fused", "explicit")
+LOSSES = ("mse", "huber", "mae")
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the series come from and how they are split."""
+
+    path: str = ""  # the CSV; stored absolute in a run's resolved config
+    time_col: str = ""  # "" finds date/timestamp/time/... by name
+    targets: tuple[str, ...] = ()  # () forecasts every numeric column
+    freq: str = ""  # pandas offset alias; "" infers it from the timestamps
+    sort: bool = False  # accept unsorted rows by sorting them on the time column
+    fill: str = ""  # "", ffill, interpolate or zero: how NaN/inf cells are filled
+    split_ratios: tuple[float, float, float] = (0.7, 0.1, 0.2)  # train, validation, test
+    split_borders: tuple[int | str, ...] = ()  # ends of train, val, test: row numbers or dates
+
+    def __post_init__(self) -> None:
+        _require(self.fill in FILL_METHODS, f"data.fill must be one of {FILL_METHODS[1:]}, got {self.fill!r}")
+        _require(len(self.split_ratios) == 3, "data.split_ratios needs three numbers: train, validation, test")
+        _require(
+            all(r > 0 for r in self.split_ratios) and sum(self.split_ratios) <= 1 + 1e-9,
+            f"data.split_ratios must be positive and sum to at most 1, got {list(self.split_ratios)}",
+        )
+        _require(
+            len(self.split_borders) in (0, 3),
+            "data.split_borders needs three entries (ends of train, validation, test), or none",
+        )
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The causal Transformer's shape."""
+
+    context_len: int = 512  # input steps the model sees
+    horizon: int = 96  # steps forecast after the context
+    patch_len: int = 16  # steps per token (1 = one token per step)
+    d_model: int = 128
+    n_heads: int = 8  # each head has d_model / n_heads dimensions
+    n_layers: int = 3
+    d_ff: int = 256  # feed-forward width
+    dropout: float = 0.2
+    channel_independent: bool = True  # each series its own sequence through shared weights
+    norm: str = "prefix"  # causal instance normalisation: prefix, first_patch or none
+    attention: str = "fused"  # fused (scaled_dot_product_attention) or explicit (the formula)
+
+    def __post_init__(self) -> None:
+        for name in ("context_len", "horizon", "patch_len", "d_model", "n_heads", "n_layers", "d_ff"):
+            _require(getattr(self, name) >= 1, f"model.{name} must be at least 1, got {getattr(self, name)}")
+        _require(
+            self.d_model % self.n_heads == 0,
+            f"model.n_heads ({self.n_heads}) must divide model.d_model ({self.d_model})",
+        )
+        _require(
+            self.patch_len <= self.context_len,
+            f"model.patch_len ({self.patch_len}) must not exceed model.context_len ({self.context_len})",
+        )
+        _require(0 <= self.dropout < 1, f"model.dropout must be in [0, 1), got {self.dropout}")
+        _require(self.norm in NORMS, f"model.norm must be one of {NORMS}, got {self.norm!r}")
+        _require(self.attention in ATTENTIONS, f"model.attention must be one of {ATTENTIONS}, got {self.attention!r}")
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens per context: the context is left-padded to a whole number of patches."""
+        return -(-self.context_len // self.patch_len)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation, early stopping and reproducibility."""
+
+    epochs: int = 20
+    batch_size: int = 128
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.05  # the cosine schedule decays to lr * min_lr_ratio
+    warmup_frac: float = 0.05  # share of all steps spent warming up linearly
+    weight_decay: float = 0.05
+    grad_clip: float = 1.0  # max gradient norm; 0 disables clipping
+    patience: int = 3  # epochs without validation improvement before stopping
+    loss: str = "mse"
+    all_positions: bool = True  # train every token to forecast the horizon after it
+    train_stride: int = 1  # use every n-th training window (1 = all)
+    max_minutes: float = 0.0  # stop after this wall time (0 = no limit); breaks exact reproducibility
+    seed: int = 0
+    num_threads: int = 0  # torch CPU threads (0 = torch's default)
+    device: str = "cpu"  # cpu, cuda or auto
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "patience", "train_stride"):
+            _require(getattr(self, name) >= 1, f"train.{name} must be at least 1, got {getattr(self, name)}")
+        _require(self.lr > 0, f"train.lr must be positive, got {self.lr}")
+        _require(0 <= self.min_lr_ratio <= 1, f"train.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        _require(0 <= self.warmup_frac < 1, f"train.warmup_frac must be in [0, 1), got {self.warmup_frac}")
+        _require(self.weight_decay >= 0, f"train.weight_decay must be >= 0, got {self.weight_decay}")
+        _require(self.grad_clip >= 0, f"train.grad_clip must be >= 0, got {self.grad_clip}")
+        _require(self.loss in LOSSES, f"train.loss must be one of {LOSSES}, got {self.loss!r}")
+        _require(self.max_minutes >= 0, f"train.max_minutes must be >= 0, got {self.max_minutes}")
+        _require(self.num_threads >= 0, f"train.num_threads must be >= 0, got {self.num_threads}")
+        _require(self.device in ("cpu", "cuda", "auto"), f"train.device must be cpu, cuda or auto, got {self.device!r}")
+
+
+@dataclass(frozen=True)
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+SECTIONS: dict[str, type] = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig}
+
+
+def to_dict(cfg: Config) -> dict[str, dict[str, Any]]:
+    """Plain nested dict (tuples as lists), ready for YAML or JSON."""
+    out: dict[str, dict[str, Any]] = {}
+    for section in SECTIONS:
+        values = dataclasses.asdict(getattr(cfg, section))
+        out[section] = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+    return out
+
+
+def config_from_dict(raw: dict[str, Any] | None, base: Config | None = None) -> Config:
+    """Build a Config from a nested dict, strictly: unknown sections or keys are errors."""
+    base = base or Config()
+    raw = raw or {}
+    if not isinstance(raw, dict):
+        raise ConfigError("a config must be a mapping with sections data, model and train")
+    unknown = set(raw) - set(SECTIONS)
+    if unknown:
+        raise ConfigError(f"unknown config section {sorted(unknown)[0]!r}; valid sections: {', '.join(SECTIONS)}")
+    sections = {}
+    for name, cls in SECTIONS.items():
+        values = raw.get(name) or {}
+        if not isinstance(values, dict):
+            raise ConfigError(f"config section {name!r} must be a mapping of keys to values")
+        current = getattr(base, name)
+        valid = [f.name for f in fields(cls)]
+        changes = {}
+        for key, value in values.items():
+            if key not in valid:
+                raise ConfigError(f"unknown key {name}.{key}; valid keys in {name}: {', '.join(valid)}")
+            changes[key] = _coerce(value, _field_types(cls)[key], f"{name}.{key}")
+        sections[name] = dataclasses.replace(current, **changes)
+    return Config(**sections)
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """`section.key=value` -> (section, key, YAML-parsed value)."""
+    if "=" not in text or "." not in text.split("=", 1)[0]:
+        raise ConfigError(f"override {text!r} must look like section.key=value, e.g. train.lr=3e-4")
+    dotted, value = text.split("=", 1)
+    section, key = dotted.strip().split(".", 1)
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else ""
+    except yaml.YAMLError:
+        parsed = value
+    return section, key, parsed
+
+
+def apply_overrides(cfg: Config, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    raw: dict[str, dict[str, Any]] = {}
+    for text in overrides:
+        section, key, value = parse_override(text)
+        raw.setdefault(section, {})[key] = value
+    return config_from_dict(raw, base=cfg)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Defaults, then the YAML file (if any), then `section.key=value` overrides."""
+    cfg = Config()
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} not found; check the --config path")
+        try:
+            raw = yaml.safe_load(path.read_text())
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config file {path} is not valid YAML ({str(exc).splitlines()[0]})") from None
+        cfg = config_from_dict(raw, base=cfg)
+    return apply_overrides(cfg, overrides)
+
+
+def save_config(cfg: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _coerce(value: Any, typ: Any, name: str) -> Any:
+    """Turn a YAML value into the field's declared type, or raise a ConfigError naming the field."""
+    origin = typing.get_origin(typ)
+    if origin is tuple:
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            value = [value] if not isinstance(value, str) else [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{name} must be a list, got {value!r}")
+        item_type = typing.get_args(typ)[0]
+        return tuple(_coerce(v, item_type, name) for v in value)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(typ)
+        if isinstance(value, bool) or not isinstance(value, options):
+            raise ConfigError(f"{name} entries must be row numbers or dates, got {value!r}")
+        return value
+    try:
+        if typ is bool:
+            if isinstance(value, bool):
+                return value
+            raise ValueError
+        if typ is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if typ is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if typ is str:
+            return "" if value is None else str(value)
+    except (TypeError, ValueError):
+        pass
+    raise ConfigError(f"{name} must be of type {typ.__name__}, got {value!r}")

@@ -1,0 +1,45 @@
+"""From a config (or a trained run's metadata) to scaled tensors and split borders."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from tsformer.config import Config
+from tsformer.data.loader import SeriesFrame, read_series
+from tsformer.data.split import Scaler, SplitBorders, make_windows, split_borders, window_target_starts
+from tsformer.errors import DataError
+
+
+@dataclass(frozen=True)
+class Prepared:
+    frame: SeriesFrame
+    borders: SplitBorders
+    scaler: Scaler
+    scaled: torch.Tensor  # (n_rows, n_series) float32, standardised with the train-only scaler
+
+    def target_starts(self, split: str, context_len: int, horizon: int):
+        return window_target_starts(split, self.borders, context_len, horizon)
+
+    def windows(self, split: str, context_len: int, horizon: int) -> torch.Tensor:
+        """(n_windows, context_len + horizon, n_series), a view of `scaled`."""
+        return make_windows(self.scaled, self.target_starts(split, context_len, horizon), context_len, horizon)
+
+
+def prepare(cfg: Config, scaler: Scaler | None = None, columns: tuple[str, ...] = (), freq: str = "") -> Prepared:
+    """Read cfg.data.path, split it and scale it.
+
+    Training passes no scaler (one is fit on the training rows); evaluate/check pass the run's
+    scaler, columns and frequency, and the CSV must match them.
+    """
+    if not cfg.data.path:
+        raise DataError("no CSV given; pass a CSV path or set data.path in the config")
+    data_cfg = cfg.data if not columns else dataclasses.replace(cfg.data, targets=columns)
+    frame = read_series(data_cfg.path, data_cfg, expected_freq=freq)
+    borders = split_borders(cfg.data, frame.timestamps, cfg.model.context_len, cfg.model.horizon)
+    if scaler is None:
+        scaler = Scaler.fit(frame.values[: borders.train_end])
+    scaled = torch.from_numpy(scaler.transform(frame.values))
+    return Prepared(frame=frame, borders=borders, scaler=scaler, scaled=scaled)

@@ -1,0 +1,122 @@
+"""`evaluate(run)`: honest metrics on every test window, beside naive baselines."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tsformer.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint
+from tsformer.data import Prepared, prepare
+from tsformer.errors import DataError
+from tsformer.leakage import check_scaler
+from tsformer.metrics import mase_scale, repeat_last, score, season_length, seasonal_naive
+from tsformer.model import Forecaster
+
+BATCH = 512
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    n_windows: int
+    context_len: int
+    horizon: int
+    season: int
+    columns: tuple[str, ...]
+    scores: dict[str, dict]  # "model", "repeat_last", "seasonal_naive" -> score()
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def load_run_data(ckpt: Checkpoint, csv: str | Path | None = None) -> Prepared:
+    """The run's CSV (or `csv`), read with the run's columns, frequency, scaler and split borders."""
+    cfg = ckpt.config
+    if csv is not None:
+        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, path=str(csv)))
+    data = prepare(cfg, scaler=ckpt.scaler, columns=ckpt.columns, freq=ckpt.freq)
+    if data.frame.n_rows < ckpt.borders.test_end:
+        raise DataError(
+            f"{cfg.data.path} has {data.frame.n_rows} rows but the run's test split ends at row "
+            f"{ckpt.borders.test_end}; evaluate on the CSV the model was trained on"
+        )
+    data = dataclasses.replace(data, borders=ckpt.borders)
+    if not check_scaler(data.frame.values, data.borders, data.scaler).passed:
+        raise DataError(
+            f"the training rows of {cfg.data.path} differ from those the run was trained on; "
+            "evaluate on the CSV the model was trained on"
+        )
+    return data
+
+
+def forecast_batched(model: Forecaster, contexts: torch.Tensor) -> torch.Tensor:
+    """(N, L, C) -> (N, H, C) in eval mode, in batches."""
+    parts = [model.predict(contexts[i : i + BATCH]) for i in range(0, len(contexts), BATCH)]
+    return torch.cat(parts) if parts else contexts.new_empty((0, model.cfg.horizon, model.n_series))
+
+
+def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True) -> EvalReport:
+    """Score the run's best model on every stride-1 test window; write metrics.json and a PNG."""
+    path = resolve_checkpoint(run)
+    ckpt = load_checkpoint(path)
+    data = load_run_data(ckpt, csv)
+    model = ckpt.build_model()
+    context_len, horizon = ckpt.config.model.context_len, ckpt.config.model.horizon
+    windows = data.windows("test", context_len, horizon)  # (N, L + H, C)
+    contexts, truth = windows[:, :context_len], windows[:, context_len:]
+    season = season_length(ckpt.freq)
+    season = season if season <= context_len else 1
+    forecasts = {
+        "model": forecast_batched(model, contexts),
+        "repeat_last": repeat_last(contexts, horizon),
+        "seasonal_naive": seasonal_naive(contexts, horizon, season),
+    }
+    denominator = mase_scale(data.frame.values[: data.borders.train_end], season)
+    scores = {
+        name: score(f.numpy(), truth.numpy(), data.scaler.std, data.frame.columns, denominator)
+        for name, f in forecasts.items()
+    }
+    report = EvalReport(len(windows), context_len, horizon, season, data.frame.columns, scores)
+    if write:
+        run_dir = path.parent
+        (run_dir / "metrics.json").write_text(json.dumps(report.to_dict(), indent=2))
+        _plot_windows(contexts, truth, forecasts["model"], data, run_dir / "test_windows.png")
+    return report
+
+
+def _plot_windows(contexts, truth, forecast, data: Prepared, path: Path) -> None:
+    from tsformer.plots import plot_windows
+
+    picks = np.linspace(0, len(contexts) - 1, 3).round().astype(int).tolist()
+    j = len(data.frame.columns) - 1  # the last column (often the target of interest, e.g. OT)
+    std, mean = data.scaler.std[j], data.scaler.mean[j]
+    starts = data.target_starts("test", contexts.shape[1], truth.shape[1])
+
+    def original(x: torch.Tensor) -> np.ndarray:
+        return x[picks, :, j].numpy() * std + mean
+
+    plot_windows(original(contexts), original(truth), original(forecast), data.frame.columns[j],
+                 [int(starts[i]) for i in picks], path)
+
+
+def format_report(report: EvalReport) -> str:
+    """A table: one row per forecaster, averaged over columns, then the model per column."""
+    lines = [
+        f"test windows: {report.n_windows} (every window, stride 1)   context_len {report.context_len}   "
+        f"horizon {report.horizon}   season {report.season}",
+        "",
+        f"{'forecaster':<16}{'MSE':>9}{'MAE':>9}{'MAE orig':>12}{'RMSE orig':>12}{'MASE':>8}   (MSE/MAE on scaled values)",
+    ]
+    for name, s in report.scores.items():
+        m = s["mean"]
+        lines.append(f"{name:<16}{m['mse']:>9.4f}{m['mae']:>9.4f}{m['mae_original']:>12.4g}"
+                     f"{m['rmse_original']:>12.4g}{m['mase']:>8.3f}")
+    lines += ["", "model per column:"]
+    for column, m in report.scores["model"]["per_column"].items():
+        lines.append(f"  {column[:14]:<14}{m['mse']:>9.4f}{m['mae']:>9.4f}{m['mae_original']:>12.4g}"
+                     f"{m['rmse_original']:>12.4g}{m['mase']:>8.3f}")
+    return "\n".join(lines)

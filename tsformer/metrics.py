@@ -1,0 +1,65 @@
+"""Forecast metrics and the naive baselines they are compared against."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from pandas.tseries.frequencies import to_offset
+
+# Seasonal period by the frequency's base unit: one day of hours, one week of days, ...
+SEASONS = {"h": 24, "D": 7, "B": 5, "W": 52, "M": 12, "ME": 12, "MS": 12, "Q": 4, "QE": 4, "QS": 4}
+
+
+def season_length(freq: str) -> int:
+    """Steps per natural cycle: 24 for hourly, 7 for daily, 52 for weekly, 96 for 15-minute data, ..."""
+    offset = to_offset(freq)
+    base = offset.name.split("-")[0]
+    if base in SEASONS and offset.n == 1:
+        return SEASONS[base]
+    try:
+        step = offset.nanos
+    except ValueError:
+        return 1
+    day = 24 * 3600 * 10**9
+    return int(day // step) if step < day and day % step == 0 else 1
+
+
+def repeat_last(context: torch.Tensor, horizon: int) -> torch.Tensor:
+    """(B, L, C) -> (B, H, C): the last observed value, repeated."""
+    return context[:, -1:].expand(-1, horizon, -1)
+
+
+def seasonal_naive(context: torch.Tensor, horizon: int, season: int) -> torch.Tensor:
+    """(B, L, C) -> (B, H, C): the last full season, repeated."""
+    season = min(season, context.shape[1])
+    last_season = context[:, -season:]  # (B, season, C)
+    repeats = -(-horizon // season)
+    return last_season.repeat(1, repeats, 1)[:, :horizon]
+
+
+def mase_scale(train_values: np.ndarray, season: int) -> np.ndarray:
+    """Per-column MAE of the seasonal-naive forecast on the training rows (original units)."""
+    season = season if len(train_values) > season else 1
+    diffs = np.abs(train_values[season:] - train_values[:-season])
+    scale = diffs.mean(axis=0)
+    return np.where(scale > 0, scale, 1.0)
+
+
+def score(forecast: np.ndarray, truth: np.ndarray, std: np.ndarray, columns: tuple[str, ...],
+          mase_denominator: np.ndarray) -> dict:
+    """Metrics of scaled (N, H, C) forecasts: MSE/MAE scaled, MAE/RMSE original units, MASE; per column and mean."""
+    error = forecast - truth  # scaled units
+    error_orig = error * std  # original units (the mean cancels)
+    per_column = {}
+    for j, name in enumerate(columns):
+        e, eo = error[..., j], error_orig[..., j]
+        per_column[name] = {
+            "mse": float(np.mean(e**2)),
+            "mae": float(np.mean(np.abs(e))),
+            "mae_original": float(np.mean(np.abs(eo))),
+            "rmse_original": float(np.sqrt(np.mean(eo**2))),
+            "mase": float(np.mean(np.abs(eo)) / mase_denominator[j]),
+        }
+    keys = next(iter(per_column.values())).keys()
+    average = {k: float(np.mean([m[k] for m in per_column.values()])) for k in keys}
+    return {"mean": average, "per_column": per_column}

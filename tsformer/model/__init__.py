@@ -1,0 +1,18 @@
+"""The seed's formulas as small pieces, assembled into a causal forecaster."""
+
+from tsformer.model.attention import MultiHeadAttention, attention_mask, causal_mask, scaled_dot_product
+from tsformer.model.encoding import PatchProjection, sinusoidal_encoding
+from tsformer.model.forecaster import Block, Forecaster
+from tsformer.model.normalisation import instance_stats
+
+__all__ = [
+    "Block",
+    "Forecaster",
+    "MultiHeadAttention",
+    "PatchProjection",
+    "attention_mask",
+    "causal_mask",
+    "instance_stats",
+    "scaled_dot_product",
+    "sinusoidal_encoding",
+]

@@ -1,0 +1,133 @@
+"""The causal Transformer forecaster: patches -> projection + PE -> N blocks -> per-token head."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tsformer.config import ModelConfig
+from tsformer.model import normalisation
+from tsformer.model.attention import MultiHeadAttention, attention_mask
+from tsformer.model.encoding import PatchProjection, sinusoidal_encoding
+
+LOSSES = {
+    "mse": F.mse_loss,
+    "mae": F.l1_loss,
+    "huber": F.huber_loss,
+}
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model: int, d_ff: int, dropout: float):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.GELU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model), nn.Dropout(dropout)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class Block(nn.Module):
+    """Pre-norm residual block; LayerNorm works per token, so it is causal. Output shape = input shape."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.norm_attn = nn.LayerNorm(cfg.d_model)
+        self.attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout, fused=cfg.attention == "fused")
+        self.attn_dropout = nn.Dropout(cfg.dropout)
+        self.norm_ff = nn.LayerNorm(cfg.d_model)
+        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn_dropout(self.attn(self.norm_attn(x), mask))
+        return x + self.ff(self.norm_ff(x))
+
+
+class Forecaster(nn.Module):
+    """Maps a context (B, context_len, n_series) to a forecast (B, horizon, n_series).
+
+    Every token's output is a forecast of the `horizon` steps after that token's patch, so the
+    last token's output is the forecast and earlier tokens can be trained too.
+    """
+
+    def __init__(self, cfg: ModelConfig, n_series: int, loss: str = "mse"):
+        super().__init__()
+        self.cfg = cfg
+        self.n_series = n_series
+        self.loss_fn = LOSSES[loss]
+        self.n_tokens = cfg.n_tokens
+        self.pad_len = self.n_tokens * cfg.patch_len - cfg.context_len  # left pad to whole patches
+        self.token_channels = 1 if cfg.channel_independent else n_series
+        self.projection = PatchProjection(cfg.patch_len, self.token_channels, cfg.d_model)
+        self.register_buffer("positional_encoding", sinusoidal_encoding(self.n_tokens, cfg.d_model), persistent=False)
+        self.input_dropout = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.final_norm = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, cfg.horizon * self.token_channels)
+
+    def token_ends(self) -> list[int]:
+        """Exclusive end, in context steps, of each token's patch: output k sees steps < end k only."""
+        p = self.cfg.patch_len
+        return [(k + 1) * p - self.pad_len for k in range(self.n_tokens)]
+
+    def forecast_tokens(self, x: torch.Tensor, pad_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, context_len, n_series), pad_mask (B, context_len) bool, True = real -> (B, T, horizon, n_series)."""
+        b, length, c = x.shape
+        if length != self.cfg.context_len or c != self.n_series:
+            raise ValueError(f"expected (B, {self.cfg.context_len}, {self.n_series}) input, got {tuple(x.shape)}")
+        p, t, h = self.cfg.patch_len, self.n_tokens, self.cfg.horizon
+        if pad_mask is None:
+            pad_mask = torch.ones(b, length, dtype=torch.bool, device=x.device)
+        x = torch.where(pad_mask.unsqueeze(-1), x, torch.zeros((), dtype=x.dtype, device=x.device))
+        x = F.pad(x, (0, 0, self.pad_len, 0))  # (B, T*P, C)
+        mask = F.pad(pad_mask, (self.pad_len, 0), value=False)  # (B, T*P)
+        if self.cfg.channel_independent:
+            series = x.permute(0, 2, 1).reshape(b * c, t * p, 1)  # (B*C, T*P, 1)
+            mask = mask.repeat_interleave(c, dim=0)  # (B*C, T*P)
+        else:
+            series = x  # (B, T*P, C)
+        n, k = series.shape[0], self.token_channels
+        mean, std = normalisation.instance_stats(series, mask, p, self.cfg.norm)  # (N, T, k) each
+        patches = series.view(n, t, p, k)  # (N, T, P, k)
+        patches = (patches - mean.unsqueeze(2)) / std.unsqueeze(2)
+        patch_mask = mask.view(n, t, p)  # (N, T, P)
+        hidden = self.input_dropout(self.projection(patches, patch_mask) + self.positional_encoding)  # (N, T, d)
+        attn_mask = attention_mask(patch_mask.any(-1))  # (N, 1, T, T)
+        for block in self.blocks:
+            hidden = block(hidden, attn_mask)
+        out = self.head(self.final_norm(hidden)).view(n, t, h, k)  # (N, T, H, k)
+        out = out * std.unsqueeze(2) + mean.unsqueeze(2)
+        if self.cfg.channel_independent:
+            out = out.view(b, c, t, h).permute(0, 2, 3, 1)  # (B, T, H, C)
+        return out
+
+    def split_window(self, window: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """window (B, context_len + horizon, C) -> context (B, L, C), every token's target (B, T, H, C)."""
+        p, t, h = self.cfg.patch_len, self.n_tokens, self.cfg.horizon
+        context = window[:, : self.cfg.context_len]
+        first_end = p - self.pad_len
+        span = window[:, first_end : first_end + (t - 1) * p + h]  # (B, (T-1)*P + H, C)
+        targets = span.unfold(1, h, p).permute(0, 1, 3, 2)  # (B, T, H, C)
+        return context, targets
+
+    def forward(
+        self, x: torch.Tensor, pad_mask: torch.Tensor | None = None, target: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """-> (forecast (B, H, C), loss). target is (B, H, C) for the last token or (B, T, H, C) for all."""
+        tokens = self.forecast_tokens(x, pad_mask)
+        forecast = tokens[:, -1]
+        if target is None:
+            return forecast, None
+        loss = self.loss_fn(tokens if target.dim() == 4 else forecast, target)
+        return forecast, loss
+
+    @torch.no_grad()
+    def predict(self, x: torch.Tensor, pad_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Forecast in eval mode: (B, context_len, C) -> (B, horizon, C)."""
+        was_training = self.training
+        self.eval()
+        forecast, _ = self(x, pad_mask)
+        self.train(was_training)
+        return forecast

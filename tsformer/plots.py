@@ -1,0 +1,62 @@
+"""PNG figures: the loss curve, test windows and a forecast. Headless (Agg)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+
+def _save(fig, path: Path) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def plot_history(history: pd.DataFrame, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    if len(history):
+        ax.plot(history["epoch"], history["train_loss"], marker="o", label="train")
+        ax.plot(history["epoch"], history["val_loss"], marker="o", label="validation (last token)")
+        best = history["val_loss"].idxmin()
+        ax.axvline(history["epoch"][best], color="grey", linestyle=":", label="best epoch")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("loss (scaled units)")
+    ax.set_title("Training history")
+    ax.legend()
+    _save(fig, path)
+
+
+def plot_windows(context: np.ndarray, truth: np.ndarray, forecast: np.ndarray, column: str,
+                 starts: list[int], path: Path) -> None:
+    """A few test windows of one column: history, truth and forecast, each (n, steps)."""
+    fig, axes = plt.subplots(len(starts), 1, figsize=(8, 2.2 * len(starts)), squeeze=False)
+    for ax, i, start in zip(axes[:, 0], range(len(starts)), starts):
+        L, H = context.shape[1], truth.shape[1]
+        ax.plot(range(-L, 0), context[i], color="black", linewidth=0.8, label="history")
+        ax.plot(range(H), truth[i], color="tab:green", label="truth")
+        ax.plot(range(H), forecast[i], color="tab:red", label="forecast")
+        ax.set_title(f"{column}, test window starting at row {start}", fontsize=9)
+    axes[0, 0].legend(fontsize=8)
+    axes[-1, 0].set_xlabel("steps from the forecast origin")
+    _save(fig, path)
+
+
+def plot_forecast(history: pd.DataFrame, forecast: pd.DataFrame, path: Path) -> None:
+    """Recent history and the forecast, one panel per column; both indexed by timestamp."""
+    columns = list(forecast.columns)
+    fig, axes = plt.subplots(len(columns), 1, figsize=(9, 2.2 * len(columns)), squeeze=False, sharex=True)
+    for ax, name in zip(axes[:, 0], columns):
+        ax.plot(history.index, history[name], color="black", linewidth=0.8, label="history")
+        ax.plot(forecast.index, forecast[name], color="tab:red", label="forecast")
+        ax.set_ylabel(name, fontsize=8)
+    axes[0, 0].legend(fontsize=8)
+    fig.autofmt_xdate()
+    _save(fig, path)

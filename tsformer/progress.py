@@ -1,0 +1,54 @@
+"""A dependency-free progress display: a live line on a terminal, plain lines otherwise."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    return f"{seconds // 60:d}:{seconds % 60:02d}"
+
+
+class Progress:
+    def __init__(self, total_epochs: int, steps_per_epoch: int, stream: TextIO | None = None, enabled: bool = True):
+        self.total_epochs = total_epochs
+        self.steps_per_epoch = steps_per_epoch
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+        self.live = enabled and self.stream.isatty()
+        self.started = time.monotonic()
+        self.steps_done = 0
+
+    def step(self, epoch: int, step: int, train_loss: float) -> None:
+        self.steps_done += 1
+        if not self.live or (step % 5 and step != self.steps_per_epoch):
+            return
+        elapsed = time.monotonic() - self.started
+        remaining = self.total_epochs * self.steps_per_epoch - self.steps_done
+        eta = elapsed / self.steps_done * remaining
+        self.stream.write(
+            f"\repoch {epoch}/{self.total_epochs}  step {step}/{self.steps_per_epoch}  "
+            f"train {train_loss:.4f}  elapsed {_clock(elapsed)}  eta {_clock(eta)}   "
+        )
+        self.stream.flush()
+
+    def epoch(self, epoch: int, train_loss: float, val_loss: float, lr: float, best: bool) -> None:
+        if not self.enabled:
+            return
+        elapsed = time.monotonic() - self.started
+        left = (self.total_epochs - epoch) * elapsed / max(1, epoch)
+        prefix = "\r" if self.live else ""
+        mark = "  *best" if best else ""
+        self.stream.write(
+            f"{prefix}epoch {epoch}/{self.total_epochs}  train {train_loss:.4f}  val {val_loss:.4f}  "
+            f"lr {lr:.2e}  elapsed {_clock(elapsed)}  eta {_clock(left)}{mark}\n"
+        )
+        self.stream.flush()
+
+    def message(self, text: str) -> None:
+        if self.enabled:
+            self.stream.write(text + "\n")
+            self.stream.flush()
