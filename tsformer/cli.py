@@ -65,6 +65,8 @@ def train(
     sort: bool = typer.Option(False, "--sort", help="Accept unsorted rows by sorting on the time column."),
     fill: Optional[str] = typer.Option(None, "--fill", help="Fill NaN/inf cells: ffill, interpolate or zero."),
     overrides: list[str] = typer.Option([], "--set", help="Override any config key: --set train.lr=3e-4 (repeatable)."),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Where to find a CSV given by bare file name "
+                                            "(default: $TSFORMER_DATA_DIR, then ../shared/data, then the cache)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its last checkpoint."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing run folder."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
@@ -73,7 +75,8 @@ def train(
 
     Example: tsformer train data/sample.csv --target OT --context-len 96 --horizon 24 --out runs/demo
     """
-    from tsformer.config import load_config
+    from tsformer.config import load_config, with_data_path
+    from tsformer.datasets import resolve_data_path
     from tsformer.train import train as run_training
 
     flags = {
@@ -85,6 +88,8 @@ def train(
     if target:
         flag_overrides.append(f"data.targets=[{', '.join(repr(t) for t in target)}]")
     cfg = load_config(config, flag_overrides + list(overrides))
+    if cfg.data.path:
+        cfg = with_data_path(cfg, resolve_data_path(cfg.data.path, data_dir))
     result = run_training(cfg, out, resume=resume, overwrite=overwrite, show_progress=not quiet)
     typer.echo(
         f"trained {result.n_parameters:,} parameters on {result.n_train_windows} windows in "
@@ -163,6 +168,65 @@ def check(
         typer.echo(f"Error: leakage check failed: {', '.join(failed)}", err=True)
         raise typer.Exit(1)
     typer.echo(f"all {len(results)} checks passed")
+
+
+@app.command()
+@domain_errors
+def bench(
+    configs: list[Path] = typer.Argument(..., help="Benchmark configs, e.g. configs/etth1_96.yaml."),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder holding the datasets."),
+    runs_dir: Path = typer.Option(Path("runs/bench"), "--runs-dir", help="Where the benchmark runs go."),
+    results_dir: Path = typer.Option(Path("benchmarks/results"), "--results-dir", help="Where results are written."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
+) -> None:
+    """Train, evaluate and check each config; write <results>/<name>.json and regenerate <dataset>.md.
+
+    Example: tsformer bench configs/etth1_96.yaml --data-dir ../shared/data
+    """
+    from tsformer.bench import run_benchmark
+
+    for config in configs:
+        r = run_benchmark(config, runs_dir, results_dir, data_dir, show_progress=not quiet)
+        typer.echo(
+            f"{r['name']}: test MSE {r['test']['model']['mse']:.4f} MAE {r['test']['model']['mae']:.4f} "
+            f"(repeat-last {r['test']['repeat_last']['mse']:.4f}, seasonal-naive {r['test']['seasonal_naive']['mse']:.4f}) "
+            f"on {r['n_test_windows']} windows; trained {r['train_wall_seconds']:.0f} s, {r['epochs_run']} epochs, "
+            f"peak RSS {r['peak_rss_mib']:.0f} MiB; leakage checks {'pass' if r['leakage_checks_passed'] else 'FAIL'}"
+        )
+
+
+datasets_app = typer.Typer(help="Known benchmark datasets: list them, fetch them into the cache.", no_args_is_help=True)
+app.add_typer(datasets_app, name="datasets")
+
+
+@datasets_app.command("list")
+@domain_errors
+def datasets_list(data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder holding the datasets.")) -> None:
+    """List the registered datasets and where each is found.
+
+    Example: tsformer datasets list
+    """
+    from tsformer.datasets import REGISTRY, resolve_data_path
+
+    for entry in REGISTRY.values():
+        path = resolve_data_path(entry.file, data_dir)
+        where = str(path) if path.is_file() else "not found (tsformer datasets fetch " + entry.name + ")"
+        typer.echo(f"{entry.name:<10}{entry.file:<24}{where}\n          {entry.about}")
+
+
+@datasets_app.command("fetch")
+@domain_errors
+def datasets_fetch(
+    name: str = typer.Argument(..., help="Dataset name, e.g. etth1."),
+    dest: Optional[Path] = typer.Option(None, "--dest", help="Folder to download into (default: the cache)."),
+) -> None:
+    """Download a dataset into the cache and verify its checksum.
+
+    Example: tsformer datasets fetch etth1
+    """
+    from tsformer.datasets import fetch
+
+    typer.echo(f"{name}: {fetch(name, dest)}")
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ from tsformer.errors import ConfigError
 FILL_METHODS = ("", "ffill", "interpolate", "zero")
 NORMS = ("prefix", "first_patch", "none")
 ATTENTIONS = ("fused", "explicit")
+HEADS = ("flatten", "token")
 LOSSES = ("mse", "huber", "mae")
 
 
@@ -69,6 +70,8 @@ class ModelConfig:
     channel_independent: bool = True  # each series its own sequence through shared weights
     norm: str = "prefix"  # causal instance normalisation: prefix, first_patch or none
     attention: str = "fused"  # fused (scaled_dot_product_attention) or explicit (the formula)
+    head: str = "flatten"  # flatten: a linear map of the last n_tokens token states; token: of one state
+    head_dim: int = 16  # flatten head: each token state is first reduced to this width
 
     def __post_init__(self) -> None:
         for name in ("context_len", "horizon", "patch_len", "d_model", "n_heads", "n_layers", "d_ff"):
@@ -83,6 +86,8 @@ class ModelConfig:
         )
         _require(0 <= self.dropout < 1, f"model.dropout must be in [0, 1), got {self.dropout}")
         _require(self.norm in NORMS, f"model.norm must be one of {NORMS}, got {self.norm!r}")
+        _require(self.head in HEADS, f"model.head must be one of {HEADS}, got {self.head!r}")
+        _require(self.head_dim >= 1, f"model.head_dim must be at least 1, got {self.head_dim}")
         _require(self.attention in ATTENTIONS, f"model.attention must be one of {ATTENTIONS}, got {self.attention!r}")
 
     @property
@@ -203,6 +208,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
             raise ConfigError(f"config file {path} is not valid YAML ({str(exc).splitlines()[0]})") from None
         cfg = config_from_dict(raw, base=cfg)
     return apply_overrides(cfg, overrides)
+
+
+def with_data_path(cfg: Config, path: str | Path) -> Config:
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, path=str(path)))
 
 
 def save_config(cfg: Config, path: str | Path) -> None:

@@ -18,7 +18,7 @@ import torch
 
 from tsformer import distributed
 from tsformer.checkpoint import LAST_FILE, MODEL_FILE, Checkpoint, load_checkpoint, save_checkpoint
-from tsformer.config import Config, save_config
+from tsformer.config import Config, save_config, with_data_path
 from tsformer.data import Prepared, prepare
 from tsformer.errors import ConfigError, Interrupted, TrainingError
 from tsformer.leakage import check_model, check_scaler, check_windows, require_passed
@@ -59,7 +59,7 @@ def resolve(cfg: Config) -> Config:
     """The config as saved in the run: the CSV path made absolute."""
     if not cfg.data.path:
         raise ConfigError("no CSV given; pass a CSV path or set data.path in the config")
-    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, path=str(Path(cfg.data.path).resolve())))
+    return with_data_path(cfg, Path(cfg.data.path).resolve())
 
 
 def train(cfg: Config, out_dir: str | Path, resume: bool = False, overwrite: bool = False,
@@ -149,6 +149,7 @@ class _Runner:
         self.out_dir, self.ctx = out_dir, ctx
         self.wrapped = distributed.wrap(model, ctx)
         self.show_progress = show_progress and ctx.is_main
+        self.saved_epoch = 0  # the epoch in last.pt, for messages
 
     def loop(self, state: LoopState, train_windows: torch.Tensor, val_windows: torch.Tensor) -> None:
         tc = self.cfg.train
@@ -158,6 +159,7 @@ class _Runner:
         total_steps = tc.epochs * steps_per_epoch
         progress = Progress(tc.epochs, steps_per_epoch, enabled=self.show_progress)
         started = time.monotonic() - state.train_seconds
+        self.saved_epoch = state.epoch
         try:
             while state.epoch < tc.epochs and not state.finished:
                 epoch = state.epoch + 1
@@ -175,6 +177,9 @@ class _Runner:
                         state.finished = True
                         break
                 val_loss = self._val_loss(val_windows)
+                if not math.isfinite(val_loss):
+                    raise TrainingError(f"the validation loss became {val_loss} at epoch {epoch}; {self._kept()}. "
+                                        "Lower the learning rate (--set train.lr=...) or check the data")
                 state.epoch = epoch
                 state.train_seconds = time.monotonic() - started
                 improved = val_loss < state.best_val
@@ -188,10 +193,18 @@ class _Runner:
                 self._save(state, improved)
                 progress.epoch(epoch, state.history[-1]["train_loss"], val_loss, lr, improved)
         except KeyboardInterrupt:
+            if not self.saved_epoch:
+                raise Interrupted(f"training stopped during epoch 1; {self._kept()}, so start again "
+                                  f"(with --overwrite to reuse {self.out_dir})") from None
             raise Interrupted(
-                f"training stopped at epoch {state.epoch + 1}; epoch {state.epoch} is saved in "
-                f"{self.out_dir / LAST_FILE}. Resume with: tsformer train --resume --out {self.out_dir}"
+                f"training stopped during epoch {self.saved_epoch + 1}; {self._kept()}. "
+                f"Resume with: tsformer train --resume --out {self.out_dir}"
             ) from None
+
+    def _kept(self) -> str:
+        if not self.saved_epoch:
+            return "no epoch was saved"
+        return f"epoch {self.saved_epoch} is saved in {self.out_dir / LAST_FILE}"
 
     def _step(self, batch: torch.Tensor, lr: float, epoch: int, step: int) -> float:
         for group in self.optimizer.param_groups:
@@ -203,8 +216,8 @@ class _Runner:
         _, loss = self.wrapped(context, target=target)
         if not torch.isfinite(loss):
             raise TrainingError(
-                f"the training loss became {loss.item()} at epoch {epoch}, step {step}; the last good epoch is in "
-                f"{self.out_dir / LAST_FILE}. Lower the learning rate (--set train.lr=...) or check the data"
+                f"the training loss became {loss.item()} at epoch {epoch}, step {step}; {self._kept()}. "
+                "Lower the learning rate (--set train.lr=...) or check the data"
             )
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -247,4 +260,5 @@ class _Runner:
         train_state = {"optimizer": self.optimizer.state_dict(), "rng": torch.get_rng_state(),
                        "loop": dataclasses.asdict(state)}
         save_checkpoint(self._checkpoint(train_state), self.out_dir / LAST_FILE)
+        self.saved_epoch = state.epoch
         pd.DataFrame(state.history).to_csv(self.out_dir / "history.csv", index=False)

@@ -29,6 +29,39 @@ class FeedForward(nn.Module):
         return self.net(x)
 
 
+class FlattenHead(nn.Module):
+    """Forecast from the states of the n_tokens tokens ending at each position (zeros before the start).
+
+    Output k reads tokens k-T+1..k only, so the head is causal; the last output reads every token,
+    like a flatten head over the whole encoded sequence.
+    """
+
+    def __init__(self, d_model: int, n_tokens: int, head_dim: int, out_features: int):
+        super().__init__()
+        self.n_tokens = n_tokens
+        self.reduce = nn.Linear(d_model, head_dim)
+        self.out = nn.Linear(n_tokens * head_dim, out_features)
+
+    def forward(self, hidden: torch.Tensor, token_real: torch.Tensor) -> torch.Tensor:
+        """hidden (N, T, d), token_real (N, T) bool -> (N, T, out_features)."""
+        n, t, _ = hidden.shape
+        reduced = self.reduce(hidden) * token_real.unsqueeze(-1).to(hidden.dtype)  # (N, T, e), pads zeroed
+        padded = F.pad(reduced, (0, 0, self.n_tokens - 1, 0))  # (N, n_tokens - 1 + T, e)
+        windows = padded.unfold(1, self.n_tokens, 1)  # (N, T, e, n_tokens): window k ends at token k
+        return self.out(windows.transpose(2, 3).reshape(n, t, -1))  # (N, T, out_features)
+
+
+class TokenHead(nn.Module):
+    """Forecast from each token's own state."""
+
+    def __init__(self, d_model: int, out_features: int):
+        super().__init__()
+        self.out = nn.Linear(d_model, out_features)
+
+    def forward(self, hidden: torch.Tensor, token_real: torch.Tensor) -> torch.Tensor:
+        return self.out(hidden)
+
+
 class Block(nn.Module):
     """Pre-norm residual block; LayerNorm works per token, so it is causal. Output shape = input shape."""
 
@@ -65,7 +98,11 @@ class Forecaster(nn.Module):
         self.input_dropout = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model)
-        self.head = nn.Linear(cfg.d_model, cfg.horizon * self.token_channels)
+        out_features = cfg.horizon * self.token_channels
+        if cfg.head == "flatten":
+            self.head = FlattenHead(cfg.d_model, self.n_tokens, cfg.head_dim, out_features)
+        else:
+            self.head = TokenHead(cfg.d_model, out_features)
 
     def token_ends(self) -> list[int]:
         """Exclusive end, in context steps, of each token's patch: output k sees steps < end k only."""
@@ -94,10 +131,11 @@ class Forecaster(nn.Module):
         patches = (patches - mean.unsqueeze(2)) / std.unsqueeze(2)
         patch_mask = mask.view(n, t, p)  # (N, T, P)
         hidden = self.input_dropout(self.projection(patches, patch_mask) + self.positional_encoding)  # (N, T, d)
-        attn_mask = attention_mask(patch_mask.any(-1))  # (N, 1, T, T)
+        token_real = patch_mask.any(-1)  # (N, T)
+        attn_mask = attention_mask(token_real)  # (N, 1, T, T)
         for block in self.blocks:
             hidden = block(hidden, attn_mask)
-        out = self.head(self.final_norm(hidden)).view(n, t, h, k)  # (N, T, H, k)
+        out = self.head(self.final_norm(hidden), token_real).view(n, t, h, k)  # (N, T, H, k)
         out = out * std.unsqueeze(2) + mean.unsqueeze(2)
         if self.cfg.channel_independent:
             out = out.view(b, c, t, h).permute(0, 2, 3, 1)  # (B, T, H, C)

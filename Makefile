@@ -1,0 +1,46 @@
+# tsformer: `make demo` and `make test` work from a fresh clone with nothing but Python 3.11.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+TORCH := torch==2.13.0# the CPU build; a bare `torch` pulls a multi-GB CUDA build
+
+# Batch runs: make runs CONFIGS="configs/etth1.yaml configs/illness.yaml" HORIZONS="96 192"
+CONFIGS ?= configs/etth1.yaml
+HORIZONS ?= 96
+RUN_FLAGS ?=
+
+.PHONY: install demo test lint runs bench fuzz clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check $(TORCH)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/tsformer train data/sample.csv --config configs/demo.yaml --target OT --out runs/demo --overwrite
+	$(BIN)/tsformer evaluate runs/demo
+	$(BIN)/tsformer predict runs/demo data/sample.csv --out runs/demo/forecast.csv --plot runs/demo/forecast.png
+	$(BIN)/tsformer check runs/demo
+
+test: install
+	$(BIN)/pytest
+
+lint: install
+	$(BIN)/ruff check tsformer tests data
+	$(BIN)/ruff format --check tsformer tests data
+
+runs: install
+	@for config in $(CONFIGS); do for h in $(HORIZONS); do \
+	  name=$$(basename $$config .yaml)_$$h; \
+	  $(BIN)/tsformer train --config $$config --horizon $$h --out runs/$$name --overwrite --quiet $(RUN_FLAGS) && \
+	  $(BIN)/tsformer evaluate runs/$$name > runs/$$name/evaluate.txt && \
+	  $(BIN)/tsformer check runs/$$name > runs/$$name/check.txt && \
+	  echo "runs/$$name: $$(head -4 runs/$$name/evaluate.txt | tail -1)" || exit 1; \
+	done; done
+
+clean:
+	rm -rf runs .pytest_cache .ruff_cache

@@ -1,0 +1,56 @@
+"""Small data and config builders shared by the tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tsformer.config import Config, DataConfig, ModelConfig, TrainConfig
+
+TINY_FLAGS = [
+    "--context-len",
+    "16",
+    "--horizon",
+    "4",
+    "--epochs",
+    "2",
+    "--set",
+    "model.patch_len=4",
+    "--set",
+    "model.d_model=8",
+    "--set",
+    "model.n_heads=2",
+    "--set",
+    "model.d_ff=16",
+    "--set",
+    "model.n_layers=1",
+    "--set",
+    "train.batch_size=32",
+]
+
+
+def make_frame(n_rows: int = 240, n_series: int = 2, freq: str = "h", seed: int = 0) -> pd.DataFrame:
+    """Hourly sines with noise: `date` plus columns a, b, ... ."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(n_rows)
+    data = {"date": pd.date_range("2024-01-01", periods=n_rows, freq=freq).strftime("%Y-%m-%d %H:%M:%S")}
+    for j in range(n_series):
+        data[chr(ord("a") + j)] = (10 * j + np.sin(2 * np.pi * t / 24 + j) + 0.1 * rng.normal(size=n_rows)).round(4)
+    return pd.DataFrame(data)
+
+
+def write_csv(path: Path, frame: pd.DataFrame) -> Path:
+    frame.to_csv(path, index=False)
+    return path
+
+
+def tiny_config(csv: Path | str = "", **model) -> Config:
+    model_cfg = dict(context_len=16, horizon=4, patch_len=4, d_model=8, n_heads=2, n_layers=1, d_ff=16, dropout=0.0)
+    model_cfg.update(model)
+    return Config(
+        data=DataConfig(path=str(csv)),
+        model=ModelConfig(**model_cfg),
+        train=TrainConfig(epochs=2, batch_size=32, num_threads=1, patience=5),
+    )

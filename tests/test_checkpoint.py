@@ -1,0 +1,48 @@
+import pytest
+import torch
+
+from tsformer.checkpoint import load_checkpoint, save_checkpoint
+from tsformer.errors import CheckpointError
+from tsformer.predict import predict
+from tsformer.train import train
+
+from helpers import tiny_config
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    from helpers import make_frame, write_csv
+
+    root = tmp_path_factory.mktemp("ckpt")
+    csv = write_csv(root / "data.csv", make_frame())
+    train(tiny_config(csv), root / "run", show_progress=False)
+    return root / "run", csv
+
+
+def test_round_trip_gives_identical_forecasts(trained_run, tmp_path):
+    run, csv = trained_run
+    ckpt = load_checkpoint(run / "model.pt")
+    save_checkpoint(ckpt, tmp_path / "copy.pt")
+    again = load_checkpoint(tmp_path / "copy.pt")
+    assert again.config == ckpt.config and again.columns == ("a", "b") and again.freq == "h"
+    assert again.last_timestamp == "2024-01-10 23:00:00"
+    for name, tensor in ckpt.model_state.items():
+        assert torch.equal(tensor, again.model_state[name])
+    assert predict(run, csv).equals(predict(tmp_path / "copy.pt", csv))
+
+
+def test_save_leaves_no_temporary_files(trained_run, tmp_path):
+    run, _ = trained_run
+    save_checkpoint(load_checkpoint(run / "model.pt"), tmp_path / "m.pt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt"]
+
+
+def test_truncated_and_foreign_files_are_refused(trained_run, tmp_path):
+    run, _ = trained_run
+    data = (run / "model.pt").read_bytes()
+    (tmp_path / "cut.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="not a loadable tsformer checkpoint"):
+        load_checkpoint(tmp_path / "cut.pt")
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="is not a tsformer checkpoint"):
+        load_checkpoint(tmp_path / "other.pt")

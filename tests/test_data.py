@@ -1,0 +1,91 @@
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from tsformer.config import DataConfig
+from tsformer.data import Scaler, make_windows, prepare, read_series, split_borders, window_target_starts
+from tsformer.errors import DataError
+
+from helpers import make_frame, tiny_config, write_csv
+
+
+def test_reads_time_column_frequency_and_numeric_targets(tmp_path):
+    frame = make_frame(50, 2)
+    frame["station"] = "north"  # a text column is not a target
+    frame = frame[["station", "date", "a", "b"]]
+    series = read_series(write_csv(tmp_path / "x.csv", frame), DataConfig())
+    assert series.time_col == "date"
+    assert series.freq == "h"
+    assert series.columns == ("a", "b")
+    assert series.values.dtype == np.float32 and series.values.shape == (50, 2)
+    np.testing.assert_allclose(series.values[:, 1], frame["b"].to_numpy(), rtol=1e-6)
+
+
+def test_weekly_frequency_is_inferred(tmp_path):
+    series = read_series(write_csv(tmp_path / "w.csv", make_frame(20, 1, freq="W-TUE")), DataConfig())
+    assert series.freq == "W-TUE"
+
+
+def test_semicolon_delimiter_is_sniffed(tmp_path):
+    path = tmp_path / "semi.csv"
+    make_frame(30, 2).to_csv(path, sep=";", index=False)
+    assert read_series(path, DataConfig()).columns == ("a", "b")
+
+
+def test_ratio_borders_and_too_few_rows():
+    stamps = pd.date_range("2024", periods=100, freq="h")
+    borders = split_borders(DataConfig(), stamps, context_len=20, horizon=5)
+    assert borders.to_list() == [70, 80, 100]
+    with pytest.raises(
+        DataError, match=r"the train split has 70 rows but needs at least 80 \(context_len \+ horizon = 80\)"
+    ):
+        split_borders(DataConfig(), stamps, context_len=75, horizon=5)
+
+
+def test_explicit_row_and_date_borders():
+    stamps = pd.date_range("2024-01-01", periods=100, freq="h")
+    rows = split_borders(DataConfig(split_borders=(60, 80, 95)), stamps, 10, 5)
+    dates = split_borders(DataConfig(split_borders=("2024-01-03 12:00", "2024-01-04 08:00", 95)), stamps, 10, 5)
+    assert rows.to_list() == [60, 80, 95]
+    assert dates.to_list() == [60, 80, 95]
+
+
+def test_scaler_uses_training_rows_only(tiny_csv):
+    data = prepare(tiny_config(tiny_csv))
+    train = data.frame.values[: data.borders.train_end]
+    np.testing.assert_allclose(data.scaler.mean, train.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(data.scaler.std, train.std(0), rtol=1e-5)
+    assert not np.allclose(data.scaler.mean, data.frame.values.mean(0), rtol=1e-3)
+    np.testing.assert_allclose(data.scaled[: data.borders.train_end].mean(0).numpy(), 0, atol=1e-5)
+
+
+def test_windows_are_stride_one_views_with_the_right_rows():
+    values = torch.arange(40, dtype=torch.float32).reshape(20, 2)  # row r holds (2r, 2r + 1)
+    starts = np.arange(5, 14)
+    windows = make_windows(values, starts, context_len=5, horizon=3)
+    assert windows.shape == (9, 8, 2)
+    assert windows.untyped_storage().data_ptr() == values.untyped_storage().data_ptr()  # a view, not a copy
+    for i, start in enumerate(starts):
+        torch.testing.assert_close(windows[i], values[start - 5 : start + 3])
+
+
+def test_window_targets_stay_in_their_split(tiny_csv):
+    data = prepare(tiny_config(tiny_csv))
+    b = data.borders
+    counts = {s: len(window_target_starts(s, b, 16, 4)) for s in ("train", "val", "test")}
+    assert counts == {
+        "train": b.train_end - 16 - 4 + 1,
+        "val": b.val_end - b.train_end - 4 + 1,
+        "test": b.test_end - b.val_end - 4 + 1,
+    }
+    test_starts = window_target_starts("test", b, 16, 4)
+    assert test_starts[0] == b.val_end and test_starts[-1] + 4 == b.test_end
+
+
+def test_scaler_round_trip():
+    scaler = Scaler.fit(np.array([[1.0, 10.0], [3.0, 10.0]], dtype=np.float32))
+    assert scaler.std.tolist() == [1.0, 1.0]  # a constant column keeps std 1
+    x = np.array([[2.0, 11.0]], dtype=np.float32)
+    np.testing.assert_allclose(scaler.inverse(scaler.transform(x)), x)
+    assert Scaler.from_dict(scaler.to_dict()).mean.tolist() == scaler.mean.tolist()

@@ -1,0 +1,48 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from tsformer.evaluate import evaluate, format_report
+from tsformer.metrics import mase_scale, repeat_last, score, season_length, seasonal_naive
+from tsformer.train import train
+
+from helpers import tiny_config
+
+
+def test_baselines():
+    context = torch.arange(10, dtype=torch.float32).view(1, 10, 1)
+    assert repeat_last(context, 3)[0, :, 0].tolist() == [9, 9, 9]
+    assert seasonal_naive(context, 5, season=3)[0, :, 0].tolist() == [7, 8, 9, 7, 8]
+    assert season_length("h") == 24 and season_length("15min") == 96 and season_length("W-SUN") == 52
+
+
+def test_score_against_hand_computed_values():
+    forecast = np.array([[[1.0, 0.0], [2.0, 0.0]]])  # (N=1, H=2, C=2)
+    truth = np.array([[[0.0, 0.0], [0.0, 1.0]]])
+    std = np.array([2.0, 10.0])
+    result = score(forecast, truth, std, ("x", "y"), mase_denominator=np.array([1.0, 5.0]))
+    x, y = result["per_column"]["x"], result["per_column"]["y"]
+    assert x["mse"] == pytest.approx(2.5) and x["mae"] == pytest.approx(1.5)
+    assert x["mae_original"] == pytest.approx(3.0) and x["rmse_original"] == pytest.approx(np.sqrt(10))
+    assert y["mse"] == pytest.approx(0.5) and y["mase"] == pytest.approx(5.0 / 5.0)
+    assert result["mean"]["mse"] == pytest.approx(1.5)
+
+
+def test_mase_scale_is_the_seasonal_naive_mae_on_training_rows():
+    values = np.array([[1.0], [2.0], [4.0], [7.0]])
+    assert mase_scale(values, season=1).tolist() == [2.0]
+    assert mase_scale(values, season=2).tolist() == [4.0]
+
+
+def test_evaluate_scores_every_test_window(tiny_csv, tmp_path):
+    train(tiny_config(tiny_csv), tmp_path / "run", show_progress=False)
+    report = evaluate(tmp_path / "run")
+    assert report.n_windows == 240 - 192 - 4 + 1  # test targets are rows 192..239 (70/10/20 split)
+    assert set(report.scores) == {"model", "repeat_last", "seasonal_naive"}
+    saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert saved["scores"]["model"]["mean"]["mse"] == pytest.approx(report.scores["model"]["mean"]["mse"])
+    assert (tmp_path / "run" / "test_windows.png").stat().st_size > 1000
+    text = format_report(report)
+    assert "test windows: 45" in text and "seasonal_naive" in text

@@ -1,0 +1,159 @@
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from tsformer.config import ModelConfig
+from tsformer.model import (
+    Block,
+    Forecaster,
+    MultiHeadAttention,
+    attention_mask,
+    causal_mask,
+    instance_stats,
+    scaled_dot_product,
+    sinusoidal_encoding,
+)
+
+
+def test_positional_encoding_matches_the_formula():
+    d = 6
+    pe = sinusoidal_encoding(10, d)
+    for pos in range(10):
+        for i in range(d // 2):
+            angle = pos / 10000 ** (2 * i / d)
+            assert pe[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+            assert pe[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+    assert sinusoidal_encoding(4, 5).shape == (4, 5)  # odd widths work too
+
+
+def test_attention_is_softmax_of_scaled_scores_times_v():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 2)
+    out = scaled_dot_product(q, k, v)
+    for i in range(3):
+        scores = [sum(q[i, c] * k[j, c] for c in range(4)) / math.sqrt(4) for j in range(3)]
+        weights = [math.exp(s) / sum(math.exp(t) for t in scores) for s in scores]
+        expected = sum(weights[j] * v[j] for j in range(3))
+        torch.testing.assert_close(out[i], expected)
+
+
+def test_causal_mask_gives_zero_weight_to_the_future():
+    torch.manual_seed(0)
+    q, k = torch.randn(5, 4), torch.randn(5, 4)
+    v = torch.eye(5)  # the output row i is then the weight row i
+    weights = scaled_dot_product(q, k, v, causal_mask(5))
+    assert torch.all(weights.triu(1) == 0)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(5))
+    assert weights[0, 0] == 1.0
+
+
+def test_padding_mask_hides_pad_keys_but_keeps_each_query_finite():
+    token_real = torch.tensor([[False, False, True, True]])
+    mask = attention_mask(token_real)[0, 0]
+    assert mask.tolist() == [
+        [True, False, False, False],
+        [False, True, False, False],
+        [False, False, True, False],
+        [False, False, True, True],
+    ]
+
+
+def test_heads_split_d_model_and_output_shape_equals_input():
+    attn = MultiHeadAttention(d_model=12, n_heads=3)
+    assert attn.d_head == 4
+    x = torch.randn(2, 7, 12)
+    assert attn.split_heads(x).shape == (2, 3, 7, 4)
+    mask = attention_mask(torch.ones(2, 7, dtype=torch.bool))
+    assert attn(x, mask).shape == x.shape
+    block = Block(ModelConfig(d_model=12, n_heads=3, d_ff=8, context_len=16, patch_len=4))
+    assert block(block(x, mask), mask).shape == x.shape  # blocks stack
+
+
+def test_explicit_and_fused_attention_agree():
+    torch.manual_seed(0)
+    fused = MultiHeadAttention(16, 4, fused=True).eval()
+    explicit = MultiHeadAttention(16, 4, fused=False).eval()
+    explicit.load_state_dict(fused.state_dict())
+    x = torch.randn(3, 9, 16)
+    real = torch.ones(3, 9, dtype=torch.bool)
+    real[1, :4] = False  # padding too
+    mask = attention_mask(real)
+    torch.testing.assert_close(fused(x, mask), explicit(x, mask), atol=1e-6, rtol=1e-5)
+
+
+def test_whole_models_agree_between_attention_paths():
+    cfg = ModelConfig(context_len=32, horizon=8, patch_len=4, d_model=16, n_heads=4, d_ff=32, n_layers=2)
+    torch.manual_seed(0)
+    fused = Forecaster(cfg, 3).eval()
+    explicit = Forecaster(dataclasses.replace(cfg, attention="explicit"), 3).eval()
+    explicit.load_state_dict(fused.state_dict())
+    x = torch.randn(2, 32, 3)
+    torch.testing.assert_close(fused.predict(x), explicit.predict(x), atol=1e-5, rtol=1e-5)
+
+
+def test_prefix_stats_use_only_steps_up_to_each_token():
+    values = torch.tensor([1.0, 3.0, 5.0, 7.0, 100.0, 200.0]).view(1, 6, 1)
+    mask = torch.ones(1, 6, dtype=torch.bool)
+    mean, std = instance_stats(values, mask, patch_len=2, norm="prefix")
+    assert mean[0, :, 0].tolist() == pytest.approx([2.0, 4.0, (1 + 3 + 5 + 7 + 100 + 200) / 6])
+    assert std[0, 0, 0].item() == pytest.approx(math.sqrt(1.0 + 1e-5))
+    first_mean, _ = instance_stats(values, mask, patch_len=2, norm="first_patch")
+    assert first_mean[0, :, 0].tolist() == pytest.approx([2.0, 2.0, 2.0])
+
+
+def test_pad_steps_are_excluded_from_stats():
+    values = torch.tensor([999.0, 1.0, 3.0, 5.0]).view(1, 4, 1)
+    mask = torch.tensor([[False, True, True, True]])
+    mean, _ = instance_stats(values, mask, patch_len=2, norm="prefix")
+    assert mean[0, :, 0].tolist() == pytest.approx([1.0, 3.0])
+
+
+@pytest.mark.parametrize("channel_independent", [True, False])
+@pytest.mark.parametrize("norm", ["prefix", "first_patch", "none"])
+def test_values_in_pad_positions_do_not_change_the_forecast(channel_independent, norm):
+    cfg = ModelConfig(
+        context_len=30,
+        horizon=5,
+        patch_len=4,
+        d_model=16,
+        n_heads=2,
+        d_ff=16,
+        n_layers=2,
+        channel_independent=channel_independent,
+        norm=norm,
+    )
+    torch.manual_seed(0)
+    model = Forecaster(cfg, 2).eval()
+    x = torch.randn(1, 30, 2)
+    pad_mask = torch.zeros(1, 30, dtype=torch.bool)
+    pad_mask[:, -11:] = True  # 11 real steps: a partly padded token, and fully padded ones
+    other = x.clone()
+    other[:, :-11] = torch.tensor(float("nan"))
+    garbage = x.clone()
+    garbage[:, :-11] = 1e6
+    reference = model.predict(x, pad_mask)
+    assert torch.equal(reference, model.predict(other, pad_mask))
+    assert torch.equal(reference, model.predict(garbage, pad_mask))
+    assert torch.isfinite(reference).all()
+
+
+def test_split_window_targets_follow_each_token():
+    cfg = ModelConfig(context_len=10, horizon=3, patch_len=4, d_model=8, n_heads=2, d_ff=8, n_layers=1)
+    model = Forecaster(cfg, 1)
+    assert model.pad_len == 2 and model.token_ends() == [2, 6, 10]
+    window = torch.arange(13, dtype=torch.float32).view(1, 13, 1)
+    context, targets = model.split_window(window)
+    assert context[0, :, 0].tolist() == list(range(10))
+    assert targets[0, :, :, 0].tolist() == [[2, 3, 4], [6, 7, 8], [10, 11, 12]]
+
+
+def test_forward_returns_forecast_and_loss():
+    cfg = ModelConfig(context_len=16, horizon=4, patch_len=4, d_model=8, n_heads=2, d_ff=8, n_layers=1)
+    model = Forecaster(cfg, 3)
+    x, target = torch.randn(5, 16, 3), torch.randn(5, 4, 3)
+    forecast, loss = model(x, target=target)
+    assert forecast.shape == (5, 4, 3)
+    torch.testing.assert_close(loss, ((forecast - target) ** 2).mean())
+    assert model(x)[1] is None

@@ -1,0 +1,68 @@
+import dataclasses
+
+import pandas as pd
+import pytest
+import torch
+
+import tsformer.train as train_module
+from tsformer.checkpoint import load_checkpoint
+from tsformer.errors import ConfigError, LeakageError
+from tsformer.schedule import lr_at
+from tsformer.train import train
+
+from helpers import tiny_config
+
+
+def test_schedule_warms_up_then_decays_to_the_floor():
+    assert lr_at(0, 100, 1.0, warmup_frac=0.1) == pytest.approx(0.1)
+    assert lr_at(9, 100, 1.0, warmup_frac=0.1) == pytest.approx(1.0)
+    assert lr_at(10, 100, 1.0, warmup_frac=0.1, min_lr_ratio=0.0) == pytest.approx(1.0)
+    assert lr_at(55, 100, 1.0, warmup_frac=0.1, min_lr_ratio=0.0) == pytest.approx(0.5)
+    assert lr_at(100, 100, 1.0, warmup_frac=0.1, min_lr_ratio=0.2) == pytest.approx(0.2)
+
+
+def test_run_folder_contents_and_history(tiny_csv, tmp_path):
+    result = train(tiny_config(tiny_csv), tmp_path / "run", show_progress=False)
+    names = {p.name for p in (tmp_path / "run").iterdir()}
+    assert {"model.pt", "last.pt", "config.yaml", "history.csv", "loss.png"} <= names
+    history = pd.read_csv(tmp_path / "run" / "history.csv")
+    assert list(history["epoch"]) == [1, 2]
+    assert result.best_val_loss == pytest.approx(history["val_loss"].min())
+    assert result.n_train_windows == 168 - 16 - 4 + 1
+
+
+def test_same_seed_same_weights(tiny_csv, tmp_path):
+    cfg = tiny_config(tiny_csv)
+    train(cfg, tmp_path / "one", show_progress=False)
+    train(cfg, tmp_path / "two", show_progress=False)
+    other = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seed=1))
+    train(other, tmp_path / "three", show_progress=False)
+    one, two, three = (load_checkpoint(tmp_path / n / "model.pt").model_state for n in ("one", "two", "three"))
+    assert all(torch.equal(one[k], two[k]) for k in one)
+    assert not all(torch.equal(one[k], three[k]) for k in one)
+
+
+def test_early_stopping_keeps_the_best_epoch(tiny_csv, tmp_path, monkeypatch):
+    losses = iter([0.5, 0.4, 0.6, 0.7, 0.8, 0.1])
+    monkeypatch.setattr(train_module._Runner, "_val_loss", lambda self, windows: next(losses))
+    cfg = tiny_config(tiny_csv)
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, epochs=6, patience=2))
+    result = train(cfg, tmp_path / "run", show_progress=False)
+    assert (result.best_epoch, result.epochs_run, result.best_val_loss) == (2, 4, 0.4)
+
+
+def test_refuses_to_start_when_a_leakage_check_fails(tiny_csv, tmp_path, monkeypatch):
+    from tsformer.model import attention
+
+    monkeypatch.setattr(attention, "causal_mask", lambda n, device=None: torch.ones(n, n, dtype=torch.bool))
+    with pytest.raises(LeakageError, match="leakage check failed"):
+        train(tiny_config(tiny_csv), tmp_path / "run", show_progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_existing_run_is_not_overwritten(tiny_csv, tmp_path):
+    cfg = tiny_config(tiny_csv)
+    train(cfg, tmp_path / "run", show_progress=False)
+    with pytest.raises(ConfigError, match="already exists.*--overwrite"):
+        train(cfg, tmp_path / "run", show_progress=False)
+    train(cfg, tmp_path / "run", overwrite=True, show_progress=False)
