@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pickle
 import tempfile
+import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,10 +79,17 @@ def save_checkpoint(ckpt: Checkpoint, path: str | Path) -> None:
             torch.save(payload, handle)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:
@@ -90,13 +98,14 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} not found; train a model first or check the run folder")
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about foreign pickle protocols before refusing them
+            warnings.simplefilter("ignore")
+            payload = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError, AttributeError,
             TypeError, KeyError, IndexError, OSError, UnicodeDecodeError, MemoryError) as exc:
-        reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(
-            f"{path} is not a loadable tsformer checkpoint (corrupt, truncated, or holding code: {reason}); "
-            "retrain or use the original file"
+            f"{path} is not a loadable tsformer checkpoint (corrupt, truncated, or holding code: "
+            f"{_load_failure(exc)}); retrain or use the original file"
         ) from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT_NAME:
         raise CheckpointError(f"{path} is not a tsformer checkpoint; give the model.pt of a tsformer run")
@@ -122,6 +131,16 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         )
     except (KeyError, TypeError, ValueError, TsformerError) as exc:
         raise CheckpointError(f"{path} is a damaged tsformer checkpoint ({exc}); retrain or use the original file") from None
+
+
+def _load_failure(exc: Exception) -> str:
+    """One line on why torch.load failed, without torch's advice to retry with weights_only=False."""
+    text = str(exc).strip()
+    if "Weights only load failed" in text:
+        lines = [line for line in text.splitlines()[1:] if line.strip() and not line.startswith(("Please", "Check"))]
+        detail = lines[-1].strip() if lines else "not plain data"
+        return f"refused to unpickle it, {detail[:120]}"
+    return text.splitlines()[0][:160] if text else type(exc).__name__
 
 
 def resolve_checkpoint(run: str | Path) -> Path:

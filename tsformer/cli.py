@@ -38,6 +38,8 @@ def domain_errors(command: Callable) -> Callable:
             if _debug["on"]:
                 traceback.print_exc()
             fail(str(exc), getattr(exc, "exit_code", 2))
+        except KeyboardInterrupt:
+            fail("interrupted; nothing more was written", 130)
 
     return wrapper
 
@@ -79,6 +81,9 @@ def train(
     from tsformer.datasets import resolve_data_path
     from tsformer.train import train as run_training
 
+    if resume and (csv or config or target or overrides or any(
+            v is not None for v in (time_col, context_len, horizon, epochs, seed, freq, fill))):
+        fail(f"--resume continues {out} with its saved config; drop the other options (keep --out)")
     flags = {
         "data.path": str(csv) if csv else None, "data.time_col": time_col, "data.freq": freq,
         "data.fill": fill, "data.sort": True if sort else None,

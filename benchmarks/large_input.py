@@ -1,0 +1,197 @@
+"""Large input: a 2,000,000-row hourly CSV trains for one epoch and predicts in under 4 GiB peak RSS.
+
+The CSV (8 columns: `date` plus 7 numeric series) is generated under --workdir, never in the
+repository. Each step runs in its own process under `/usr/bin/time -v`, whose peak RSS and wall
+time are recorded; the CSV load (`tsformer.data.read_series`) is timed on its own. Results go to
+benchmarks/results/large_input.md and .json. Exits 1 if a step fails or exceeds the limit.
+
+Example: .venv/bin/python benchmarks/large_input.py            (make perf)
+         .venv/bin/python benchmarks/large_input.py --rows 50000 --no-write   (a quick dry run)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+RESULTS = Path(__file__).resolve().parent / "results"
+LIMIT_GIB = 4.0
+N_SERIES = 7  # plus the date column: 8 columns
+CHUNK_ROWS = 250_000
+TRAIN_FLAGS = [
+    "--epochs", "1", "--context-len", "96", "--horizon", "24", "--quiet", "--overwrite",
+    "--set", "model.patch_len=16", "--set", "model.d_model=32", "--set", "model.n_heads=4",
+    "--set", "model.n_layers=2", "--set", "model.d_ff=64",
+]  # fmt: skip
+
+LOAD_PROBE = """
+import json, sys, time
+csv = sys.argv[1]
+from tsformer.config import load_config
+from tsformer.data import prepare, read_series
+cfg = load_config(None, [f"data.path={csv}", "model.context_len=96", "model.horizon=24"])
+started = time.perf_counter()
+frame = read_series(csv, cfg.data)
+read_s = time.perf_counter() - started
+shape, dtype = frame.values.shape, str(frame.values.dtype)
+del frame
+started = time.perf_counter()
+data = prepare(cfg)
+prepare_s = time.perf_counter() - started
+windows = data.windows("train", 96, 24)
+strided = windows[::100]
+base = data.scaled.untyped_storage().data_ptr()
+print(json.dumps({
+    "read_series_s": read_s, "prepare_s": prepare_s, "rows": shape[0], "series": shape[1], "values_dtype": dtype,
+    "scaled_dtype": str(data.scaled.dtype), "train_windows": len(windows),
+    "windows_are_views": windows.untyped_storage().data_ptr() == base and strided.untyped_storage().data_ptr() == base,
+    "scaled_mib": data.scaled.numel() * data.scaled.element_size() / 2**20,
+    "windows_as_copies_mib": windows.numel() * windows.element_size() / 2**20,
+}))
+"""
+
+
+def write_csv(path: Path, rows: int, seed: int = 0) -> float:
+    """Hourly `date` plus N_SERIES daily/weekly seasonal series with noise; returns seconds taken."""
+    started = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    phases = rng.uniform(0, 2 * np.pi, N_SERIES)
+    columns = [f"s{j}" for j in range(N_SERIES)]
+    with path.open("w", newline="") as handle:
+        for first in range(0, rows, CHUNK_ROWS):
+            t = np.arange(first, min(rows, first + CHUNK_ROWS))
+            dates = pd.date_range("2000-01-01", periods=len(t), freq="h") + pd.Timedelta(hours=first)
+            daily = np.sin(2 * np.pi * t[:, None] / 24 + phases)
+            weekly = 0.5 * np.sin(2 * np.pi * t[:, None] / 168 + phases)
+            values = 10 + 3 * daily + weekly + rng.normal(0, 0.3, (len(t), N_SERIES))
+            chunk = pd.DataFrame(values, columns=columns)
+            chunk.insert(0, "date", dates.strftime("%Y-%m-%d %H:%M:%S"))
+            chunk.to_csv(handle, index=False, header=first == 0, float_format="%.4f")
+    return time.perf_counter() - started
+
+
+def timed(command: list[str], workdir: Path, name: str) -> dict:
+    """Run `command` under /usr/bin/time -v; its peak RSS, wall time, exit code and output tail."""
+    report = workdir / f"{name}.time"
+    started = time.perf_counter()
+    done = subprocess.run(["/usr/bin/time", "-v", "-o", str(report), *command], capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    stats = report.read_text() if report.exists() else ""
+    peak = re.search(r"Maximum resident set size \(kbytes\): (\d+)", stats)
+    return {
+        "command": shlex.join(command),
+        "exit_code": done.returncode,
+        "wall_s": round(wall, 2),
+        "peak_rss_mib": round(int(peak.group(1)) / 1024, 1) if peak else None,
+        "stdout_tail": done.stdout.strip().splitlines()[-3:],
+        "stderr_tail": done.stderr.strip().splitlines()[-3:],
+    }
+
+
+def run(rows: int, workdir: Path, stride: int) -> dict:
+    workdir.mkdir(parents=True, exist_ok=True)
+    csv, run_dir, forecast = workdir / f"large_{rows}.csv", workdir / "run", workdir / "forecast.csv"
+    generate_s = write_csv(csv, rows)
+    tsformer = [sys.executable, "-m", "tsformer"]
+    load = timed([sys.executable, "-c", LOAD_PROBE, str(csv)], workdir, "load")
+    probe = json.loads(load["stdout_tail"][-1]) if load["exit_code"] == 0 else {}
+    train = timed([*tsformer, "train", str(csv), "--out", str(run_dir), *TRAIN_FLAGS, "--set",
+                   f"train.train_stride={stride}"], workdir, "train")  # fmt: skip
+    predict = timed([*tsformer, "predict", str(run_dir), str(csv), "--out", str(forecast)], workdir, "predict")
+    steps = {"load": load, "train": train, "predict": predict}
+    peaks = [s["peak_rss_mib"] or 0 for s in steps.values()]
+    return {
+        "rows": rows,
+        "columns": 1 + N_SERIES,
+        "csv_mib": round(csv.stat().st_size / 2**20, 1),
+        "csv_generate_s": round(generate_s, 1),
+        "train_stride": stride,
+        "load": {k: (round(v, 2) if isinstance(v, float) else v) for k, v in probe.items()},
+        "steps": steps,
+        "peak_rss_mib": max(peaks),
+        "limit_mib": LIMIT_GIB * 1024,
+        "passed": all(s["exit_code"] == 0 for s in steps.values()) and max(peaks) <= LIMIT_GIB * 1024,
+        "machine": {
+            "python": platform.python_version(),
+            "torch": _version("torch"),
+            "pandas": pd.__version__,
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+        },
+    }
+
+
+def _version(module: str) -> str:
+    return __import__(module).__version__
+
+
+def markdown(result: dict) -> str:
+    load, steps = result["load"], result["steps"]
+    lines = [
+        f"# Large input: {result['rows']:,} rows",
+        "",
+        f"A {result['rows']:,}-row, {result['columns']}-column hourly CSV (`date` + {result['columns'] - 1} numeric "
+        f"series, {result['csv_mib']} MiB, generated under /tmp, not committed) trained for one epoch "
+        f"(`train.train_stride={result['train_stride']}`) and predicted. Limit: {LIMIT_GIB:g} GiB peak RSS "
+        f"per process. **{'Passed' if result['passed'] else 'FAILED'}**: highest peak "
+        f"{result['peak_rss_mib']:,.0f} MiB.",
+        "",
+        "| step | wall (s) | peak RSS (MiB) | exit |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, step in steps.items():
+        lines.append(f"| {name} | {step['wall_s']} | {step['peak_rss_mib']} | {step['exit_code']} |")
+    lines += [
+        "",
+        f"CSV load (`tsformer.data.read_series`, in the load step): **{load.get('read_series_s')} s**; "
+        f"`prepare` (read again + split + scale): {load.get('prepare_s')} s.",
+        f"Values dtype: {load.get('values_dtype')} (scaled: {load.get('scaled_dtype')}, "
+        f"{load.get('scaled_mib')} MiB). {load.get('train_windows'):,} training windows are views of the scaled "
+        f"series: {load.get('windows_are_views')} (as copies: {load.get('windows_as_copies_mib'):,} MiB).",
+        "",
+        "Commands (each under `/usr/bin/time -v`):",
+        "",
+        "```",
+        *[step["command"] if name != "load" else "python -c <LOAD_PROBE in benchmarks/large_input.py> CSV"
+          for name, step in steps.items()],
+        "```",
+        "",
+        f"Train output: {' / '.join(steps['train']['stdout_tail'])}",
+        "",
+        "Machine: " + ", ".join(f"{k} {v}" for k, v in result["machine"].items()),
+        "",
+        "Reproduce: `make perf` (or `.venv/bin/python benchmarks/large_input.py`).",
+    ]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/tsformer-large-input"))
+    parser.add_argument("--stride", type=int, default=100, help="train.train_stride: every n-th training window")
+    parser.add_argument("--no-write", action="store_true", help="print the results; leave benchmarks/results alone")
+    args = parser.parse_args(argv)
+    result = run(args.rows, args.workdir, args.stride)
+    text = markdown(result)
+    print(text)
+    if not args.no_write:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "large_input.json").write_text(json.dumps(result, indent=2) + "\n")
+        (RESULTS / "large_input.md").write_text(text)
+    return 0 if result["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

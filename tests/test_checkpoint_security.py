@@ -1,0 +1,137 @@
+"""Untrusted checkpoints: loading never runs code from the file; other format versions are named and refused."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from tsformer.checkpoint import FORMAT_VERSION, MODEL_FILE, Checkpoint, load_checkpoint, save_checkpoint
+from tsformer.cli import app
+from tsformer.config import load_config
+from tsformer.data import Scaler, SplitBorders
+from tsformer.errors import CheckpointError
+from tsformer.model import Forecaster
+
+
+class RunsCommand:
+    """Unpickling this runs a shell command (the classic pickle exploit)."""
+
+    def __init__(self, command: str):
+        self.command = command
+
+    def __reduce__(self):
+        return os.system, (self.command,)
+
+
+def _valid_checkpoint() -> Checkpoint:
+    cfg = load_config(None, ["model.context_len=16", "model.horizon=4", "model.d_model=8", "model.n_heads=2",
+                             "model.d_ff=16", "model.patch_len=4", "model.n_layers=1"])  # fmt: skip
+    model = Forecaster(cfg.model, 2, cfg.train.loss)
+    return Checkpoint(
+        config=cfg, columns=("load", "temp"), time_col="date", freq="h", last_timestamp="2024-01-01 00:00:00",
+        scaler=Scaler(mean=np.zeros(2, np.float32), std=np.ones(2, np.float32)),
+        borders=SplitBorders(70, 80, 100), model_state=model.state_dict(),
+    )  # fmt: skip
+
+
+def _payload(tmp_path: Path) -> dict:
+    """The dict a real model.pt holds."""
+    path = tmp_path / "genuine.pt"
+    save_checkpoint(_valid_checkpoint(), path)
+    return torch.load(path, weights_only=True)
+
+
+def _write_torch(tmp_path: Path, marker: Path) -> Path:
+    """A torch.save zip whose payload would run `touch marker`, next to genuine weights and metadata."""
+    payload = _payload(tmp_path)
+    payload["scaler"] = RunsCommand(f"touch {marker}")
+    run = tmp_path / "torch_run"
+    run.mkdir()
+    torch.save(payload, run / MODEL_FILE)
+    return run
+
+
+def _write_pickle(tmp_path: Path, marker: Path) -> Path:
+    """A bare pickle file (torch's legacy format) that would run `touch marker`."""
+    run = tmp_path / "pickle_run"
+    run.mkdir()
+    (run / MODEL_FILE).write_bytes(pickle.dumps(RunsCommand(f"touch {marker}")))
+    return run
+
+
+WRITERS = {"torch.save": _write_torch, "pickle": _write_pickle}
+
+
+@pytest.fixture
+def csv_path(tmp_path: Path) -> Path:
+    path = tmp_path / "series.csv"
+    rows = ["date,load,temp"] + [f"2024-01-01 {h:02d}:00:00,{h},{h / 2}" for h in range(24)]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+def test_crafted_checkpoint_really_runs_code_when_loaded_unsafely(tmp_path, writer):
+    """Guards the other tests: the file is a working exploit for an unsafe loader."""
+    marker = tmp_path / "pwned"
+    run = WRITERS[writer](tmp_path, marker)
+    with (run / MODEL_FILE).open("rb") as handle:
+        if writer == "pickle":
+            pickle.load(handle)  # noqa: S301 - the point of the test
+        else:
+            torch.load(handle, weights_only=False)
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+@pytest.mark.parametrize("command", ["evaluate", "predict", "check"])
+def test_commands_refuse_a_checkpoint_that_would_run_code(tmp_path, csv_path, writer, command):
+    marker = tmp_path / "pwned"
+    run = WRITERS[writer](tmp_path, marker)
+    argv = [command, str(run)] + ([str(csv_path)] if command == "predict" else [])
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"Error: {run / MODEL_FILE} is not a loadable tsformer checkpoint"), result.output
+    assert "Traceback" not in result.output
+    assert not marker.exists(), "loading the checkpoint ran code from it"
+
+
+def test_load_checkpoint_refuses_code_without_running_it(tmp_path):
+    marker = tmp_path / "pwned"
+    run = _write_torch(tmp_path, marker)
+    with pytest.raises(CheckpointError, match="holding code") as caught:
+        load_checkpoint(run / MODEL_FILE)
+    assert "system" in str(caught.value)  # names what it refused
+    assert "weights_only" not in str(caught.value)  # and does not advise the unsafe retry
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("version", [FORMAT_VERSION - 1, FORMAT_VERSION + 1])
+def test_other_format_versions_are_refused_naming_both(tmp_path, version):
+    payload = _payload(tmp_path)
+    payload["format_version"] = version
+    run = tmp_path / "run"
+    run.mkdir()
+    torch.save(payload, run / MODEL_FILE)
+    expected = f"has checkpoint format {version} but this tsformer"
+    with pytest.raises(CheckpointError, match=expected) as caught:
+        load_checkpoint(run / MODEL_FILE)
+    assert f"reads format {FORMAT_VERSION}" in str(caught.value)
+    result = CliRunner().invoke(app, ["evaluate", str(run)])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"Error: {run / MODEL_FILE} {expected}")
+
+
+def test_genuine_checkpoint_round_trips(tmp_path):
+    ckpt = _valid_checkpoint()
+    save_checkpoint(ckpt, tmp_path / MODEL_FILE)
+    loaded = load_checkpoint(tmp_path / MODEL_FILE)
+    assert loaded.config == ckpt.config and loaded.columns == ckpt.columns
+    for key, tensor in ckpt.model_state.items():
+        assert torch.equal(tensor, loaded.model_state[key])

@@ -1,0 +1,303 @@
+"""Interrupted runs: atomic checkpoints, exact resume after kill -9, clean Ctrl-C, NaN stops, no silent overwrite."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import tsformer.checkpoint as checkpoint_module
+from tsformer.checkpoint import LAST_FILE, MODEL_FILE, load_checkpoint, save_checkpoint
+from tsformer.cli import app
+from tsformer.config import load_config
+from tsformer.data import prepare
+from tsformer.errors import TrainingError
+from tsformer.model import Forecaster
+from tsformer.train import train
+
+EPOCHS = 6
+# A tiny model on one thread: exactly reproducible on CPU, an epoch of about a second.
+TINY = [
+    "--context-len", "16", "--horizon", "4", "--seed", "7",
+    "--set", "model.d_model=8", "--set", "model.n_heads=2", "--set", "model.d_ff=16",
+    "--set", "model.patch_len=4", "--set", "model.n_layers=1", "--set", "model.dropout=0.2",
+    "--set", "train.batch_size=16", "--set", "train.patience=100", "--set", "train.num_threads=1",
+]  # fmt: skip
+
+
+@pytest.fixture
+def series_csv(tmp_path: Path) -> Path:
+    """Two hourly series, 2,400 rows: about 1,660 training windows."""
+    rng = np.random.default_rng(0)
+    t = np.arange(2400)
+    frame = pd.DataFrame({
+        "date": pd.date_range("2024-01-01", periods=len(t), freq="h").strftime("%Y-%m-%d %H:%M:%S"),
+        "load": 10 + 3 * np.sin(2 * np.pi * t / 24) + rng.normal(0, 0.5, len(t)),
+        "temp": 5 + np.sin(2 * np.pi * t / 168) + rng.normal(0, 0.2, len(t)),
+    })  # fmt: skip
+    path = tmp_path / "series.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+@pytest.fixture
+def restore_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def _train_argv(csv: Path, out: Path, epochs: int = EPOCHS) -> list[str]:
+    return ["train", str(csv), "--out", str(out), "--epochs", str(epochs), *TINY]
+
+
+def _run_cli(argv: list[str]):
+    result = CliRunner().invoke(app, argv)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result
+
+
+def _start(argv: list[str], log: Path) -> subprocess.Popen:
+    with log.open("w") as handle:
+        return subprocess.Popen([sys.executable, "-m", "tsformer", *argv], stdout=handle, stderr=subprocess.STDOUT)
+
+
+def _saved_epoch(run: Path) -> int:
+    """The epoch in the run's last.pt; 0 while there is none."""
+    if not (run / LAST_FILE).is_file():
+        return 0
+    return load_checkpoint(run / LAST_FILE).train_state["loop"]["epoch"]
+
+
+def _wait_for_epoch(proc: subprocess.Popen, run: Path, epoch: int, deadline_s: float = 60) -> None:
+    deadline = time.monotonic() + deadline_s
+    while _saved_epoch(run) < epoch:
+        assert proc.poll() is None, f"training exited early with code {proc.returncode}"
+        assert time.monotonic() < deadline, f"no checkpoint for epoch {epoch} within {deadline_s} s"
+        time.sleep(0.05)
+
+
+def _epoch_seconds(run: Path) -> float:
+    loop = load_checkpoint(run / LAST_FILE).train_state["loop"]  # not history.csv: it may be mid-write
+    return loop["train_seconds"] / loop["epoch"]
+
+
+def _assert_same_run(a: Path, b: Path) -> None:
+    """Same weights, optimizer state, early-stopping state and losses, bit for bit."""
+    for name in (MODEL_FILE, LAST_FILE):
+        left, right = load_checkpoint(a / name), load_checkpoint(b / name)
+        assert left.model_state.keys() == right.model_state.keys()
+        for key, tensor in left.model_state.items():
+            assert torch.equal(tensor, right.model_state[key]), f"{name}: {key} differs"
+    left, right = load_checkpoint(a / LAST_FILE).train_state, load_checkpoint(b / LAST_FILE).train_state
+    for key, state in left["optimizer"]["state"].items():
+        for field, tensor in state.items():
+            assert torch.equal(tensor, right["optimizer"]["state"][key][field]), f"optimizer {key}.{field} differs"
+    assert torch.equal(left["rng"], right["rng"])
+    drop_times = {"train_seconds", "history"}
+    assert {k: v for k, v in left["loop"].items() if k not in drop_times} == {
+        k: v for k, v in right["loop"].items() if k not in drop_times
+    }
+    columns = ["epoch", "train_loss", "val_loss", "lr"]
+    pd.testing.assert_frame_equal(
+        pd.read_csv(a / "history.csv")[columns], pd.read_csv(b / "history.csv")[columns], check_exact=True
+    )
+
+
+def test_kill_9_mid_epoch_then_resume_matches_uninterrupted_run(series_csv, tmp_path, restore_threads):
+    killed = tmp_path / "killed"
+    proc = _start(_train_argv(series_csv, killed), tmp_path / "killed.log")
+    try:
+        _wait_for_epoch(proc, killed, 2)
+        time.sleep(0.5 * _epoch_seconds(killed))  # about half-way through epoch 3
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    stopped_at = _saved_epoch(killed)  # a kill -9 leaves a loadable last.pt
+    assert 2 <= stopped_at < EPOCHS, f"the kill came after the run finished (epoch {stopped_at})"
+    assert load_checkpoint(killed / MODEL_FILE).train_state is None
+
+    resumed = _run_cli(["train", "--resume", "--out", str(killed), "--quiet"])
+    assert resumed.exit_code == 0, resumed.output
+    assert f"of {EPOCHS}" in resumed.output
+
+    reference = tmp_path / "reference"
+    result = _run_cli([*_train_argv(series_csv, reference), "--quiet"])
+    assert result.exit_code == 0, result.output
+    _assert_same_run(reference, killed)
+    assert len(pd.read_csv(killed / "history.csv")) == EPOCHS
+
+
+def test_ctrl_c_stops_cleanly_and_says_how_to_resume(series_csv, tmp_path, restore_threads):
+    run = tmp_path / "run"
+    proc = _start(_train_argv(series_csv, run, epochs=4), tmp_path / "run.log")
+    try:
+        _wait_for_epoch(proc, run, 1)
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    output = (tmp_path / "run.log").read_text()
+    assert code == 130, output
+    assert "Traceback" not in output
+    error = output.strip().splitlines()[-1]
+    saved = _saved_epoch(run)
+    assert error == (
+        f"Error: training stopped during epoch {saved + 1}; epoch {saved} is saved in {run / LAST_FILE}. "
+        f"Resume with: tsformer train --resume --out {run}"
+    ), output
+    assert 1 <= saved < 4
+    assert not list(run.glob(".*.tmp")), "a temporary checkpoint was left behind"
+
+    resumed = _run_cli(["train", "--resume", "--out", str(run), "--quiet"])
+    assert resumed.exit_code == 0, resumed.output
+    assert _saved_epoch(run) == 4
+
+
+def test_ctrl_c_before_any_epoch_says_nothing_was_saved(series_csv, tmp_path, monkeypatch, restore_threads):
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Forecaster, "split_window", interrupted)  # the first training step
+    run = tmp_path / "run"
+    result = CliRunner().invoke(app, [*_train_argv(series_csv, run), "--quiet"])
+    assert result.exit_code == 130
+    assert result.output.strip() == (
+        f"Error: training stopped during epoch 1; no epoch was saved, so start again (with --overwrite to reuse {run})"
+    )
+
+
+def _nan_from(monkeypatch, method: str, call: int) -> None:
+    """Make training-time Forecaster.<method> calls return NaN from the `call`-th on.
+
+    Training-time: `forward` with a target (a training step), `predict` in train mode (validation).
+    """
+    original = getattr(Forecaster, method)
+    count = {"n": 0}
+
+    def poisoned(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        if (method == "forward" and kwargs.get("target") is None) or (method == "predict" and not self.training):
+            return out
+        count["n"] += 1
+        if count["n"] < call:
+            return out
+        return (out[0], out[1] * float("nan")) if method == "forward" else out * float("nan")
+
+    monkeypatch.setattr(Forecaster, method, poisoned)
+
+
+def _n_batches(cfg, split: str, batch_size: int) -> int:
+    n_windows = len(prepare(cfg).windows(split, cfg.model.context_len, cfg.model.horizon))
+    return -(-n_windows // batch_size)
+
+
+def _tiny_config(csv: Path, epochs: int = 4):
+    overrides = [value for flag, value in zip(TINY[::2], TINY[1::2], strict=True) if flag == "--set"]
+    return load_config(
+        None, [f"data.path={csv}", "model.context_len=16", "model.horizon=4", f"train.epochs={epochs}", *overrides]
+    )
+
+
+def test_nan_training_loss_stops_and_keeps_last_good_checkpoint(series_csv, tmp_path, monkeypatch, restore_threads):
+    cfg = _tiny_config(series_csv)
+    run = tmp_path / "run"
+    _nan_from(monkeypatch, "forward", call=_n_batches(cfg, "train", cfg.train.batch_size) + 3)  # epoch 2, step 3
+    with pytest.raises(TrainingError) as caught:
+        train(cfg, run, show_progress=False)
+    message = str(caught.value)
+    assert "training loss became nan at epoch 2, step 3" in message
+    assert str(run / LAST_FILE) in message and "train.lr" in message
+    kept = load_checkpoint(run / LAST_FILE)
+    assert kept.train_state["loop"]["epoch"] == 1
+    assert all(torch.isfinite(t).all() for t in kept.model_state.values())
+
+
+def test_nan_validation_loss_does_not_overwrite_last_good_checkpoint(
+    series_csv, tmp_path, monkeypatch, restore_threads
+):
+    cfg = _tiny_config(series_csv)
+    run = tmp_path / "run"
+    _nan_from(monkeypatch, "predict", call=_n_batches(cfg, "val", 4 * cfg.train.batch_size) + 1)  # epoch 2
+    with pytest.raises(TrainingError, match="validation loss became nan at epoch 2"):
+        train(cfg, run, show_progress=False)
+    assert load_checkpoint(run / LAST_FILE).train_state["loop"]["epoch"] == 1
+
+
+def test_nan_in_first_epoch_says_nothing_was_saved(series_csv, tmp_path, monkeypatch, restore_threads):
+    _nan_from(monkeypatch, "forward", call=2)
+    run = tmp_path / "run"
+    with pytest.raises(TrainingError) as caught:
+        train(_tiny_config(series_csv), run, show_progress=False)
+    assert "no epoch was saved" in str(caught.value)
+    assert not (run / LAST_FILE).exists()
+
+
+def test_existing_run_folder_is_not_overwritten(series_csv, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "model.pt").write_bytes(b"precious")
+    result = CliRunner().invoke(app, _train_argv(series_csv, run))
+    assert result.exit_code == 2
+    assert "Error: run folder" in result.output and "--overwrite" in result.output and "--resume" in result.output
+    assert (run / "model.pt").read_bytes() == b"precious"
+
+
+def test_kill_during_checkpoint_write_keeps_previous_file(tmp_path, monkeypatch):
+    """A write that dies before the rename leaves the old file whole (the rename is the commit)."""
+    cfg = load_config(
+        None,
+        [
+            "model.context_len=16",
+            "model.horizon=4",
+            "model.d_model=8",
+            "model.n_heads=2",
+            "model.d_ff=16",
+            "model.patch_len=4",
+        ],
+    )
+    ckpt = _checkpoint_for(cfg)
+    path = tmp_path / LAST_FILE
+    save_checkpoint(ckpt, path)
+    before = path.read_bytes()
+
+    def dies_half_way(obj, handle, *args, **kwargs):
+        handle.write(b"PK\x03\x04 half a zip")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint_module.torch, "save", dies_half_way)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(ckpt, path)
+    assert path.read_bytes() == before
+    assert load_checkpoint(path).config == cfg
+    assert sorted(p.name for p in tmp_path.iterdir()) == [LAST_FILE]
+
+
+def _checkpoint_for(cfg):
+    from tsformer.checkpoint import Checkpoint
+    from tsformer.data import Scaler, SplitBorders
+
+    model = Forecaster(cfg.model, 2, cfg.train.loss)
+    return Checkpoint(
+        config=cfg,
+        columns=("load", "temp"),
+        time_col="date",
+        freq="h",
+        last_timestamp="2024-01-01 00:00:00",
+        scaler=Scaler(mean=np.zeros(2, np.float32), std=np.ones(2, np.float32)),
+        borders=SplitBorders(70, 80, 100),
+        model_state=model.state_dict(),
+    )
