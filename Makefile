@@ -42,7 +42,17 @@ runs: install
 	  echo "runs/$$name: $$(head -4 runs/$$name/evaluate.txt | tail -1)" || exit 1; \
 	done; done
 
-# Issue-4 large input: a 2,000,000-row CSV trains one epoch and predicts under 4 GiB peak RSS (~5 min).
+# ETTh1 at four horizons, one process each (so peak RSS is per horizon) -> benchmarks/results/etth1.md
+BENCH_CONFIGS ?= configs/etth1_96.yaml configs/etth1_192.yaml configs/etth1_336.yaml configs/etth1_720.yaml
+BENCH_FLAGS ?=
+bench: install
+	@for config in $(BENCH_CONFIGS); do $(BIN)/tsformer bench $$config $(BENCH_FLAGS) || exit 1; done
+
+# Thousands of random CSVs through the loader and the CLI (make test runs a few hundred).
+fuzz: install
+	TSFORMER_FUZZ_EXAMPLES=3000 $(BIN)/pytest tests/test_fuzz.py
+
+# Large input: a 2,000,000-row CSV trains one epoch and predicts under 4 GiB peak RSS (~5 min).
 perf: install
 	$(BIN)/python benchmarks/large_input.py
 

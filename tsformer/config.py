@@ -69,9 +69,11 @@ class ModelConfig:
     dropout: float = 0.2
     channel_independent: bool = True  # each series its own sequence through shared weights
     norm: str = "prefix"  # causal instance normalisation: prefix, first_patch or none
+    stats_features: bool = True  # also feed each token its normalisation mean and log std
     attention: str = "fused"  # fused (scaled_dot_product_attention) or explicit (the formula)
     head: str = "flatten"  # flatten: a linear map of the last n_tokens token states; token: of one state
     head_dim: int = 16  # flatten head: each token state is first reduced to this width
+    context_skip: bool = True  # add a linear map of the normalised context before each token to its forecast
 
     def __post_init__(self) -> None:
         for name in ("context_len", "horizon", "patch_len", "d_model", "n_heads", "n_layers", "d_ff"):

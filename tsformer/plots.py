@@ -21,7 +21,7 @@ def _save(fig, path: Path) -> None:
 
 
 def plot_history(history: pd.DataFrame, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = plt.subplots(figsize=(6, 3.5), constrained_layout=True)
     if len(history):
         ax.plot(history["epoch"], history["train_loss"], marker="o", label="train")
         ax.plot(history["epoch"], history["val_loss"], marker="o", label="validation (last token)")
@@ -37,7 +37,7 @@ def plot_history(history: pd.DataFrame, path: Path) -> None:
 def plot_windows(context: np.ndarray, truth: np.ndarray, forecast: np.ndarray, column: str,
                  starts: list[int], path: Path) -> None:
     """A few test windows of one column: history, truth and forecast, each (n, steps)."""
-    fig, axes = plt.subplots(len(starts), 1, figsize=(8, 2.2 * len(starts)), squeeze=False)
+    fig, axes = plt.subplots(len(starts), 1, figsize=(8, 2.2 * len(starts)), squeeze=False, constrained_layout=True)
     for ax, i, start in zip(axes[:, 0], range(len(starts)), starts):
         L, H = context.shape[1], truth.shape[1]
         ax.plot(range(-L, 0), context[i], color="black", linewidth=0.8, label="history")
@@ -52,7 +52,7 @@ def plot_windows(context: np.ndarray, truth: np.ndarray, forecast: np.ndarray, c
 def plot_forecast(history: pd.DataFrame, forecast: pd.DataFrame, path: Path) -> None:
     """Recent history and the forecast, one panel per column; both indexed by timestamp."""
     columns = list(forecast.columns)
-    fig, axes = plt.subplots(len(columns), 1, figsize=(9, 2.2 * len(columns)), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(len(columns), 1, figsize=(9, 2.2 * len(columns)), squeeze=False, sharex=True, constrained_layout=True)
     for ax, name in zip(axes[:, 0], columns):
         ax.plot(history.index, history[name], color="black", linewidth=0.8, label="history")
         ax.plot(forecast.index, forecast[name], color="tab:red", label="forecast")

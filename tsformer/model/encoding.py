@@ -25,15 +25,16 @@ class PatchProjection(nn.Module):
     Pad steps are zeroed and flagged, so whatever value sat in a pad slot cannot reach the output.
     """
 
-    def __init__(self, patch_len: int, n_channels: int, d_model: int):
+    def __init__(self, patch_len: int, n_channels: int, d_model: int, n_extra: int = 0):
         super().__init__()
-        self.in_features = patch_len * (n_channels + 1)
+        self.in_features = patch_len * (n_channels + 1) + n_extra
         self.linear = nn.Linear(self.in_features, d_model)
         nn.init.normal_(self.linear.weight, std=1.0 / math.sqrt(self.in_features))
 
-    def forward(self, patches: torch.Tensor, patch_mask: torch.Tensor) -> torch.Tensor:
-        """patches (N, T, P, c), patch_mask (N, T, P) bool -> (N, T, d_model)."""
+    def forward(self, patches: torch.Tensor, patch_mask: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
+        """patches (N, T, P, c), patch_mask (N, T, P) bool, extra (N, T, n_extra) -> (N, T, d_model)."""
         n, t, p, c = patches.shape
         real = patch_mask.to(patches.dtype)
         values = (patches * real.unsqueeze(-1)).reshape(n, t, p * c)  # (N, T, P*c)
-        return self.linear(torch.cat([values, real], dim=-1))  # (N, T, d_model)
+        features = [values, real] if extra is None else [values, real, extra]
+        return self.linear(torch.cat(features, dim=-1))  # (N, T, d_model)

@@ -62,6 +62,32 @@ class TokenHead(nn.Module):
         return self.out(hidden)
 
 
+class ContextSkip(nn.Module):
+    """A linear map of the context ending at each token, standardised with that token's statistics.
+
+    Window k holds the n_tokens * patch_len steps before the end of token k (zeros before the start),
+    so output k still sees nothing after token k; for the last token it is the whole context.
+    """
+
+    def __init__(self, n_tokens: int, patch_len: int, horizon: int):
+        super().__init__()
+        self.n_tokens, self.patch_len = n_tokens, patch_len
+        self.linear = nn.Linear(n_tokens * patch_len, horizon)
+        nn.init.zeros_(self.linear.weight)
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, series: torch.Tensor, mask: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+        """series (N, T*P, k), mask (N, T*P), mean/std (N, T, k) -> (N, T, H, k) in standardised units."""
+        steps = self.n_tokens * self.patch_len
+        lead = steps - self.patch_len
+        padded = F.pad(series * mask.unsqueeze(-1).to(series.dtype), (0, 0, lead, 0))  # (N, lead + T*P, k)
+        real = F.pad(mask, (lead, 0), value=False).to(series.dtype)  # (N, lead + T*P)
+        windows = padded.unfold(1, steps, self.patch_len)  # (N, T, k, T*P): window k ends at token k's end
+        window_real = real.unfold(1, steps, self.patch_len).unsqueeze(2)  # (N, T, 1, T*P)
+        scaled = (windows - mean.unsqueeze(-1)) / std.unsqueeze(-1) * window_real
+        return self.linear(scaled).transpose(2, 3)  # (N, T, H, k)
+
+
 class Block(nn.Module):
     """Pre-norm residual block; LayerNorm works per token, so it is causal. Output shape = input shape."""
 
@@ -93,11 +119,13 @@ class Forecaster(nn.Module):
         self.n_tokens = cfg.n_tokens
         self.pad_len = self.n_tokens * cfg.patch_len - cfg.context_len  # left pad to whole patches
         self.token_channels = 1 if cfg.channel_independent else n_series
-        self.projection = PatchProjection(cfg.patch_len, self.token_channels, cfg.d_model)
+        n_extra = 2 * self.token_channels if cfg.stats_features and cfg.norm != "none" else 0
+        self.projection = PatchProjection(cfg.patch_len, self.token_channels, cfg.d_model, n_extra)
         self.register_buffer("positional_encoding", sinusoidal_encoding(self.n_tokens, cfg.d_model), persistent=False)
         self.input_dropout = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model)
+        self.context_skip = ContextSkip(self.n_tokens, cfg.patch_len, cfg.horizon) if cfg.context_skip else None
         out_features = cfg.horizon * self.token_channels
         if cfg.head == "flatten":
             self.head = FlattenHead(cfg.d_model, self.n_tokens, cfg.head_dim, out_features)
@@ -130,12 +158,18 @@ class Forecaster(nn.Module):
         patches = series.view(n, t, p, k)  # (N, T, P, k)
         patches = (patches - mean.unsqueeze(2)) / std.unsqueeze(2)
         patch_mask = mask.view(n, t, p)  # (N, T, P)
-        hidden = self.input_dropout(self.projection(patches, patch_mask) + self.positional_encoding)  # (N, T, d)
+        extra = None
+        if self.projection.in_features > p * (k + 1):  # each token's own statistics, so levels stay comparable
+            token_real = patch_mask.any(-1, keepdim=True).to(x.dtype)  # (N, T, 1)
+            extra = torch.cat([mean, std.log()], dim=-1) * token_real  # (N, T, 2k)
+        hidden = self.input_dropout(self.projection(patches, patch_mask, extra) + self.positional_encoding)  # (N, T, d)
         token_real = patch_mask.any(-1)  # (N, T)
         attn_mask = attention_mask(token_real)  # (N, 1, T, T)
         for block in self.blocks:
             hidden = block(hidden, attn_mask)
         out = self.head(self.final_norm(hidden), token_real).view(n, t, h, k)  # (N, T, H, k)
+        if self.context_skip is not None:
+            out = out + self.context_skip(series, mask, mean, std)
         out = out * std.unsqueeze(2) + mean.unsqueeze(2)
         if self.cfg.channel_independent:
             out = out.view(b, c, t, h).permute(0, 2, 3, 1)  # (B, T, H, C)
