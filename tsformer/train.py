@@ -162,36 +162,8 @@ class _Runner:
         self.saved_epoch = state.epoch
         try:
             while state.epoch < tc.epochs and not state.finished:
-                epoch = state.epoch + 1
-                order = torch.randperm(n_windows, generator=torch.Generator().manual_seed(tc.seed * 1_000_003 + epoch))
-                order = order[self.ctx.rank :: self.ctx.world_size]
-                self.model.train()
-                losses = []
-                for i, start in enumerate(range(0, len(order), tc.batch_size), start=1):
-                    batch = train_windows[order[start : start + tc.batch_size]].to(self.ctx.device)
-                    lr = lr_at(state.step, total_steps, tc.lr, tc.warmup_frac, tc.min_lr_ratio)
-                    losses.append(self._step(batch, lr, epoch, i))
-                    state.step += 1
-                    progress.step(epoch, i, losses[-1])
-                    if tc.max_minutes and time.monotonic() - started > 60 * tc.max_minutes:
-                        state.finished = True
-                        break
-                val_loss = self._val_loss(val_windows)
-                if not math.isfinite(val_loss):
-                    raise TrainingError(f"the validation loss became {val_loss} at epoch {epoch}; {self._kept()}. "
-                                        "Lower the learning rate (--set train.lr=...) or check the data")
-                state.epoch = epoch
-                state.train_seconds = time.monotonic() - started
-                improved = val_loss < state.best_val
-                if improved:
-                    state.best_val, state.best_epoch, state.bad_epochs = val_loss, epoch, 0
-                else:
-                    state.bad_epochs += 1
-                state.finished = state.finished or state.bad_epochs >= tc.patience or epoch == tc.epochs
-                state.history.append({"epoch": epoch, "train_loss": sum(losses) / len(losses), "val_loss": val_loss,
-                                      "lr": lr, "seconds": state.train_seconds})
-                self._save(state, improved)
-                progress.epoch(epoch, state.history[-1]["train_loss"], val_loss, lr, improved)
+                train_loss, lr = self._train_epoch(state, train_windows, total_steps, started, progress)
+                self._end_epoch(state, train_loss, lr, self._val_loss(val_windows), started, progress)
         except KeyboardInterrupt:
             if not self.saved_epoch:
                 raise Interrupted(f"training stopped during epoch 1; {self._kept()}, so start again "
@@ -200,6 +172,46 @@ class _Runner:
                 f"training stopped during epoch {self.saved_epoch + 1}; {self._kept()}. "
                 f"Resume with: tsformer train --resume --out {self.out_dir}"
             ) from None
+
+    def _train_epoch(self, state: LoopState, train_windows: torch.Tensor, total_steps: int, started: float,
+                     progress: Progress) -> tuple[float, float]:
+        """One pass over this rank's share of the windows, in an order fixed by (seed, epoch)."""
+        tc = self.cfg.train
+        epoch = state.epoch + 1
+        order = torch.randperm(len(train_windows), generator=torch.Generator().manual_seed(tc.seed * 1_000_003 + epoch))
+        order = order[self.ctx.rank :: self.ctx.world_size]
+        self.model.train()
+        losses, lr = [], tc.lr
+        for i, start in enumerate(range(0, len(order), tc.batch_size), start=1):
+            batch = train_windows[order[start : start + tc.batch_size]].to(self.ctx.device)
+            lr = lr_at(state.step, total_steps, tc.lr, tc.warmup_frac, tc.min_lr_ratio)
+            losses.append(self._step(batch, lr, epoch, i))
+            state.step += 1
+            progress.step(epoch, i, losses[-1])
+            if tc.max_minutes and time.monotonic() - started > 60 * tc.max_minutes:
+                state.finished = True
+                break
+        return sum(losses) / len(losses), lr
+
+    def _end_epoch(self, state: LoopState, train_loss: float, lr: float, val_loss: float, started: float,
+                   progress: Progress) -> None:
+        """Early-stopping bookkeeping, history, checkpoints."""
+        epoch = state.epoch + 1
+        if not math.isfinite(val_loss):
+            raise TrainingError(f"the validation loss became {val_loss} at epoch {epoch}; {self._kept()}. "
+                                "Lower the learning rate (--set train.lr=...) or check the data")
+        state.epoch = epoch
+        state.train_seconds = time.monotonic() - started
+        improved = val_loss < state.best_val
+        if improved:
+            state.best_val, state.best_epoch, state.bad_epochs = val_loss, epoch, 0
+        else:
+            state.bad_epochs += 1
+        state.finished = state.finished or state.bad_epochs >= self.cfg.train.patience or epoch == self.cfg.train.epochs
+        state.history.append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss, "lr": lr,
+                              "seconds": state.train_seconds})
+        self._save(state, improved)
+        progress.epoch(epoch, train_loss, val_loss, lr, improved)
 
     def _kept(self) -> str:
         if not self.saved_epoch:
