@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -96,6 +97,8 @@ def train(
     if cfg.data.path:
         cfg = with_data_path(cfg, resolve_data_path(cfg.data.path, data_dir))
     result = run_training(cfg, out, resume=resume, overwrite=overwrite, show_progress=not quiet)
+    if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
+        return
     typer.echo(
         f"trained {result.n_parameters:,} parameters on {result.n_train_windows} windows in "
         f"{result.train_seconds:.0f} s; best validation MSE {result.best_val_loss:.4f} at epoch "
