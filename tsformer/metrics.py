@@ -13,7 +13,7 @@ SEASONS = {"h": 24, "D": 7, "B": 5, "W": 52, "M": 12, "ME": 12, "MS": 12, "Q": 4
 def season_length(freq: str) -> int:
     """Steps per natural cycle: 24 for hourly, 7 for daily, 52 for weekly, 96 for 15-minute data, ..."""
     offset = to_offset(freq)
-    base = offset.name.split("-")[0]
+    base = offset.rule_code.split("-")[0]
     if base in SEASONS and offset.n == 1:
         return SEASONS[base]
     try:

@@ -20,7 +20,7 @@ from tsformer import distributed
 from tsformer.checkpoint import LAST_FILE, MODEL_FILE, Checkpoint, load_checkpoint, save_checkpoint
 from tsformer.config import Config, save_config, with_data_path
 from tsformer.data import Prepared, prepare
-from tsformer.errors import ConfigError, Interrupted, TrainingError
+from tsformer.errors import ConfigError, Interrupted, TrainingError, TsformerError
 from tsformer.leakage import check_model, check_scaler, check_windows, require_passed
 from tsformer.model import Forecaster
 from tsformer.progress import Progress
@@ -85,12 +85,18 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, overwrite: boo
         state = _restore(previous, model, optimizer)
     elif ctx.is_main:
         out_dir.mkdir(parents=True, exist_ok=True)
-        for name in RUN_FILES:
-            (out_dir / name).unlink(missing_ok=True)
+        _remove_run_files(out_dir)
         save_config(cfg, out_dir / "config.yaml")
     runner = _Runner(cfg, data, model, optimizer, out_dir, ctx, show_progress)
     if not state.finished:
-        runner.loop(state, train_windows, val_windows)
+        try:
+            runner.loop(state, train_windows, val_windows)
+        except TsformerError:
+            if not runner.saved_epoch and ctx.is_main:  # nothing worth keeping: leave no half-made run behind
+                _remove_run_files(out_dir)
+                if not any(out_dir.iterdir()):
+                    out_dir.rmdir()
+            raise
     if ctx.is_main:
         from tsformer.plots import plot_history
 
@@ -105,6 +111,11 @@ def train(cfg: Config, out_dir: str | Path, resume: bool = False, overwrite: boo
         n_train_windows=len(train_windows),
         n_val_windows=len(val_windows),
     )
+
+
+def _remove_run_files(out_dir: Path) -> None:
+    for name in RUN_FILES:
+        (out_dir / name).unlink(missing_ok=True)
 
 
 def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
@@ -166,8 +177,7 @@ class _Runner:
                 self._end_epoch(state, train_loss, lr, self._val_loss(val_windows), started, progress)
         except KeyboardInterrupt:
             if not self.saved_epoch:
-                raise Interrupted(f"training stopped during epoch 1; {self._kept()}, so start again "
-                                  f"(with --overwrite to reuse {self.out_dir})") from None
+                raise Interrupted(f"training stopped during epoch 1; {self._kept()}, so start again") from None
             raise Interrupted(
                 f"training stopped during epoch {self.saved_epoch + 1}; {self._kept()}. "
                 f"Resume with: tsformer train --resume --out {self.out_dir}"

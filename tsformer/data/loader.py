@@ -1,13 +1,13 @@
 """Reading a CSV into a validated, regularly spaced float32 series frame.
 
 Every problem a user can fix becomes a DataError whose message says what is wrong, where
-(column, line of the file) and how to fix it.
+(column, line of the file) and how to fix it. While reading, a table's index is the line of
+the file that holds each row (the header is line 1), so every message can name the line.
 """
 
 from __future__ import annotations
 
-import csv
-import io
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,11 +16,12 @@ import pandas as pd
 from pandas.tseries.frequencies import to_offset
 
 from tsformer.config import DataConfig
+from tsformer.data.csvfile import names, read_table
 from tsformer.errors import DataError
 
 TIME_COL_NAMES = ("date", "timestamp", "time", "datetime", "ds", "period", "dt")
-DELIMITERS = ",;\t|"
-SNIFF_BYTES = 64 * 1024
+NA_TEXT = ("", "nan", "-nan", "na", "n/a", "#n/a", "null", "none")
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 @dataclass(frozen=True)
@@ -40,18 +41,22 @@ class SeriesFrame:
 
 
 def read_series(path: str | Path, cfg: DataConfig, expected_freq: str = "") -> SeriesFrame:
-    """Read `path`, pick the time column and targets, check order, spacing and values."""
+    """Read `path`, pick the time column and targets, check order, spacing and values.
+
+    `expected_freq` (a trained model's frequency) must match the data's unless `cfg.freq` states one.
+    """
     path = Path(path)
-    table = _read_table(path)
+    table, delimiter = read_table(path)
     time_col = _find_time_col(table, cfg.time_col, path)
     timestamps = _parse_timestamps(table[time_col], time_col)
-    targets = _pick_targets(table, time_col, cfg.targets)
+    targets = _pick_targets(table, time_col, cfg.targets, path, delimiter)
     if cfg.sort:
         order = np.argsort(timestamps.to_numpy(), kind="stable")
         table, timestamps = table.iloc[order], timestamps[order]
-    _check_order(timestamps, table.index.to_numpy())
-    freq = _resolve_freq(timestamps, cfg.freq or expected_freq, table.index.to_numpy(), strict=not cfg.freq)
-    values, filled = _numeric_values(table, targets, cfg.fill)
+    lines = table.index.to_numpy()
+    _check_order(timestamps, lines)
+    freq = _resolve_freq(timestamps, cfg.freq, expected_freq, lines)
+    values, filled = _numeric_values(table, targets, cfg.fill, delimiter)
     return SeriesFrame(
         timestamps=pd.DatetimeIndex(timestamps),
         values=values,
@@ -62,102 +67,59 @@ def read_series(path: str | Path, cfg: DataConfig, expected_freq: str = "") -> S
     )
 
 
-def _line(row_index: int) -> int:
-    """Line of the file holding data row `row_index` (the header is line 1)."""
-    return int(row_index) + 2
-
-
-def _read_table(path: Path) -> pd.DataFrame:
-    if not path.exists():
-        raise DataError(f"file {path} not found; check the path")
-    if not path.is_file():
-        raise DataError(f"{path} is not a file; give the path of a CSV file")
-    try:
-        with path.open("rb") as handle:
-            head = handle.read(SNIFF_BYTES)
-    except OSError as exc:
-        raise DataError(f"cannot read {path} ({exc.strerror}); check its permissions") from None
-    if not head.strip():
-        raise DataError(f"{path} is empty; give a CSV with a header row and data rows")
-    if b"\x00" in head:
-        raise DataError(f"{path} is not a text CSV (it holds binary data); export the data as CSV")
-    try:
-        text = head.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        if exc.start < len(head) - 4:  # not merely a character cut at the sniff boundary
-            raise DataError(f"{path} is not UTF-8 text; save it as a UTF-8 CSV") from None
-        text = head[: exc.start].decode("utf-8-sig")
-    delimiter = _sniff_delimiter(text)
-    try:
-        table = pd.read_csv(path, sep=delimiter, skipinitialspace=True, encoding="utf-8-sig", low_memory=False)
-    except pd.errors.EmptyDataError:
-        raise DataError(f"{path} is empty; give a CSV with a header row and data rows") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
-        detail = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        raise DataError(f"{path} is not a readable CSV with delimiter {delimiter!r} ({detail}); fix the file") from None
-    if table.shape[1] < 2:
-        raise DataError(
-            f"{path} has only {table.shape[1]} column with delimiter {delimiter!r}; a CSV needs a time column "
-            "and at least one numeric column separated by ',', ';', tab or '|'"
-        )
-    if len(table) == 0:
-        raise DataError(f"{path} has a header but no data rows; add rows below the header")
-    table.columns = [str(c).strip() for c in table.columns]
-    duplicated = table.columns[table.columns.duplicated()]
-    if len(duplicated):
-        raise DataError(f"{path} has the column name {duplicated[0]!r} twice; give each column a unique name")
-    return table.reset_index(drop=True)
-
-
-def _sniff_delimiter(text: str) -> str:
-    lines = [line for line in text.splitlines()[:50] if line.strip()]
-    if len(lines) > 1 and not text.endswith("\n"):
-        lines = lines[:-1]  # the last sniffed line may be cut short
-    try:
-        return csv.Sniffer().sniff("\n".join(lines), delimiters=DELIMITERS).delimiter
-    except csv.Error:
-        counts = {d: lines[0].count(d) for d in DELIMITERS} if lines else {}
-        best = max(counts, key=counts.get, default=",")
-        return best if counts.get(best) else ","
+# --- time -----------------------------------------------------------------------------------------
 
 
 def _find_time_col(table: pd.DataFrame, requested: str, path: Path) -> str:
     if requested:
         if requested not in table.columns:
-            raise DataError(
-                f"time column {requested!r} not in {path.name}; columns are: {', '.join(table.columns)}"
-            )
+            raise DataError(f"time column {requested!r} not in {path.name}; columns are: {names(table.columns)}")
         return requested
     for column in table.columns:
         if column.lower() in TIME_COL_NAMES:
             return column
     raise DataError(
-        f"no time column found in {path.name} (looked for {', '.join(TIME_COL_NAMES)}); "
-        "name it with --time-col"
+        f"no time column found in {path.name} (looked for {', '.join(TIME_COL_NAMES)}; columns are: "
+        f"{names(table.columns)}); name it with --time-col"
     )
 
 
 def _parse_timestamps(column: pd.Series, name: str) -> pd.DatetimeIndex:
+    """Naive timestamps (aware ones converted to UTC); numbers are read as text, so 2024 is a year."""
     missing = column.isna().to_numpy()
     if missing.any():
-        row = int(np.flatnonzero(missing)[0])
-        raise DataError(f"time column {name!r} is empty at line {_line(row)}; every row needs a timestamp")
-    parsed = pd.to_datetime(column, errors="coerce")
-    if parsed.isna().any():
-        parsed = pd.to_datetime(column, errors="coerce", format="mixed")
-    bad = parsed.isna().to_numpy()
+        line = column.index[missing][0]
+        raise DataError(f"empty timestamp in time column {name!r} at line {line}; every row needs a timestamp")
+    text = column.astype(str).str.strip()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pandas' "could not infer format" notes
+        parsed = _to_datetime(text)
+    bad = parsed.isna().to_numpy() if parsed is not None else np.ones(len(text), dtype=bool)
     if bad.any():
-        row = int(np.flatnonzero(bad)[0])
+        line = column.index[bad][0]
         raise DataError(
-            f"cannot parse {column.iloc[row]!r} in time column {name!r} at line {_line(row)} as a date; "
+            f"cannot parse {text[line]!r} in time column {name!r} at line {line} as a date; "
             "use one date format such as 2024-01-31 13:00"
         )
-    if getattr(parsed.dt, "tz", None) is not None:
+    if parsed.dt.tz is not None:
         parsed = parsed.dt.tz_convert(None)
     return pd.DatetimeIndex(parsed)
 
 
-def _check_order(timestamps: pd.DatetimeIndex, rows: np.ndarray) -> None:
+def _to_datetime(text: pd.Series) -> pd.Series | None:
+    """One inferred format, else each cell on its own; mixed UTC offsets are converted to UTC."""
+    for utc in (False, True):
+        try:
+            parsed = pd.to_datetime(text, errors="coerce", utc=utc)
+            if parsed.isna().any():
+                parsed = pd.to_datetime(text, errors="coerce", format="mixed", utc=utc)
+            return parsed
+        except (ValueError, TypeError, OverflowError):
+            continue
+    return None
+
+
+def _check_order(timestamps: pd.DatetimeIndex, lines: np.ndarray) -> None:
     steps = np.diff(timestamps.asi8)
     if (steps > 0).all():
         return
@@ -165,59 +127,114 @@ def _check_order(timestamps: pd.DatetimeIndex, rows: np.ndarray) -> None:
     first, second = timestamps[i], timestamps[i + 1]
     if steps[i] == 0:
         raise DataError(
-            f"duplicate timestamp {second} at lines {_line(rows[i])} and {_line(rows[i + 1])}; "
-            "keep one row per timestamp"
+            f"duplicate timestamp {second} at lines {lines[i]} and {lines[i + 1]}; keep one row per timestamp"
         )
     raise DataError(
-        f"timestamps decrease at line {_line(rows[i + 1])} ({second} after {first}); "
+        f"timestamps decrease at line {lines[i + 1]} ({second} after {first} at line {lines[i]}); "
         "sort the file by time or pass --sort"
     )
 
 
-def _resolve_freq(timestamps: pd.DatetimeIndex, stated: str, rows: np.ndarray, strict: bool) -> str:
-    """The stated frequency (checked to be a valid alias) or the one inferred from regular spacing."""
-    if stated:
-        try:
-            offset = to_offset(stated)
-        except ValueError:
-            raise DataError(f"--freq {stated!r} is not a pandas frequency such as h, D, W-SUN or 15min") from None
-        if not strict:
-            return offset.freqstr
+def _resolve_freq(timestamps: pd.DatetimeIndex, stated: str, expected: str, lines: np.ndarray) -> str:
+    """The stated --freq, else the frequency inferred from regular spacing, checked against `expected`.
+
+    A stated frequency is trusted for irregular data (that is what --freq is for) but must fit
+    regular data; `expected` (a trained model's frequency) must fit the data.
+    """
+    wanted = stated or expected
+    offset = _offset(wanted, "--freq" if stated else "the checkpoint's frequency") if wanted else None
     if len(timestamps) < 3:
-        if stated:
-            return to_offset(stated).freqstr
-        raise DataError("need at least 3 rows to infer the frequency; add rows or pass --freq")
-    inferred = pd.infer_freq(timestamps)
-    if inferred is not None:
-        inferred_offset = to_offset(inferred)
-        if stated and inferred_offset != to_offset(stated):
+        if offset is None:
             raise DataError(
-                f"the data's frequency is {inferred_offset.freqstr} but the model was trained on "
-                f"{to_offset(stated).freqstr} data; give a CSV with the training frequency"
+                f"need at least 3 rows to infer the frequency, got {len(timestamps)}; add rows or pass --freq"
             )
-        return inferred_offset.freqstr
-    steps = np.diff(timestamps.asi8)
-    values, counts = np.unique(steps, return_counts=True)
-    usual = values[np.argmax(counts)]
-    odd = np.flatnonzero(steps != usual)
-    i = int(odd[0]) if len(odd) else 0
-    raise DataError(
-        f"irregular spacing: {timestamps[i + 1] - timestamps[i]} between {timestamps[i]} (line {_line(rows[i])}) "
-        f"and {timestamps[i + 1]} (line {_line(rows[i + 1])}) while most steps are {pd.Timedelta(int(usual))}; "
-        "fill the gap or state the frequency with --freq"
+        return offset.freqstr
+    inferred = _infer_freq(timestamps)
+    if inferred is None:
+        if stated:
+            return offset.freqstr
+        raise _irregular(timestamps, lines, expected)
+    if offset is None:
+        return inferred.freqstr
+    if not _fits(timestamps, offset):
+        whose = "the model was trained on" if expected else "--freq says"
+        fix = "give a CSV with the training frequency" if expected else "fix --freq"
+        raise DataError(f"the rows are {inferred.freqstr} apart but {whose} {offset.freqstr} steps; {fix}")
+    return offset.freqstr
+
+
+def _offset(freq: str, what: str) -> pd.DateOffset:
+    try:
+        return to_offset(freq)
+    except ValueError:
+        raise DataError(f"{what} {freq!r} is not a pandas frequency such as h, D, W-SUN or 15min") from None
+
+
+def _infer_freq(timestamps: pd.DatetimeIndex) -> pd.DateOffset | None:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # pandas 3 warns that infer_freq will return an offset
+            inferred = pd.infer_freq(timestamps)
+    except (ValueError, TypeError):
+        return None
+    return to_offset(inferred) if inferred else None
+
+
+def _fits(timestamps: pd.DatetimeIndex, offset: pd.DateOffset) -> bool:
+    """Whether the timestamps are exactly consecutive steps of `offset`."""
+    try:
+        return bool(pd.date_range(timestamps[0], periods=len(timestamps), freq=offset).equals(timestamps))
+    except (ValueError, OverflowError):
+        return False
+
+
+def _irregular(timestamps: pd.DatetimeIndex, lines: np.ndarray, expected: str) -> DataError:
+    """Name the first gap: a step that differs from the spacing of the first (or last) rows."""
+    if expected:
+        fix = f"fill the gap so rows are {expected} apart as in training"
+    else:
+        fix = "fill the gap or state the frequency with --freq"
+    step = _infer_freq(timestamps[:3]) or _infer_freq(timestamps[-3:])
+    if step is None:
+        steps = pd.Series(np.diff(timestamps.to_numpy()))
+        step = to_offset(pd.Timedelta(steps.mode().iloc[0]))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # offsets without a vectorised add
+            off_step = np.flatnonzero((timestamps[:-1] + step) != timestamps[1:])
+    except (ValueError, OverflowError):
+        off_step = np.array([], dtype=int)
+    if not len(off_step):
+        return DataError(f"cannot infer the frequency of the timestamps (steps of {step.freqstr}); {fix}")
+    i = int(off_step[0])
+    return DataError(
+        f"irregular spacing: a step of {timestamps[i + 1] - timestamps[i]} from {timestamps[i]} (line {lines[i]}) "
+        f"to {timestamps[i + 1]} (line {lines[i + 1]}) where {step.freqstr} steps were expected; {fix}"
     )
 
 
-def _pick_targets(table: pd.DataFrame, time_col: str, requested: tuple[str, ...]) -> list[str]:
+# --- values -------------------------------------------------------------------------------------
+
+
+def _pick_targets(
+    table: pd.DataFrame, time_col: str, requested: tuple[str, ...], path: Path, delimiter: str
+) -> list[str]:
     candidates = [c for c in table.columns if c != time_col]
     if requested:
-        for name in requested:
-            if name not in table.columns or name == time_col:
-                raise DataError(f"target column {name!r} not found; numeric columns are: {', '.join(candidates)}")
+        for i, name in enumerate(requested):
+            if name == time_col:
+                raise DataError(f"target column {name!r} is the time column; choose among: {names(candidates)}")
+            if name not in table.columns:
+                raise DataError(f"target column {name!r} not in {path.name}; columns are: {names(candidates)}")
+            if name in requested[:i]:
+                raise DataError(f"target column {name!r} is given twice; give each --target once")
         return list(requested)
     numeric = [c for c in candidates if _is_numeric_like(table[c])]
     if not numeric:
-        raise DataError(f"no numeric column besides the time column {time_col!r}; add a column of numbers")
+        raise DataError(
+            f"no numeric column in {path.name} besides the time column {time_col!r} (read with delimiter "
+            f"{delimiter!r}, columns: {names(candidates)}); add a column of numbers"
+        )
     return numeric
 
 
@@ -231,19 +248,30 @@ def _is_numeric_like(column: pd.Series) -> bool:
     return bool(len(sample)) and sample.str.contains(r"\d").mean() > 0.5
 
 
-def _numeric_values(table: pd.DataFrame, targets: list[str], fill: str) -> tuple[np.ndarray, dict[str, int]]:
+def _numeric_values(
+    table: pd.DataFrame, targets: list[str], fill: str, delimiter: str
+) -> tuple[np.ndarray, dict[str, int]]:
     values = np.empty((len(table), len(targets)), dtype=np.float32)
     filled: dict[str, int] = {}
     for j, name in enumerate(targets):
-        column = _to_float(table[name], name)
+        column = _to_float(table[name], name, delimiter)
+        lines = table.index
+        too_big = np.isfinite(column) & (np.abs(column) > FLOAT32_MAX)
+        if too_big.any():
+            row = int(np.flatnonzero(too_big)[0])
+            raise DataError(
+                f"column {name!r} has a value too large for float32 ({column[row]:g} at line {lines[row]}); "
+                "rescale the column, for example to thousands"
+            )
         bad = ~np.isfinite(column)
         if bad.any():
             if not fill:
                 row = int(np.flatnonzero(bad)[0])
-                kind = "missing" if np.isnan(column[row]) else "infinite"
+                kind = "a missing" if np.isnan(column[row]) else "an infinite"
+                count = f"{int(bad.sum())} cell{'s' if bad.sum() > 1 else ''}"
                 raise DataError(
-                    f"column {name!r} has a {kind} value at line {_line(table.index[row])} "
-                    f"({int(bad.sum())} such cells); fix the data or pass --fill ffill, interpolate or zero"
+                    f"column {name!r} has {kind} value at line {lines[row]} ({count} in all); "
+                    "fix the data or pass --fill ffill, interpolate or zero"
                 )
             column = _fill(column, bad, fill, name)
             filled[name] = int(bad.sum())
@@ -251,24 +279,24 @@ def _numeric_values(table: pd.DataFrame, targets: list[str], fill: str) -> tuple
     return values, filled
 
 
-def _to_float(column: pd.Series, name: str) -> np.ndarray:
+def _to_float(column: pd.Series, name: str, delimiter: str) -> np.ndarray:
+    """float64 copy of the column; text that is neither a number nor a missing marker is an error."""
     if pd.api.types.is_bool_dtype(column):
         raise DataError(f"column {name!r} holds true/false values, not numbers; choose numeric --target columns")
     if pd.api.types.is_numeric_dtype(column):
-        return column.to_numpy(dtype=np.float64, na_value=np.nan)
-    parsed = pd.to_numeric(column, errors="coerce")
-    text = column.astype("string").str.strip().str.lower()
-    unparsed = parsed.isna() & column.notna() & ~text.isin(["", "nan", "na", "n/a", "null", "none", "inf", "-inf"])
+        return np.array(column.to_numpy(dtype=np.float64, na_value=np.nan))
+    text = column.astype("string").str.strip()
+    parsed = pd.to_numeric(text, errors="coerce")
+    unparsed = (parsed.isna() & column.notna() & ~text.str.lower().isin(NA_TEXT)).to_numpy()
     if unparsed.any():
-        row = int(np.flatnonzero(unparsed.to_numpy())[0])
+        row = int(np.flatnonzero(unparsed)[0])
+        decimal = " (write decimals with '.')" if delimiter == ";" and "," in str(column.iloc[row]) else ""
         raise DataError(
-            f"column {name!r} is not numeric: {column.iloc[row]!r} at line {_line(column.index[row])}; "
-            "remove thousands separators and units, or choose other --target columns"
+            f"column {name!r} is not numeric: {column.iloc[row]!r} at line {column.index[row]} (read with "
+            f"delimiter {delimiter!r}); remove thousands separators and units{decimal}, or choose other "
+            "--target columns"
         )
-    result = parsed.to_numpy(dtype=np.float64, na_value=np.nan)
-    result[text.isin(["inf"]).to_numpy()] = np.inf
-    result[text.isin(["-inf"]).to_numpy()] = -np.inf
-    return result
+    return np.array(parsed.to_numpy(dtype=np.float64, na_value=np.nan))
 
 
 def _fill(column: np.ndarray, bad: np.ndarray, method: str, name: str) -> np.ndarray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from tsformer.config import Config
@@ -41,5 +42,22 @@ def prepare(cfg: Config, scaler: Scaler | None = None, columns: tuple[str, ...] 
     borders = split_borders(cfg.data, frame.timestamps, cfg.model.context_len, cfg.model.horizon)
     if scaler is None:
         scaler = Scaler.fit(frame.values[: borders.train_end])
-    scaled = torch.from_numpy(scaler.transform(frame.values))
+    scaled = torch.from_numpy(_scale(frame, scaler))
     return Prepared(frame=frame, borders=borders, scaler=scaler, scaled=scaled)
+
+
+MAX_STANDARD_DEVIATIONS = 1e6
+
+
+def _scale(frame: SeriesFrame, scaler: Scaler) -> np.ndarray:
+    """Standardised float32 values; a value absurdly far from the training rows is a data error."""
+    scaled = (frame.values.astype(np.float64) - scaler.mean) / scaler.std
+    far = ~(np.abs(scaled) <= MAX_STANDARD_DEVIATIONS)
+    if far.any():
+        row, j = (int(i[0]) for i in np.nonzero(far))
+        raise DataError(
+            f"column {frame.columns[j]!r} is {frame.values[row, j]:g} at {frame.timestamps[row]}, over "
+            f"{MAX_STANDARD_DEVIATIONS:g} standard deviations from the training rows (mean {scaler.mean[j]:g}, "
+            f"std {scaler.std[j]:g}); fix the value or rescale the column"
+        )
+    return scaled.astype(np.float32)

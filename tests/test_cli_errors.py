@@ -1,0 +1,458 @@
+"""Every bad input gets one `Error: <what, where, how to fix>` line on stderr and exit code 2:
+no traceback, and no run folder or forecast file left behind."""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import shutil
+
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from tsformer.checkpoint import load_checkpoint
+from tsformer.cli import app
+from tsformer.config import DataConfig
+from tsformer.data import read_series
+
+pytestmark = pytest.mark.filterwarnings("error")  # a warning would print beside the Error: line
+
+HEADER = "date,load,OT"
+TINY = [
+    "--context-len", "16", "--horizon", "4", "--epochs", "1", "--quiet",
+    "--set", "model.d_model=8", "--set", "model.n_heads=2", "--set", "model.d_ff=16",
+    "--set", "model.n_layers=1", "--set", "model.patch_len=4", "--set", "train.batch_size=32",
+]  # fmt: skip
+
+
+def hourly_rows(n: int = 200, freq: str = "h") -> list[str]:
+    """`n` rows of date,load,OT; row i of the list is line i + 2 of the file."""
+    stamps = pd.date_range("2024-01-01", periods=n, freq=freq)
+    return [f"{t:%Y-%m-%d %H:%M:%S},{math.sin(i / 5):.4f},{math.cos(i / 7):.4f}" for i, t in enumerate(stamps)]
+
+
+def write_csv(path: pathlib.Path, rows: list[str], header: str = HEADER) -> pathlib.Path:
+    path.write_text("\n".join([header, *rows]) + "\n")
+    return path
+
+
+def with_row(index: int, row: str, n: int = 200) -> list[str]:
+    rows = hourly_rows(n)
+    rows[index] = row
+    return rows
+
+
+def invoke(*args: str | pathlib.Path):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def assert_error(result, *fragments: str, left_behind: tuple[pathlib.Path, ...] = ()) -> str:
+    """Exit 2, exactly one `Error:` line on stderr holding every fragment, no traceback, no output files."""
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+    assert "Traceback" not in result.output
+    for path in left_behind:
+        assert not path.exists(), f"{path} was left behind"
+    return lines[0]
+
+
+def train_error(tmp_path: pathlib.Path, csv: pathlib.Path, *fragments: str, extra: tuple[str, ...] = ()) -> str:
+    out = tmp_path / "run"
+    result = invoke("train", csv, "--out", out, *TINY, *extra)
+    return assert_error(result, *fragments, left_behind=(out,))
+
+
+# --- the file itself ------------------------------------------------------------------------------
+
+
+def test_missing_file(tmp_path):
+    train_error(tmp_path, tmp_path / "nope.csv", "nope.csv not found", "check the path")
+
+
+def test_directory_instead_of_file(tmp_path):
+    folder = tmp_path / "data.csv"
+    folder.mkdir()
+    train_error(tmp_path, folder, "is not a file", "give the path of a CSV file")
+
+
+def test_unreadable_file(tmp_path, monkeypatch):
+    csv = write_csv(tmp_path / "locked.csv", hourly_rows())
+    real_open = pathlib.Path.open
+
+    def refuse(self, *args, **kwargs):
+        if self == csv:
+            raise PermissionError(13, "Permission denied")
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "open", refuse)
+    train_error(tmp_path, csv, "cannot read", "locked.csv", "Permission denied", "readable")
+
+
+@pytest.mark.parametrize("content", [b"", b"\n\n   \n"], ids=["zero-bytes", "blank-lines"])
+def test_empty_file(tmp_path, content):
+    csv = tmp_path / "empty.csv"
+    csv.write_bytes(content)
+    train_error(tmp_path, csv, "empty.csv is empty", "header row and data rows")
+
+
+def test_header_only(tmp_path):
+    csv = write_csv(tmp_path / "header.csv", [])
+    train_error(tmp_path, csv, "has a header but no data rows", "add rows")
+
+
+def test_binary_file(tmp_path):
+    csv = tmp_path / "model.csv"
+    csv.write_bytes(bytes(range(256)) * 4)
+    train_error(tmp_path, csv, "not a text CSV", "binary", "export the data as CSV")
+
+
+def test_not_utf8(tmp_path):
+    csv = tmp_path / "latin1.csv"
+    csv.write_bytes("date,load,OT\n2024-01-01 00:00:00,caf\xe9,1\n".encode("latin-1"))
+    train_error(tmp_path, csv, "not UTF-8 text", "byte 0xe9", "save it as a UTF-8 CSV")
+
+
+def test_wrong_delimiter_names_the_delimiter(tmp_path):
+    rows = [row.replace(",", " ").replace(" ", "T", 1) for row in hourly_rows()]
+    csv = write_csv(tmp_path / "spaces.csv", rows, header="date load OT")
+    train_error(tmp_path, csv, "only 1 column", "delimiter ','", "';', tab or '|'")
+
+
+def test_semicolon_with_decimal_commas_names_the_delimiter(tmp_path):
+    rows = [row.replace(",", ";").replace(".", ",") for row in hourly_rows()]
+    csv = write_csv(tmp_path / "european.csv", rows, header="date;load;OT")
+    train_error(tmp_path, csv, "column 'load' is not numeric", "line 2", "delimiter ';'", "decimals with '.'")
+
+
+@pytest.mark.parametrize("delimiter", [";", "\t", "|"])
+def test_other_delimiters_are_sniffed(tmp_path, delimiter):
+    csv = write_csv(
+        tmp_path / "d.csv", [row.replace(",", delimiter) for row in hourly_rows()], HEADER.replace(",", delimiter)
+    )
+    frame = read_series(csv, DataConfig())
+    assert frame.columns == ("load", "OT") and frame.n_rows == 200
+
+
+def test_row_longer_than_header(tmp_path):
+    csv = write_csv(tmp_path / "ragged.csv", with_row(5, "2024-01-01 05:00:00,1,2,3"))
+    train_error(tmp_path, csv, "line 7 has 4 fields but the header has 3", "delimiter ','")
+
+
+def test_duplicate_column_name(tmp_path):
+    csv = write_csv(tmp_path / "dup.csv", [row + ",1" for row in hourly_rows()], header="date,load,OT,load")
+    train_error(tmp_path, csv, "column name 'load' twice", "unique name")
+
+
+def test_unnamed_index_column(tmp_path):
+    csv = write_csv(
+        tmp_path / "index.csv", [f"{i},{row}" for i, row in enumerate(hourly_rows())], header=",date,load,OT"
+    )
+    train_error(tmp_path, csv, "column 1", "no header name", "exported row index")
+
+
+# --- columns ----------------------------------------------------------------------------------------
+
+
+def test_no_numeric_column(tmp_path):
+    rows = [f"{row.split(',')[0]},red,blue" for row in hourly_rows()]
+    csv = write_csv(tmp_path / "words.csv", rows, header="date,colour,sky")
+    train_error(tmp_path, csv, "no numeric column", "'date'", "'colour', 'sky'", "add a column of numbers")
+
+
+def test_unknown_target(tmp_path):
+    csv = write_csv(tmp_path / "ok.csv", hourly_rows())
+    train_error(
+        tmp_path, csv, "target column 'price' not in ok.csv", "columns are: 'load', 'OT'", extra=("--target", "price")
+    )
+
+
+def test_time_column_as_target(tmp_path):
+    csv = write_csv(tmp_path / "ok.csv", hourly_rows())
+    train_error(tmp_path, csv, "target column 'date' is the time column", extra=("--target", "date"))
+
+
+def test_unknown_time_col(tmp_path):
+    csv = write_csv(tmp_path / "ok.csv", hourly_rows())
+    train_error(tmp_path, csv, "time column 'when' not in ok.csv", "'date', 'load', 'OT'", extra=("--time-col", "when"))
+
+
+def test_no_time_column_found(tmp_path):
+    csv = write_csv(tmp_path / "stamp.csv", hourly_rows(), header="stamp,load,OT")
+    train_error(tmp_path, csv, "no time column found", "'stamp', 'load', 'OT'", "--time-col")
+
+
+@pytest.mark.parametrize("cell", ["1,234", "12 kW"], ids=["thousands", "units"])
+def test_number_with_separator_or_unit(tmp_path, cell):
+    rows = [f'{row.split(",")[0]},"{cell}",1' for row in hourly_rows()]
+    csv = write_csv(tmp_path / "text.csv", rows)
+    train_error(tmp_path, csv, "column 'load' is not numeric", repr(cell), "line 2", "thousands separators and units")
+
+
+def test_one_text_cell_in_a_numeric_column(tmp_path):
+    csv = write_csv(tmp_path / "typo.csv", with_row(40, "2024-01-02 16:00:00,1O.5,2"))
+    train_error(tmp_path, csv, "column 'load' is not numeric", "'1O.5'", "line 42")
+
+
+# --- time ---------------------------------------------------------------------------------------
+
+
+def test_unparseable_date_names_the_line(tmp_path):
+    csv = write_csv(tmp_path / "dates.csv", with_row(3, "yesterday,1,2"))
+    train_error(tmp_path, csv, "cannot parse 'yesterday'", "time column 'date'", "line 5", "date format")
+
+
+def test_empty_timestamp(tmp_path):
+    csv = write_csv(tmp_path / "gap.csv", with_row(10, ",1,2"))
+    train_error(tmp_path, csv, "empty timestamp", "line 12", "every row needs a timestamp")
+
+
+def test_duplicate_timestamp_names_both_lines(tmp_path):
+    rows = hourly_rows()
+    rows[8] = rows[7]
+    csv = write_csv(tmp_path / "dup.csv", rows)
+    train_error(tmp_path, csv, "duplicate timestamp 2024-01-01 07:00:00", "lines 9 and 10", "one row per timestamp")
+
+
+def test_decreasing_timestamps_suggest_sort(tmp_path):
+    rows = hourly_rows()
+    rows[20], rows[21] = rows[21], rows[20]
+    csv = write_csv(tmp_path / "shuffled.csv", rows)
+    train_error(tmp_path, csv, "timestamps decrease at line 23", "--sort")
+
+
+def test_sort_accepts_unsorted_rows(tmp_path):
+    rows = hourly_rows()
+    csv = write_csv(tmp_path / "reversed.csv", rows[::-1])
+    frame = read_series(csv, DataConfig(sort=True))
+    assert frame.timestamps.is_monotonic_increasing and frame.freq == "h"
+    assert frame.values[0, 0] == pytest.approx(0.0)
+
+
+def test_irregular_spacing_names_the_gap(tmp_path):
+    rows = hourly_rows()
+    del rows[50]
+    csv = write_csv(tmp_path / "gap.csv", rows)
+    train_error(tmp_path, csv, "irregular spacing", "2024-01-03 01:00:00 (line 51)", "(line 52)", "--freq")
+
+
+def test_freq_accepts_irregular_spacing(tmp_path):
+    rows = hourly_rows()
+    del rows[50]
+    frame = read_series(write_csv(tmp_path / "gap.csv", rows), DataConfig(freq="h"))
+    assert frame.freq == "h" and frame.n_rows == 199
+
+
+def test_unknown_freq(tmp_path):
+    csv = write_csv(tmp_path / "ok.csv", hourly_rows())
+    train_error(tmp_path, csv, "--freq 'fortnightly' is not a pandas frequency", extra=("--freq", "fortnightly"))
+
+
+def test_freq_that_contradicts_regular_data(tmp_path):
+    csv = write_csv(tmp_path / "daily.csv", hourly_rows(freq="D"))
+    train_error(tmp_path, csv, "rows are D apart", "--freq says h", "fix --freq", extra=("--freq", "h"))
+
+
+# --- values -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cell", "kind"),
+    [("", "a missing"), ("nan", "a missing"), ("NA", "a missing"), ("inf", "an infinite"), ("-inf", "an infinite")],
+)
+def test_missing_or_infinite_target_cell(tmp_path, cell, kind):
+    csv = write_csv(tmp_path / "holes.csv", with_row(30, f"2024-01-02 06:00:00,{cell},1"))
+    train_error(tmp_path, csv, f"column 'load' has {kind} value at line 32", "(1 cell in all)", "--fill")
+
+
+def test_value_too_large_for_float32(tmp_path):
+    csv = write_csv(tmp_path / "huge.csv", with_row(4, "2024-01-01 04:00:00,1e300,1"))
+    train_error(tmp_path, csv, "column 'load' has a value too large for float32", "line 6", "rescale")
+
+
+@pytest.mark.parametrize(
+    ("train_value", "spike"),
+    [("5.0", "1e38"), ("0.0", "1e19")],
+    ids=["overflows-float32-when-scaled", "overflows-the-loss"],
+)
+def test_value_far_off_the_training_scale(tmp_path, train_value, spike):
+    """Found by test_fuzz: a validation value ~1e19+ training standard deviations out breaks training."""
+    rows = [f"{row.split(',')[0]},{train_value},1" for row in hourly_rows()]
+    rows[1] = rows[1].replace(f",{train_value},", f",{float(train_value) + 1e-6},")
+    rows[150] = rows[150].replace(f",{train_value},", f",{spike},")
+    train_error(tmp_path, write_csv(tmp_path / "spike.csv", rows), "column 'load'")
+
+
+@pytest.mark.parametrize("method", ["ffill", "interpolate", "zero"])
+def test_fill_counts_what_it_filled(tmp_path, method):
+    rows = with_row(30, "2024-01-02 06:00:00,,1")
+    rows[31] = "2024-01-02 07:00:00,inf,1"
+    frame = read_series(write_csv(tmp_path / "holes.csv", rows), DataConfig(fill=method))
+    assert frame.filled == {"load": 2}
+    assert torch.isfinite(torch.from_numpy(frame.values)).all()
+
+
+def test_too_few_rows_says_how_many_are_needed(tmp_path):
+    csv = write_csv(tmp_path / "short.csv", hourly_rows(20))
+    train_error(tmp_path, csv, "too few rows", "needs at least 20", "context_len + horizon", "--context-len")
+
+
+# --- config -------------------------------------------------------------------------------------
+
+
+def test_config_with_unknown_key(tmp_path):
+    csv = write_csv(tmp_path / "ok.csv", hourly_rows())
+    config = tmp_path / "bad.yaml"
+    config.write_text("model:\n  d_modle: 8\n")
+    train_error(tmp_path, csv, "unknown key model.d_modle", "d_model", extra=("--config", str(config)))
+
+
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [
+        ("model.dropout=1.5", "model.dropout must be in [0, 1)"),
+        ("train.epochs=0", "train.epochs must be at least 1"),
+        ("model.n_heads=3", "model.n_heads (3) must divide model.d_model (8)"),
+        ("train.lr=-1", "train.lr must be positive"),
+        ("train.colour=red", "unknown key train.colour"),
+        ("optim.lr=1", "unknown config section 'optim'"),
+    ],
+)
+def test_out_of_range_or_unknown_override(tmp_path, override, fragment):
+    csv = write_csv(tmp_path / "ok.csv", hourly_rows())
+    train_error(tmp_path, csv, fragment, extra=("--set", override))
+
+
+def test_unknown_fill_method(tmp_path):
+    csv = write_csv(tmp_path / "ok.csv", hourly_rows())
+    train_error(tmp_path, csv, "data.fill must be one of", "'mean'", extra=("--fill", "mean"))
+
+
+def test_config_file_that_is_not_yaml(tmp_path):
+    csv = write_csv(tmp_path / "ok.csv", hourly_rows())
+    config = tmp_path / "bad.yaml"
+    config.write_text("model: [unclosed\n")
+    train_error(tmp_path, csv, "is not valid YAML", extra=("--config", str(config)))
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    result = invoke("--debug", "train", tmp_path / "nope.csv", "--out", tmp_path / "run")
+    assert result.exit_code == 2
+    assert "Traceback" in result.stderr and result.stderr.strip().splitlines()[-1].startswith("Error: ")
+
+
+# --- predict and evaluate against a trained run -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> pathlib.Path:
+    """One tiny run, trained with --fill on a CSV holding one empty cell."""
+    folder = tmp_path_factory.mktemp("trained")
+    csv = write_csv(folder / "train.csv", with_row(30, "2024-01-02 06:00:00,,1"))
+    result = invoke("train", csv, "--out", folder / "run", "--fill", "interpolate", *TINY)
+    assert result.exit_code == 0, result.output
+    return folder / "run"
+
+
+def test_fill_is_counted_in_the_run_metadata(run):
+    assert load_checkpoint(run / "model.pt").filled == {"load": 1}
+
+
+def predict_error(tmp_path, run_path, csv, *fragments: str) -> str:
+    out, plot = tmp_path / "forecast.csv", tmp_path / "forecast.png"
+    result = invoke("predict", run_path, csv, "--out", out, "--plot", plot)
+    return assert_error(result, *fragments, left_behind=(out, plot, tmp_path / ".forecast.csv.tmp"))
+
+
+def test_predict_on_a_matching_csv_works(tmp_path, run):
+    out = tmp_path / "forecast.csv"
+    result = invoke("predict", run, write_csv(tmp_path / "new.csv", hourly_rows(40)), "--out", out)
+    assert result.exit_code == 0, result.output
+    assert len(pd.read_csv(out)) == 4
+
+
+def test_predict_csv_missing_a_trained_column(tmp_path, run):
+    rows = [row.rsplit(",", 1)[0] for row in hourly_rows(40)]
+    csv = write_csv(tmp_path / "new.csv", rows, header="date,load")
+    predict_error(tmp_path, run, csv, "does not match the model", "load, OT", "target column 'OT' not in")
+
+
+def test_predict_csv_with_another_time_column(tmp_path, run):
+    csv = write_csv(tmp_path / "new.csv", hourly_rows(40), header="when,load,OT")
+    predict_error(tmp_path, run, csv, "does not match the model", "time column 'date'")
+
+
+def test_predict_csv_with_another_frequency(tmp_path, run):
+    csv = write_csv(tmp_path / "daily.csv", hourly_rows(40, freq="D"))
+    predict_error(tmp_path, run, csv, "rows are D apart", "trained on h", "training frequency")
+
+
+def test_predict_csv_with_a_gap(tmp_path, run):
+    rows = hourly_rows(40)
+    del rows[20]
+    predict_error(tmp_path, run, write_csv(tmp_path / "gap.csv", rows), "irregular spacing", "(line 22)", "h apart")
+
+
+def test_predict_csv_with_bad_values(tmp_path, run):
+    rows = [f'{row.split(",")[0]},"1,0",2' for row in hourly_rows(40)]
+    csv = write_csv(tmp_path / "new.csv", rows)
+    predict_error(tmp_path, run, csv, "column 'load' is not numeric", "'1,0'")
+
+
+def damaged_run(tmp_path, run, damage) -> pathlib.Path:
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    damage(copy / "model.pt")
+    return copy
+
+
+def truncate(path):
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def scramble(path):
+    data = bytearray(path.read_bytes())
+    data[100:400] = bytes(range(256))[:300] + bytes(44)
+    path.write_bytes(bytes(data))
+
+
+def foreign(path):
+    torch.save({"state_dict": {"w": torch.zeros(2)}}, path)
+
+
+def newer_format(path):
+    payload = torch.load(path, weights_only=True)
+    payload["format_version"] = 99
+    torch.save(payload, path)
+
+
+@pytest.mark.parametrize(
+    ("damage", "fragments"),
+    [
+        (truncate, ("not a loadable tsformer checkpoint", "retrain")),
+        (scramble, ("not a loadable tsformer checkpoint", "retrain")),
+        (lambda p: p.write_text("hello"), ("not a loadable tsformer checkpoint",)),
+        (foreign, ("is not a tsformer checkpoint", "model.pt of a tsformer run")),
+        (newer_format, ("checkpoint format 99", "reads format 1")),
+        (lambda p: p.unlink(), ("has no model.pt", "tsformer train")),
+    ],
+    ids=["truncated", "corrupt", "text", "foreign", "newer-format", "missing"],
+)
+def test_bad_checkpoint(tmp_path, run, damage, fragments):
+    copy = damaged_run(tmp_path, run, damage)
+    predict_error(tmp_path, copy, write_csv(tmp_path / "new.csv", hourly_rows(40)), *fragments)
+    assert_error(invoke("evaluate", copy), *fragments)
+    assert_error(invoke("check", copy), *fragments)
+
+
+def test_missing_run_folder(tmp_path):
+    predict_error(tmp_path, tmp_path / "nothing", write_csv(tmp_path / "new.csv", hourly_rows(40)), "not found")
+
+
+def test_evaluate_on_a_csv_with_other_columns(tmp_path, run):
+    csv = write_csv(tmp_path / "other.csv", [row + ",3" for row in hourly_rows()], header="date,a,b,c")
+    assert_error(invoke("evaluate", run, "--csv", csv), "target column 'load' not in other.csv")
