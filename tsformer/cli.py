@@ -78,7 +78,7 @@ def train(
 
     Example: tsformer train data/sample.csv --target OT --context-len 96 --horizon 24 --out runs/demo
     """
-    from tsformer.config import load_config, with_data_path
+    from tsformer.config import apply_overrides, config_from_dict, load_config, with_data_path
     from tsformer.datasets import resolve_data_path
     from tsformer.train import train as run_training
 
@@ -86,14 +86,13 @@ def train(
             v is not None for v in (time_col, context_len, horizon, epochs, seed, freq, fill))):
         fail(f"--resume continues {out} with its saved config; drop the other options (keep --out)")
     flags = {
-        "data.path": str(csv) if csv else None, "data.time_col": time_col, "data.freq": freq,
-        "data.fill": fill, "data.sort": True if sort else None,
-        "model.context_len": context_len, "model.horizon": horizon, "train.epochs": epochs, "train.seed": seed,
+        "data": {"path": str(csv) if csv else None, "time_col": time_col, "freq": freq, "fill": fill,
+                 "sort": True if sort else None, "targets": list(target) or None},
+        "model": {"context_len": context_len, "horizon": horizon},
+        "train": {"epochs": epochs, "seed": seed},
     }
-    flag_overrides = [f"{k}={v}" for k, v in flags.items() if v is not None]
-    if target:
-        flag_overrides.append(f"data.targets=[{', '.join(repr(t) for t in target)}]")
-    cfg = load_config(config, flag_overrides + list(overrides))
+    given = {section: {k: v for k, v in values.items() if v is not None} for section, values in flags.items()}
+    cfg = apply_overrides(config_from_dict(given, base=load_config(config)), overrides)
     if cfg.data.path:
         cfg = with_data_path(cfg, resolve_data_path(cfg.data.path, data_dir))
     result = run_training(cfg, out, resume=resume, overwrite=overwrite, show_progress=not quiet)
