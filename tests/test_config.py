@@ -45,7 +45,7 @@ def test_overrides_are_typed():
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("model.n_heads=3", r"model.n_heads \(3\) must divide model.d_model \(128\)"),
+        ("model.n_heads=3", r"model.n_heads \(3\) must divide model.d_model \(64\)"),
         ("model.dropout=1.5", "model.dropout must be in"),
         ("train.loss=l3", "train.loss must be one of"),
         ("data.fill=mean", "data.fill must be one of"),

@@ -78,7 +78,7 @@ def train(
 
     Example: tsformer train data/sample.csv --target OT --context-len 96 --horizon 24 --out runs/demo
     """
-    from tsformer.config import apply_overrides, config_from_dict, load_config, with_data_path
+    from tsformer.config import config_from_dict, load_config, overrides_to_dict, with_data_path
     from tsformer.datasets import resolve_data_path
     from tsformer.train import train as run_training
 
@@ -92,7 +92,7 @@ def train(
         "train": {"epochs": epochs, "seed": seed},
     }
     given = {section: {k: v for k, v in values.items() if v is not None} for section, values in flags.items()}
-    cfg = apply_overrides(config_from_dict(given, base=load_config(config)), overrides)
+    cfg = config_from_dict(overrides_to_dict(overrides, into=given), base=load_config(config))  # --set wins
     if cfg.data.path:
         cfg = with_data_path(cfg, resolve_data_path(cfg.data.path, data_dir))
     result = run_training(cfg, out, resume=resume, overwrite=overwrite, show_progress=not quiet)

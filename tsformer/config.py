@@ -59,14 +59,14 @@ class DataConfig:
 class ModelConfig:
     """The causal Transformer's shape."""
 
-    context_len: int = 512  # input steps the model sees
+    context_len: int = 336  # input steps the model sees
     horizon: int = 96  # steps forecast after the context
-    patch_len: int = 16  # steps per token (1 = one token per step)
-    d_model: int = 128
-    n_heads: int = 8  # each head has d_model / n_heads dimensions
-    n_layers: int = 3
-    d_ff: int = 256  # feed-forward width
-    dropout: float = 0.2
+    patch_len: int = 24  # steps per token (1 = one token per step; 24 = a day of hourly data)
+    d_model: int = 64
+    n_heads: int = 4  # each head has d_model / n_heads dimensions
+    n_layers: int = 2
+    d_ff: int = 128  # feed-forward width
+    dropout: float = 0.3
     channel_independent: bool = True  # each series its own sequence through shared weights
     norm: str = "prefix"  # causal instance normalisation: prefix, first_patch or none
     stats_features: bool = True  # also feed each token its normalisation mean and log std
@@ -102,7 +102,7 @@ class ModelConfig:
 class TrainConfig:
     """Optimisation, early stopping and reproducibility."""
 
-    epochs: int = 20
+    epochs: int = 10
     batch_size: int = 128
     lr: float = 1e-3
     min_lr_ratio: float = 0.05  # the cosine schedule decays to lr * min_lr_ratio
@@ -189,12 +189,17 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     return section, key, parsed
 
 
-def apply_overrides(cfg: Config, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    raw: dict[str, dict[str, Any]] = {}
+def overrides_to_dict(overrides: list[str] | tuple[str, ...], into: dict | None = None) -> dict[str, dict[str, Any]]:
+    """`section.key=value` strings as a nested dict, merged over `into` (later wins)."""
+    raw: dict[str, dict[str, Any]] = {section: dict(values) for section, values in (into or {}).items()}
     for text in overrides:
         section, key, value = parse_override(text)
         raw.setdefault(section, {})[key] = value
-    return config_from_dict(raw, base=cfg)
+    return raw
+
+
+def apply_overrides(cfg: Config, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    return config_from_dict(overrides_to_dict(overrides), base=cfg)
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
