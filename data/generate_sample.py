@@ -29,7 +29,9 @@ def make_sample(n_rows: int = N_ROWS, seed: int = SEED) -> pd.DataFrame:
             out[i] = phi * out[i - 1] + shocks[i]
         return out
 
-    load = 50 + 0.004 * t + 12 * np.sin(day - 1.2) + 4 * np.sin(2 * day) - 8 * weekend + 3 * np.sin(week) + ar_noise(1.5)
+    load = (
+        50 + 0.004 * t + 12 * np.sin(day - 1.2) + 4 * np.sin(2 * day) - 8 * weekend + 3 * np.sin(week) + ar_noise(1.5)
+    )
     solar = np.clip(10 * np.sin(day - np.pi / 2), 0, None) * (1 + 0.2 * np.sin(week / 3)) + ar_noise(0.6, 0.5)
     temperature = 20 + 6 * np.sin(day - 2.0) + 0.3 * np.roll(load - load.mean(), 3) + ar_noise(0.8, 0.9)
     return pd.DataFrame(

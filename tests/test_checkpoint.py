@@ -1,12 +1,11 @@
 import pytest
 import torch
+from helpers import tiny_config
 
 from tsformer.checkpoint import load_checkpoint, save_checkpoint
 from tsformer.errors import CheckpointError
 from tsformer.predict import predict
 from tsformer.train import train
-
-from helpers import tiny_config
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,9 @@
 import pandas as pd
 import pytest
+from helpers import TINY_FLAGS
 from typer.testing import CliRunner
 
 from tsformer.cli import app
-
-from helpers import TINY_FLAGS
 
 runner = CliRunner()
 

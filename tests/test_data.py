@@ -2,12 +2,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import make_frame, tiny_config, write_csv
 
 from tsformer.config import DataConfig
 from tsformer.data import Scaler, make_windows, prepare, read_series, split_borders, window_target_starts
 from tsformer.errors import DataError
-
-from helpers import make_frame, tiny_config, write_csv
 
 
 def test_reads_time_column_frequency_and_numeric_targets(tmp_path):

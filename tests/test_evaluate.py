@@ -3,12 +3,11 @@ import json
 import numpy as np
 import pytest
 import torch
+from helpers import tiny_config
 
 from tsformer.evaluate import evaluate, format_report
 from tsformer.metrics import mase_scale, repeat_last, score, season_length, seasonal_naive
 from tsformer.train import train
-
-from helpers import tiny_config
 
 
 def test_baselines():

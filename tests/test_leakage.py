@@ -1,14 +1,13 @@
 import numpy as np
 import pytest
 import torch
+from helpers import tiny_config
 
 from tsformer.config import ModelConfig
 from tsformer.data import Scaler, prepare
 from tsformer.errors import LeakageError
 from tsformer.leakage import check_model, check_scaler, check_windows, require_passed
 from tsformer.model import Forecaster, attention, normalisation
-
-from helpers import tiny_config
 
 CONFIGS = [
     dict(patch_len=4),

@@ -1,13 +1,12 @@
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import make_frame, tiny_config, write_csv
 
 from tsformer.checkpoint import load_checkpoint
 from tsformer.errors import DataError
 from tsformer.predict import predict
 from tsformer.train import train
-
-from helpers import make_frame, tiny_config, write_csv
 
 
 @pytest.fixture(scope="module")

@@ -175,9 +175,7 @@ def test_ctrl_c_before_any_epoch_says_nothing_was_saved(series_csv, tmp_path, mo
     run = tmp_path / "run"
     result = CliRunner().invoke(app, [*_train_argv(series_csv, run), "--quiet"])
     assert result.exit_code == 130
-    assert result.output.strip() == (
-        "Error: training stopped during epoch 1; no epoch was saved, so start again"
-    )
+    assert result.output.strip() == ("Error: training stopped during epoch 1; no epoch was saved, so start again")
 
 
 def _nan_from(monkeypatch, method: str, call: int) -> None:

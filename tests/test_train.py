@@ -3,14 +3,13 @@ import dataclasses
 import pandas as pd
 import pytest
 import torch
+from helpers import tiny_config
 
 import tsformer.train as train_module
 from tsformer.checkpoint import load_checkpoint
 from tsformer.errors import ConfigError, LeakageError
 from tsformer.schedule import lr_at
 from tsformer.train import train
-
-from helpers import tiny_config
 
 
 def test_schedule_warms_up_then_decays_to_the_floor():

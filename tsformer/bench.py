@@ -21,8 +21,13 @@ from tsformer.train import train
 REFERENCE = Path(__file__).resolve().parent.parent / "benchmarks" / "published_etth1.csv"
 
 
-def run_benchmark(config_path: str | Path, runs_dir: str | Path, results_dir: str | Path,
-                  data_dir: str | Path | None = None, show_progress: bool = True) -> dict:
+def run_benchmark(
+    config_path: str | Path,
+    runs_dir: str | Path,
+    results_dir: str | Path,
+    data_dir: str | Path | None = None,
+    show_progress: bool = True,
+) -> dict:
     """Train from `config_path` into runs_dir/<name>, score the test split, check leakage, write JSON."""
     config_path = Path(config_path)
     name = config_path.stem
@@ -85,10 +90,17 @@ def write_table(results_dir: Path, dataset: str) -> Path:
         )
     reference = _reference_rows(dataset)
     if reference:
-        lines += ["", "## Published results (as reported; several drop the last incomplete test batch)", "",
-                  "| model | lookback | horizon | MSE | MAE | source |", "|---|---|---|---|---|---|"]
-        lines += [f"| {r['model']} | {r['lookback']} | {r['horizon']} | {r['mse']} | {r['mae']} | {r['source']} |"
-                  for r in reference]
+        lines += [
+            "",
+            "## Published results (as reported; several drop the last incomplete test batch)",
+            "",
+            "| model | lookback | horizon | MSE | MAE | source |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['model']} | {r['lookback']} | {r['horizon']} | {r['mse']} | {r['mae']} | {r['source']} |"
+            for r in reference
+        ]
     path = results_dir / f"{dataset}.md"
     path.write_text("\n".join(lines) + "\n")
     return path

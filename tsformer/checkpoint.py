@@ -50,7 +50,9 @@ class Checkpoint:
         try:
             model.load_state_dict(self.model_state)
         except RuntimeError as exc:
-            raise CheckpointError(f"checkpoint weights do not fit its own config ({str(exc).splitlines()[0]})") from None
+            raise CheckpointError(
+                f"checkpoint weights do not fit its own config ({str(exc).splitlines()[0]})"
+            ) from None
         model.eval()
         return model
 
@@ -101,8 +103,20 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         with warnings.catch_warnings():  # torch warns about foreign pickle protocols before refusing them
             warnings.simplefilter("ignore")
             payload = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError, AttributeError,
-            TypeError, KeyError, IndexError, OSError, UnicodeDecodeError, MemoryError) as exc:
+    except (
+        pickle.UnpicklingError,
+        RuntimeError,
+        EOFError,
+        zipfile.BadZipFile,
+        ValueError,
+        AttributeError,
+        TypeError,
+        KeyError,
+        IndexError,
+        OSError,
+        UnicodeDecodeError,
+        MemoryError,
+    ) as exc:
         raise CheckpointError(
             f"{path} is not a loadable tsformer checkpoint (corrupt, truncated, or holding code: "
             f"{_load_failure(exc)}); retrain or use the original file"
@@ -130,7 +144,9 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             package_version=str(payload.get("package_version", "")),
         )
     except (KeyError, TypeError, ValueError, TsformerError) as exc:
-        raise CheckpointError(f"{path} is a damaged tsformer checkpoint ({exc}); retrain or use the original file") from None
+        raise CheckpointError(
+            f"{path} is a damaged tsformer checkpoint ({exc}); retrain or use the original file"
+        ) from None
 
 
 def _load_failure(exc: Exception) -> str:
@@ -149,7 +165,9 @@ def resolve_checkpoint(run: str | Path) -> Path:
     if run.is_dir():
         path = run / MODEL_FILE
         if not path.is_file():
-            raise CheckpointError(f"run folder {run} has no {MODEL_FILE}; train into it first (tsformer train ... --out {run})")
+            raise CheckpointError(
+                f"run folder {run} has no {MODEL_FILE}; train into it first (tsformer train ... --out {run})"
+            )
         return path
     if run.is_file():
         return run

@@ -6,8 +6,8 @@ import functools
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 import typer
 
@@ -55,21 +55,29 @@ def main_options(
 @app.command()
 @domain_errors
 def train(
-    csv: Optional[Path] = typer.Argument(None, help="CSV with a time column and numeric columns."),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML config; flags override it."),
+    csv: Path | None = typer.Argument(None, help="CSV with a time column and numeric columns."),
+    config: Path | None = typer.Option(None, "--config", "-c", help="YAML config; flags override it."),
     out: Path = typer.Option(Path("runs/latest"), "--out", "-o", help="Run folder to create."),
-    target: list[str] = typer.Option([], "--target", "-t", help="Column to forecast (repeatable); default: all numeric."),
-    time_col: Optional[str] = typer.Option(None, "--time-col", help="Time column (default: found by name)."),
-    context_len: Optional[int] = typer.Option(None, "--context-len", help="Input steps the model sees."),
-    horizon: Optional[int] = typer.Option(None, "--horizon", help="Steps to forecast."),
-    epochs: Optional[int] = typer.Option(None, "--epochs", help="Maximum epochs."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (exactly reproducible on CPU)."),
-    freq: Optional[str] = typer.Option(None, "--freq", help="State the frequency (h, D, 15min, ...) instead of inferring it."),
+    target: list[str] = typer.Option(
+        [], "--target", "-t", help="Column to forecast (repeatable); default: all numeric."
+    ),
+    time_col: str | None = typer.Option(None, "--time-col", help="Time column (default: found by name)."),
+    context_len: int | None = typer.Option(None, "--context-len", help="Input steps the model sees."),
+    horizon: int | None = typer.Option(None, "--horizon", help="Steps to forecast."),
+    epochs: int | None = typer.Option(None, "--epochs", help="Maximum epochs."),
+    seed: int | None = typer.Option(None, "--seed", help="Random seed (exactly reproducible on CPU)."),
+    freq: str | None = typer.Option(
+        None, "--freq", help="State the frequency (h, D, 15min, ...) instead of inferring it."
+    ),
     sort: bool = typer.Option(False, "--sort", help="Accept unsorted rows by sorting on the time column."),
-    fill: Optional[str] = typer.Option(None, "--fill", help="Fill NaN/inf cells: ffill, interpolate or zero."),
+    fill: str | None = typer.Option(None, "--fill", help="Fill NaN/inf cells: ffill, interpolate or zero."),
     overrides: list[str] = typer.Option([], "--set", help="Override any config key: --set train.lr=3e-4 (repeatable)."),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Where to find a CSV given by bare file name "
-                                            "(default: $TSFORMER_DATA_DIR, then ../shared/data, then the cache)."),
+    data_dir: Path | None = typer.Option(
+        None,
+        "--data-dir",
+        help="Where to find a CSV given by bare file name "
+        "(default: $TSFORMER_DATA_DIR, then ../shared/data, then the cache).",
+    ),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its last checkpoint."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing run folder."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
@@ -82,12 +90,23 @@ def train(
     from tsformer.datasets import resolve_data_path
     from tsformer.train import train as run_training
 
-    if resume and (csv or config or target or overrides or any(
-            v is not None for v in (time_col, context_len, horizon, epochs, seed, freq, fill))):
+    if resume and (
+        csv
+        or config
+        or target
+        or overrides
+        or any(v is not None for v in (time_col, context_len, horizon, epochs, seed, freq, fill))
+    ):
         fail(f"--resume continues {out} with its saved config; drop the other options (keep --out)")
     flags = {
-        "data": {"path": str(csv) if csv else None, "time_col": time_col, "freq": freq, "fill": fill,
-                 "sort": True if sort else None, "targets": list(target) or None},
+        "data": {
+            "path": str(csv) if csv else None,
+            "time_col": time_col,
+            "freq": freq,
+            "fill": fill,
+            "sort": True if sort else None,
+            "targets": list(target) or None,
+        },
         "model": {"context_len": context_len, "horizon": horizon},
         "train": {"epochs": epochs, "seed": seed},
     }
@@ -109,7 +128,7 @@ def train(
 @domain_errors
 def evaluate(
     run: Path = typer.Argument(..., help="Run folder (or its model.pt)."),
-    csv: Optional[Path] = typer.Option(None, "--csv", help="Evaluate on this CSV instead of the training CSV."),
+    csv: Path | None = typer.Option(None, "--csv", help="Evaluate on this CSV instead of the training CSV."),
 ) -> None:
     """Score the model on every test window, beside repeat-last and seasonal-naive baselines.
 
@@ -127,8 +146,8 @@ def evaluate(
 def predict(
     run: Path = typer.Argument(..., help="Run folder (or its model.pt)."),
     csv: Path = typer.Argument(..., help="CSV whose last rows are the history to forecast from."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the forecast CSV here (default: stdout)."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of recent history and the forecast."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write the forecast CSV here (default: stdout)."),
+    plot: Path | None = typer.Option(None, "--plot", help="Write a PNG of recent history and the forecast."),
 ) -> None:
     """Forecast the next horizon steps after the CSV's last row, in original units.
 
@@ -157,7 +176,7 @@ def predict(
 @domain_errors
 def check(
     run: Path = typer.Argument(..., help="Run folder (or its model.pt)."),
-    csv: Optional[Path] = typer.Option(None, "--csv", help="CSV for the data checks (default: the training CSV)."),
+    csv: Path | None = typer.Option(None, "--csv", help="CSV for the data checks (default: the training CSV)."),
 ) -> None:
     """Prove the trained model and its data pipeline cannot see the future; exit 1 if any check fails.
 
@@ -181,7 +200,7 @@ def check(
 @domain_errors
 def bench(
     configs: list[Path] = typer.Argument(..., help="Benchmark configs, e.g. configs/etth1_96.yaml."),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder holding the datasets."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Folder holding the datasets."),
     runs_dir: Path = typer.Option(Path("runs/bench"), "--runs-dir", help="Where the benchmark runs go."),
     results_dir: Path = typer.Option(Path("benchmarks/results"), "--results-dir", help="Where results are written."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
@@ -196,7 +215,8 @@ def bench(
         r = run_benchmark(config, runs_dir, results_dir, data_dir, show_progress=not quiet)
         typer.echo(
             f"{r['name']}: test MSE {r['test']['model']['mse']:.4f} MAE {r['test']['model']['mae']:.4f} "
-            f"(repeat-last {r['test']['repeat_last']['mse']:.4f}, seasonal-naive {r['test']['seasonal_naive']['mse']:.4f}) "
+            f"(repeat-last {r['test']['repeat_last']['mse']:.4f}, "
+            f"seasonal-naive {r['test']['seasonal_naive']['mse']:.4f}) "
             f"on {r['n_test_windows']} windows; trained {r['train_wall_seconds']:.0f} s, {r['epochs_run']} epochs, "
             f"peak RSS {r['peak_rss_mib']:.0f} MiB; leakage checks {'pass' if r['leakage_checks_passed'] else 'FAIL'}"
         )
@@ -208,7 +228,9 @@ app.add_typer(datasets_app, name="datasets")
 
 @datasets_app.command("list")
 @domain_errors
-def datasets_list(data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Folder holding the datasets.")) -> None:
+def datasets_list(
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Folder holding the datasets."),
+) -> None:
     """List the registered datasets and where each is found.
 
     Example: tsformer datasets list
@@ -225,7 +247,7 @@ def datasets_list(data_dir: Optional[Path] = typer.Option(None, "--data-dir", he
 @domain_errors
 def datasets_fetch(
     name: str = typer.Argument(..., help="Dataset name, e.g. etth1."),
-    dest: Optional[Path] = typer.Option(None, "--dest", help="Folder to download into (default: the cache)."),
+    dest: Path | None = typer.Option(None, "--dest", help="Folder to download into (default: the cache)."),
 ) -> None:
     """Download a dataset into the cache and verify its checksum.
 

@@ -30,13 +30,16 @@ REGISTRY = {
     d.name: d
     for d in (
         Dataset(
-            "etth1", "ETTh1.csv",
+            "etth1",
+            "ETTh1.csv",
             "https://raw.githubusercontent.com/zhouhaoyi/ETDataset/main/ETT-small/ETTh1.csv",
             "f18de3ad269cef59bb07b5438d79bb3042d3be49bdeecf01c1cd6d29695ee066",
             "Electricity Transformer Temperature, hourly, 7 columns, 17420 rows (CC BY-ND 4.0, ETDataset)",
         ),
         Dataset(
-            "illness", "national_illness.csv", "",
+            "illness",
+            "national_illness.csv",
+            "",
             "8594cecb98c6f2f9dc014eca11c4d5d1e38ad5ce6ed0592d4abe65b146fce395",
             "US CDC weekly influenza-like illness, 7 columns, 966 rows (from the Autoformer benchmark bundle)",
         ),

@@ -99,8 +99,14 @@ def _plot_windows(contexts, truth, forecast, data: Prepared, path: Path) -> None
     def original(x: torch.Tensor) -> np.ndarray:
         return x[picks, :, j].numpy() * std + mean
 
-    plot_windows(original(contexts), original(truth), original(forecast), data.frame.columns[j],
-                 [int(starts[i]) for i in picks], path)
+    plot_windows(
+        original(contexts),
+        original(truth),
+        original(forecast),
+        data.frame.columns[j],
+        [int(starts[i]) for i in picks],
+        path,
+    )
 
 
 def format_report(report: EvalReport) -> str:
@@ -109,14 +115,19 @@ def format_report(report: EvalReport) -> str:
         f"test windows: {report.n_windows} (every window, stride 1)   context_len {report.context_len}   "
         f"horizon {report.horizon}   season {report.season}",
         "",
-        f"{'forecaster':<16}{'MSE':>9}{'MAE':>9}{'MAE orig':>12}{'RMSE orig':>12}{'MASE':>8}   (MSE/MAE on scaled values)",
+        f"{'forecaster':<16}{'MSE':>9}{'MAE':>9}{'MAE orig':>12}{'RMSE orig':>12}{'MASE':>8}"
+        "   (MSE/MAE on scaled values)",
     ]
     for name, s in report.scores.items():
         m = s["mean"]
-        lines.append(f"{name:<16}{m['mse']:>9.4f}{m['mae']:>9.4f}{m['mae_original']:>12.4g}"
-                     f"{m['rmse_original']:>12.4g}{m['mase']:>8.3f}")
+        lines.append(
+            f"{name:<16}{m['mse']:>9.4f}{m['mae']:>9.4f}{m['mae_original']:>12.4g}"
+            f"{m['rmse_original']:>12.4g}{m['mase']:>8.3f}"
+        )
     lines += ["", "model per column:"]
     for column, m in report.scores["model"]["per_column"].items():
-        lines.append(f"  {column[:14]:<14}{m['mse']:>9.4f}{m['mae']:>9.4f}{m['mae_original']:>12.4g}"
-                     f"{m['rmse_original']:>12.4g}{m['mase']:>8.3f}")
+        lines.append(
+            f"  {column[:14]:<14}{m['mse']:>9.4f}{m['mae']:>9.4f}{m['mae_original']:>12.4g}"
+            f"{m['rmse_original']:>12.4g}{m['mase']:>8.3f}"
+        )
     return "\n".join(lines)

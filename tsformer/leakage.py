@@ -66,11 +66,19 @@ def check_model(model: Forecaster, n_checks: int = 16, seed: int = 0) -> list[Ch
         worst_grad = max(worst_grad, grad[:, ends[k] :].abs().max().item())
     where = f"over {len(positions)} of {probe.n_tokens} positions"
     results = [
-        CheckResult("model/forward", worst_forward <= TOLERANCE, worst_forward,
-                    f"outputs at or before t after changing inputs after t, {where}"),
+        CheckResult(
+            "model/forward",
+            worst_forward <= TOLERANCE,
+            worst_forward,
+            f"outputs at or before t after changing inputs after t, {where}",
+        ),
         CheckResult("model/gradient", worst_grad <= TOLERANCE, worst_grad, f"|d y<=t / d x>t|, {where}"),
-        CheckResult("model/sensitive", moved_later > TOLERANCE or not positions, moved_later,
-                    "later outputs do respond to those inputs (the probe is not vacuous)"),
+        CheckResult(
+            "model/sensitive",
+            moved_later > TOLERANCE or not positions,
+            moved_later,
+            "later outputs do respond to those inputs (the probe is not vacuous)",
+        ),
     ]
     return results + [check_padding(probe, generator)]
 
@@ -86,8 +94,12 @@ def check_padding(model: Forecaster, generator: torch.Generator) -> CheckResult:
     other[:, :-history] = 1e3 * torch.randn(other[:, :-history].shape, generator=generator, dtype=torch.float64)
     with torch.no_grad():
         change = (model.predict(x, pad_mask) - model.predict(other, pad_mask)).abs().max().item()
-    return CheckResult("model/padding", change <= TOLERANCE, change,
-                       f"forecast after changing the {cfg.context_len - history} padded steps")
+    return CheckResult(
+        "model/padding",
+        change <= TOLERANCE,
+        change,
+        f"forecast after changing the {cfg.context_len - history} padded steps",
+    )
 
 
 def check_scaler(values: np.ndarray, borders: SplitBorders, scaler: Scaler) -> CheckResult:
@@ -95,11 +107,14 @@ def check_scaler(values: np.ndarray, borders: SplitBorders, scaler: Scaler) -> C
     refit = Scaler.fit(values[: borders.train_end])
     change = float(max(np.abs(refit.mean - scaler.mean).max(), np.abs(refit.std - scaler.std).max()))
     tolerance = 1e-5 * float(max(1.0, np.abs(refit.mean).max(), refit.std.max()))
-    return CheckResult("data/scaler", change <= tolerance, change,
-                       f"scaler vs. statistics of training rows 0..{borders.train_end - 1}")
+    return CheckResult(
+        "data/scaler", change <= tolerance, change, f"scaler vs. statistics of training rows 0..{borders.train_end - 1}"
+    )
 
 
-def check_windows(timestamps: pd.DatetimeIndex, borders: SplitBorders, context_len: int, horizon: int) -> list[CheckResult]:
+def check_windows(
+    timestamps: pd.DatetimeIndex, borders: SplitBorders, context_len: int, horizon: int
+) -> list[CheckResult]:
     """Run the real windowing on row numbers: targets stay in their split, after their inputs, and
     no target timestamp belongs to two splits."""
     rows = torch.arange(borders.test_end, dtype=torch.int64).unsqueeze(1)  # (n_rows, 1) row ids as values
@@ -119,10 +134,15 @@ def check_windows(timestamps: pd.DatetimeIndex, borders: SplitBorders, context_l
         for b in SPLITS[i + 1 :]:
             shared += len(np.intersect1d(timestamps[target_rows[a]].asi8, timestamps[target_rows[b]].asi8))
     return [
-        CheckResult("data/window", worst_overlap == 0, float(worst_overlap),
-                    "steps a window's target shares with its own input"),
-        CheckResult("data/splits", shared == 0 and outside == 0, float(shared + outside),
-                    f"target timestamps in two splits ({shared}) or outside their split ({outside})"),
+        CheckResult(
+            "data/window", worst_overlap == 0, float(worst_overlap), "steps a window's target shares with its own input"
+        ),
+        CheckResult(
+            "data/splits",
+            shared == 0 and outside == 0,
+            float(shared + outside),
+            f"target timestamps in two splits ({shared}) or outside their split ({outside})",
+        ),
     ]
 
 

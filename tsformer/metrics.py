@@ -45,8 +45,9 @@ def mase_scale(train_values: np.ndarray, season: int) -> np.ndarray:
     return np.where(scale > 0, scale, 1.0)
 
 
-def score(forecast: np.ndarray, truth: np.ndarray, std: np.ndarray, columns: tuple[str, ...],
-          mase_denominator: np.ndarray) -> dict:
+def score(
+    forecast: np.ndarray, truth: np.ndarray, std: np.ndarray, columns: tuple[str, ...], mase_denominator: np.ndarray
+) -> dict:
     """Metrics of scaled (N, H, C) forecasts: MSE/MAE scaled, MAE/RMSE original units, MASE; per column and mean."""
     error = forecast - truth  # scaled units
     error_orig = error * std  # original units (the mean cancels)

@@ -34,11 +34,12 @@ def plot_history(history: pd.DataFrame, path: Path) -> None:
     _save(fig, path)
 
 
-def plot_windows(context: np.ndarray, truth: np.ndarray, forecast: np.ndarray, column: str,
-                 starts: list[int], path: Path) -> None:
+def plot_windows(
+    context: np.ndarray, truth: np.ndarray, forecast: np.ndarray, column: str, starts: list[int], path: Path
+) -> None:
     """A few test windows of one column: history, truth and forecast, each (n, steps)."""
     fig, axes = plt.subplots(len(starts), 1, figsize=(8, 2.2 * len(starts)), squeeze=False, constrained_layout=True)
-    for ax, i, start in zip(axes[:, 0], range(len(starts)), starts):
+    for i, (ax, start) in enumerate(zip(axes[:, 0], starts, strict=True)):
         L, H = context.shape[1], truth.shape[1]
         ax.plot(range(-L, 0), context[i], color="black", linewidth=0.8, label="history")
         ax.plot(range(H), truth[i], color="tab:green", label="truth")
@@ -52,8 +53,10 @@ def plot_windows(context: np.ndarray, truth: np.ndarray, forecast: np.ndarray, c
 def plot_forecast(history: pd.DataFrame, forecast: pd.DataFrame, path: Path) -> None:
     """Recent history and the forecast, one panel per column; both indexed by timestamp."""
     columns = list(forecast.columns)
-    fig, axes = plt.subplots(len(columns), 1, figsize=(9, 2.2 * len(columns)), squeeze=False, sharex=True, constrained_layout=True)
-    for ax, name in zip(axes[:, 0], columns):
+    fig, axes = plt.subplots(
+        len(columns), 1, figsize=(9, 2.2 * len(columns)), squeeze=False, sharex=True, constrained_layout=True
+    )
+    for ax, name in zip(axes[:, 0], columns, strict=True):
         ax.plot(history.index, history[name], color="black", linewidth=0.8, label="history")
         ax.plot(forecast.index, forecast[name], color="tab:red", label="forecast")
         ax.set_ylabel(name, fontsize=8)

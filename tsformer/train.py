@@ -62,8 +62,9 @@ def resolve(cfg: Config) -> Config:
     return with_data_path(cfg, Path(cfg.data.path).resolve())
 
 
-def train(cfg: Config, out_dir: str | Path, resume: bool = False, overwrite: bool = False,
-          show_progress: bool = True) -> TrainResult:
+def train(
+    cfg: Config, out_dir: str | Path, resume: bool = False, overwrite: bool = False, show_progress: bool = True
+) -> TrainResult:
     out_dir = Path(out_dir)
     previous = load_checkpoint(out_dir / LAST_FILE) if resume else None
     cfg = previous.config if previous else resolve(cfg)
@@ -154,8 +155,16 @@ def _restore(previous: Checkpoint, model: Forecaster, optimizer: torch.optim.Opt
 class _Runner:
     """The epoch loop: one instance per call of `train`."""
 
-    def __init__(self, cfg: Config, data: Prepared, model: Forecaster, optimizer: torch.optim.Optimizer,
-                 out_dir: Path, ctx: distributed.Dist, show_progress: bool):
+    def __init__(
+        self,
+        cfg: Config,
+        data: Prepared,
+        model: Forecaster,
+        optimizer: torch.optim.Optimizer,
+        out_dir: Path,
+        ctx: distributed.Dist,
+        show_progress: bool,
+    ):
         self.cfg, self.data, self.model, self.optimizer = cfg, data, model, optimizer
         self.out_dir, self.ctx = out_dir, ctx
         self.wrapped = distributed.wrap(model, ctx)
@@ -183,8 +192,9 @@ class _Runner:
                 f"Resume with: tsformer train --resume --out {self.out_dir}"
             ) from None
 
-    def _train_epoch(self, state: LoopState, train_windows: torch.Tensor, total_steps: int, started: float,
-                     progress: Progress) -> tuple[float, float]:
+    def _train_epoch(
+        self, state: LoopState, train_windows: torch.Tensor, total_steps: int, started: float, progress: Progress
+    ) -> tuple[float, float]:
         """One pass over this rank's share of the windows, in an order fixed by (seed, epoch)."""
         tc = self.cfg.train
         epoch = state.epoch + 1
@@ -203,13 +213,16 @@ class _Runner:
                 break
         return sum(losses) / len(losses), lr
 
-    def _end_epoch(self, state: LoopState, train_loss: float, lr: float, val_loss: float, started: float,
-                   progress: Progress) -> None:
+    def _end_epoch(
+        self, state: LoopState, train_loss: float, lr: float, val_loss: float, started: float, progress: Progress
+    ) -> None:
         """Early-stopping bookkeeping, history, checkpoints."""
         epoch = state.epoch + 1
         if not math.isfinite(val_loss):
-            raise TrainingError(f"the validation loss became {val_loss} at epoch {epoch}; {self._kept()}. "
-                                "Lower the learning rate (--set train.lr=...) or check the data")
+            raise TrainingError(
+                f"the validation loss became {val_loss} at epoch {epoch}; {self._kept()}. "
+                "Lower the learning rate (--set train.lr=...) or check the data"
+            )
         state.epoch = epoch
         state.train_seconds = time.monotonic() - started
         improved = val_loss < state.best_val
@@ -218,8 +231,9 @@ class _Runner:
         else:
             state.bad_epochs += 1
         state.finished = state.finished or state.bad_epochs >= self.cfg.train.patience or epoch == self.cfg.train.epochs
-        state.history.append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss, "lr": lr,
-                              "seconds": state.train_seconds})
+        state.history.append(
+            {"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss, "lr": lr, "seconds": state.train_seconds}
+        )
         self._save(state, improved)
         progress.epoch(epoch, train_loss, val_loss, lr, improved)
 
@@ -279,8 +293,11 @@ class _Runner:
             return
         if improved:
             save_checkpoint(self._checkpoint(None), self.out_dir / MODEL_FILE)
-        train_state = {"optimizer": self.optimizer.state_dict(), "rng": torch.get_rng_state(),
-                       "loop": dataclasses.asdict(state)}
+        train_state = {
+            "optimizer": self.optimizer.state_dict(),
+            "rng": torch.get_rng_state(),
+            "loop": dataclasses.asdict(state),
+        }
         save_checkpoint(self._checkpoint(train_state), self.out_dir / LAST_FILE)
         self.saved_epoch = state.epoch
         pd.DataFrame(state.history).to_csv(self.out_dir / "history.csv", index=False)

@@ -21,7 +21,6 @@ NEWLINE = re.compile(r"\r\n|\r|\n")  # the line ends pandas splits on
 
 
 def read_table(path: Path) -> tuple[pd.DataFrame, str]:
-
     """The table (index: line of the file) and the delimiter it was read with."""
     text, complete = _read_head(path)
     lines = NEWLINE.split(text)

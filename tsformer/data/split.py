@@ -47,9 +47,7 @@ def split_borders(cfg: DataConfig, timestamps: pd.DatetimeIndex, context_len: in
         cumulative = np.cumsum(cfg.split_ratios)
         ends = [min(n_rows, int(round(n_rows * r))) for r in cumulative]
     if not (0 < ends[0] < ends[1] < ends[2] <= n_rows):
-        raise DataError(
-            f"split borders {ends} must increase and stay within the {n_rows} rows; fix data.split_borders"
-        )
+        raise DataError(f"split borders {ends} must increase and stay within the {n_rows} rows; fix data.split_borders")
     borders = SplitBorders(*ends)
     _check_room(borders, context_len, horizon)
     return borders
@@ -85,7 +83,7 @@ class Scaler:
     std: np.ndarray  # (n_series,)
 
     @classmethod
-    def fit(cls, train_values: np.ndarray) -> "Scaler":
+    def fit(cls, train_values: np.ndarray) -> Scaler:
         mean = train_values.mean(axis=0, dtype=np.float64)
         std = train_values.std(axis=0, dtype=np.float64)
         std = np.where(std > 1e-12, std, 1.0)
@@ -101,7 +99,7 @@ class Scaler:
         return {"mean": self.mean.tolist(), "std": self.std.tolist()}
 
     @classmethod
-    def from_dict(cls, raw: dict[str, list[float]]) -> "Scaler":
+    def from_dict(cls, raw: dict[str, list[float]]) -> Scaler:
         return cls(mean=np.asarray(raw["mean"], dtype=np.float32), std=np.asarray(raw["std"], dtype=np.float32))
 
 

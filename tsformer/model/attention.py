@@ -28,7 +28,10 @@ def attention_mask(token_real: torch.Tensor) -> torch.Tensor:
 
 
 def scaled_dot_product(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
     dropout: nn.Module | None = None,
 ) -> torch.Tensor:
     """The formula: masked scores set to -inf before a row-wise softmax, then weights · V."""

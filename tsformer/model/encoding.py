@@ -31,7 +31,9 @@ class PatchProjection(nn.Module):
         self.linear = nn.Linear(self.in_features, d_model)
         nn.init.normal_(self.linear.weight, std=1.0 / math.sqrt(self.in_features))
 
-    def forward(self, patches: torch.Tensor, patch_mask: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, patches: torch.Tensor, patch_mask: torch.Tensor, extra: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """patches (N, T, P, c), patch_mask (N, T, P) bool, extra (N, T, n_extra) -> (N, T, d_model)."""
         n, t, p, c = patches.shape
         real = patch_mask.to(patches.dtype)

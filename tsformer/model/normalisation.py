@@ -7,7 +7,9 @@ import torch
 EPS = 1e-5
 
 
-def instance_stats(values: torch.Tensor, mask: torch.Tensor, patch_len: int, norm: str) -> tuple[torch.Tensor, torch.Tensor]:
+def instance_stats(
+    values: torch.Tensor, mask: torch.Tensor, patch_len: int, norm: str
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token mean and std, (N, T, c) each, from values (N, T*P, c) and mask (N, T*P) bool.
 
     prefix: statistics of all real steps up to the end of each token (running statistics).
