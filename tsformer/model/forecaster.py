@@ -119,7 +119,8 @@ class Forecaster(nn.Module):
         self.n_tokens = cfg.n_tokens
         self.pad_len = self.n_tokens * cfg.patch_len - cfg.context_len  # left pad to whole patches
         self.token_channels = 1 if cfg.channel_independent else n_series
-        n_extra = 2 * self.token_channels if cfg.stats_features and cfg.norm != "none" else 0
+        self.stats_features = cfg.stats_features and cfg.norm != "none"
+        n_extra = 2 * self.token_channels if self.stats_features else 0
         self.projection = PatchProjection(cfg.patch_len, self.token_channels, cfg.d_model, n_extra)
         self.register_buffer("positional_encoding", sinusoidal_encoding(self.n_tokens, cfg.d_model), persistent=False)
         self.input_dropout = nn.Dropout(cfg.dropout)
@@ -142,38 +143,45 @@ class Forecaster(nn.Module):
         b, length, c = x.shape
         if length != self.cfg.context_len or c != self.n_series:
             raise ValueError(f"expected (B, {self.cfg.context_len}, {self.n_series}) input, got {tuple(x.shape)}")
-        p, t, h = self.cfg.patch_len, self.n_tokens, self.cfg.horizon
-        if pad_mask is None:
-            pad_mask = torch.ones(b, length, dtype=torch.bool, device=x.device)
-        x = torch.where(pad_mask.unsqueeze(-1), x, torch.zeros((), dtype=x.dtype, device=x.device))
-        x = F.pad(x, (0, 0, self.pad_len, 0))  # (B, T*P, C)
-        mask = F.pad(pad_mask, (self.pad_len, 0), value=False)  # (B, T*P)
-        if self.cfg.channel_independent:
-            series = x.permute(0, 2, 1).reshape(b * c, t * p, 1)  # (B*C, T*P, 1)
-            mask = mask.repeat_interleave(c, dim=0)  # (B*C, T*P)
-        else:
-            series = x  # (B, T*P, C)
-        n, k = series.shape[0], self.token_channels
-        mean, std = normalisation.instance_stats(series, mask, p, self.cfg.norm)  # (N, T, k) each
-        patches = series.view(n, t, p, k)  # (N, T, P, k)
-        patches = (patches - mean.unsqueeze(2)) / std.unsqueeze(2)
-        patch_mask = mask.view(n, t, p)  # (N, T, P)
-        extra = None
-        if self.projection.in_features > p * (k + 1):  # each token's own statistics, so levels stay comparable
-            token_real = patch_mask.any(-1, keepdim=True).to(x.dtype)  # (N, T, 1)
-            extra = torch.cat([mean, std.log()], dim=-1) * token_real  # (N, T, 2k)
-        hidden = self.input_dropout(self.projection(patches, patch_mask, extra) + self.positional_encoding)  # (N, T, d)
-        token_real = patch_mask.any(-1)  # (N, T)
+        series, mask = self._sequences(x, pad_mask)  # (N, T*P, k), (N, T*P)
+        n, t, h, k = series.shape[0], self.n_tokens, self.cfg.horizon, self.token_channels
+        mean, std = normalisation.instance_stats(series, mask, self.cfg.patch_len, self.cfg.norm)  # (N, T, k) each
+        hidden, token_real = self._embed(series, mask, mean, std)  # (N, T, d), (N, T)
         attn_mask = attention_mask(token_real)  # (N, 1, T, T)
         for block in self.blocks:
             hidden = block(hidden, attn_mask)
-        out = self.head(self.final_norm(hidden), token_real).view(n, t, h, k)  # (N, T, H, k)
+        out = self.head(self.final_norm(hidden), token_real).view(n, t, h, k)  # (N, T, H, k), standardised
         if self.context_skip is not None:
             out = out + self.context_skip(series, mask, mean, std)
         out = out * std.unsqueeze(2) + mean.unsqueeze(2)
         if self.cfg.channel_independent:
             out = out.view(b, c, t, h).permute(0, 2, 3, 1)  # (B, T, H, C)
         return out
+
+    def _sequences(self, x: torch.Tensor, pad_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Zero the pads, left-pad to whole patches, split channels if independent: (N, T*P, k), (N, T*P)."""
+        b, length, c = x.shape
+        if pad_mask is None:
+            pad_mask = torch.ones(b, length, dtype=torch.bool, device=x.device)
+        x = torch.where(pad_mask.unsqueeze(-1), x, torch.zeros((), dtype=x.dtype, device=x.device))
+        x = F.pad(x, (0, 0, self.pad_len, 0))  # (B, T*P, C)
+        mask = F.pad(pad_mask, (self.pad_len, 0), value=False)  # (B, T*P)
+        if not self.cfg.channel_independent:
+            return x, mask
+        steps = x.shape[1]
+        return x.permute(0, 2, 1).reshape(b * c, steps, 1), mask.repeat_interleave(c, dim=0)  # (B*C, T*P, 1)
+
+    def _embed(self, series: torch.Tensor, mask: torch.Tensor, mean: torch.Tensor, std: torch.Tensor):
+        """X = projection(standardised patches, their pad mask[, token statistics]) + PE: (N, T, d), (N, T)."""
+        n, t, p, k = series.shape[0], self.n_tokens, self.cfg.patch_len, self.token_channels
+        patches = (series.view(n, t, p, k) - mean.unsqueeze(2)) / std.unsqueeze(2)  # (N, T, P, k)
+        patch_mask = mask.view(n, t, p)  # (N, T, P)
+        token_real = patch_mask.any(-1)  # (N, T)
+        extra = None
+        if self.stats_features:  # each token's own statistics, so levels stay comparable across tokens
+            extra = torch.cat([mean, std.log()], dim=-1) * token_real.unsqueeze(-1).to(series.dtype)  # (N, T, 2k)
+        hidden = self.projection(patches, patch_mask, extra) + self.positional_encoding
+        return self.input_dropout(hidden), token_real
 
     def split_window(self, window: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """window (B, context_len + horizon, C) -> context (B, L, C), every token's target (B, T, H, C)."""
