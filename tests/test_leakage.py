@@ -16,6 +16,7 @@ CONFIGS = [
     dict(patch_len=4, channel_independent=False),
     dict(patch_len=4, norm="first_patch"),
     dict(patch_len=4, norm="none", attention="explicit"),
+    dict(patch_len=4, head="token", context_skip=False, stats_features=False),
 ]
 
 
