@@ -7,11 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import TINY_FLAGS
 
 from tsformer.checkpoint import load_checkpoint
 from tsformer.leakage import check_model
-
-from helpers import TINY_FLAGS
 
 TORCHRUN = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
 
