@@ -63,3 +63,15 @@ def test_domain_errors_are_one_line_with_exit_code_2(tmp_path):
     assert result.exit_code == 2
     assert result.output.strip().startswith("Error: file")
     assert "Traceback" not in result.output and not (tmp_path / "run").exists()
+
+
+def test_unwritable_outputs_are_one_line_errors(tiny_csv, tmp_path):
+    run = tmp_path / "run"
+    runner.invoke(app, ["train", str(tiny_csv), "--out", str(run), "--quiet", *TINY_FLAGS])
+    result = runner.invoke(app, ["predict", str(run), str(tiny_csv), "--out", str(tmp_path / "no" / "f.csv")])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.output.startswith("Error: --out") and "does not exist" in result.output
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    result = runner.invoke(app, ["train", str(tiny_csv), "--out", str(blocker / "run"), "--quiet", *TINY_FLAGS])
+    assert result.exit_code == 2 and result.output.startswith("Error: ") and "Traceback" not in result.output

@@ -65,3 +65,11 @@ def test_an_existing_run_is_not_overwritten(tiny_csv, tmp_path):
     with pytest.raises(ConfigError, match="already exists.*--overwrite"):
         train(cfg, tmp_path / "run", show_progress=False)
     train(cfg, tmp_path / "run", overwrite=True, show_progress=False)
+
+
+def test_resume_removes_temp_files_of_interrupted_saves(tiny_csv, tmp_path):
+    train(tiny_config(tiny_csv), tmp_path / "run", show_progress=False)
+    stale = tmp_path / "run" / ".last.pt.k1ll3d.tmp"
+    stale.write_bytes(b"half a checkpoint")
+    result = train(tiny_config(tiny_csv), tmp_path / "run", resume=True, show_progress=False)
+    assert not stale.exists() and result.epochs_run == 2

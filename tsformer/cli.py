@@ -41,6 +41,11 @@ def domain_errors(command: Callable) -> Callable:
             fail(str(exc), getattr(exc, "exit_code", 2))
         except KeyboardInterrupt:
             fail("interrupted; nothing more was written", 130)
+        except OSError as exc:  # the file system refused: a path, a permission, a full disk
+            if _debug["on"]:
+                traceback.print_exc()
+            where = f" ({exc.filename})" if exc.filename else ""
+            fail(f"{exc.strerror or exc}{where}; check the path, its permissions and the free disk space")
 
     return wrapper
 
@@ -156,6 +161,9 @@ def predict(
     from tsformer.checkpoint import load_checkpoint, resolve_checkpoint
     from tsformer.predict import forecast_frame, read_history
 
+    for path, flag in ((out, "--out"), (plot, "--plot")):
+        if path is not None and not path.resolve().parent.is_dir():
+            fail(f"{flag} {path}: folder {path.parent} does not exist; create it or choose another path")
     ckpt = load_checkpoint(resolve_checkpoint(run))
     history = read_history(ckpt, csv)
     forecast = forecast_frame(ckpt, history)

@@ -84,6 +84,8 @@ def train(
     state = LoopState()
     if previous is not None:
         state = _restore(previous, model, optimizer)
+        if ctx.is_main:
+            _remove_stale_temp_files(out_dir)
     elif ctx.is_main:
         out_dir.mkdir(parents=True, exist_ok=True)
         _remove_run_files(out_dir)
@@ -117,6 +119,14 @@ def train(
 def _remove_run_files(out_dir: Path) -> None:
     for name in RUN_FILES:
         (out_dir / name).unlink(missing_ok=True)
+    _remove_stale_temp_files(out_dir)
+
+
+def _remove_stale_temp_files(out_dir: Path) -> None:
+    """Temp files of checkpoint writes that a kill interrupted (the rename never happened)."""
+    for name in (MODEL_FILE, LAST_FILE):
+        for stale in out_dir.glob(f".{name}.*.tmp"):
+            stale.unlink(missing_ok=True)
 
 
 def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
