@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from tsformer.checkpoint import load_checkpoint, resolve_checkpoint
+from tsformer.config import with_data_path
 from tsformer.data import prepare
-from tsformer.leakage import CheckResult, check_model, check_scaler, check_windows
+from tsformer.leakage import CheckResult, check_data, check_model
 
 
 def check_run(run: str | Path, csv: str | Path | None = None, n_checks: int = 32) -> tuple[list[CheckResult], str]:
@@ -21,8 +21,9 @@ def check_run(run: str | Path, csv: str | Path | None = None, n_checks: int = 32
     path = Path(csv) if csv is not None else Path(cfg.data.path)
     if not path.is_file():
         return results, f"data checks skipped: {path} not found (pass --csv to run them)"
-    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, path=str(path)))
-    data = prepare(cfg, scaler=ckpt.scaler, columns=ckpt.columns, freq=ckpt.freq)
-    results.append(check_scaler(data.frame.values, ckpt.borders, ckpt.scaler))
-    results += check_windows(data.frame.timestamps, ckpt.borders, cfg.model.context_len, cfg.model.horizon)
+    data = prepare(with_data_path(cfg, path), scaler=ckpt.scaler, columns=ckpt.columns, freq=ckpt.freq)
+    frame = data.frame
+    results += check_data(
+        frame.values, frame.timestamps, ckpt.borders, ckpt.scaler, cfg.model.context_len, cfg.model.horizon
+    )
     return results, ""

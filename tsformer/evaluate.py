@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from tsformer.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint
+from tsformer.config import with_data_path
 from tsformer.data import Prepared, prepare
 from tsformer.errors import DataError
 from tsformer.leakage import check_scaler
@@ -37,7 +38,7 @@ def load_run_data(ckpt: Checkpoint, csv: str | Path | None = None) -> Prepared:
     """The run's CSV (or `csv`), read with the run's columns, frequency, scaler and split borders."""
     cfg = ckpt.config
     if csv is not None:
-        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, path=str(csv)))
+        cfg = with_data_path(cfg, csv)
     data = prepare(cfg, scaler=ckpt.scaler, columns=ckpt.columns, freq=ckpt.freq)
     if data.frame.n_rows < ckpt.borders.test_end:
         raise DataError(

@@ -146,6 +146,18 @@ def check_windows(
     ]
 
 
+def check_data(
+    values: np.ndarray,
+    timestamps: pd.DatetimeIndex,
+    borders: SplitBorders,
+    scaler: Scaler,
+    context_len: int,
+    horizon: int,
+) -> list[CheckResult]:
+    """Every data check: the scaler, then the windows and splits."""
+    return [check_scaler(values, borders, scaler), *check_windows(timestamps, borders, context_len, horizon)]
+
+
 def require_passed(results: list[CheckResult]) -> None:
     failed = [r for r in results if not r.passed]
     if failed:

@@ -21,7 +21,7 @@ from tsformer.checkpoint import LAST_FILE, MODEL_FILE, Checkpoint, load_checkpoi
 from tsformer.config import Config, save_config, with_data_path
 from tsformer.data import Prepared, prepare
 from tsformer.errors import ConfigError, Interrupted, TrainingError, TsformerError
-from tsformer.leakage import check_model, check_scaler, check_windows, require_passed
+from tsformer.leakage import check_data, check_model, require_passed
 from tsformer.model import Forecaster
 from tsformer.progress import Progress
 from tsformer.schedule import lr_at
@@ -140,10 +140,11 @@ def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
 
 
 def _run_leakage_checks(model: Forecaster, data: Prepared, cfg: Config) -> None:
-    results = check_model(model, n_checks=8)
-    results.append(check_scaler(data.frame.values, data.borders, data.scaler))
-    results += check_windows(data.frame.timestamps, data.borders, cfg.model.context_len, cfg.model.horizon)
-    require_passed(results)
+    frame, model_cfg = data.frame, cfg.model
+    data_results = check_data(
+        frame.values, frame.timestamps, data.borders, data.scaler, model_cfg.context_len, model_cfg.horizon
+    )
+    require_passed(check_model(model, n_checks=8) + data_results)
 
 
 def _optimizer(model: Forecaster, cfg: Config) -> torch.optim.Optimizer:
