@@ -5,6 +5,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0# the CPU build; a bare `torch` pulls a multi-GB CUDA build
 
+# Where a CSV given by bare file name (configs/etth1*.yaml) is found, for bench, runs and test;
+# CI keeps the datasets in ../shared/data beside the clone. Override: make bench TSFORMER_DATA_DIR=/path/to/data
+TSFORMER_DATA_DIR ?= ../shared/data
+export TSFORMER_DATA_DIR
+
 # Batch runs: make runs CONFIGS="configs/etth1.yaml configs/illness.yaml" HORIZONS="96 192"
 CONFIGS ?= configs/etth1.yaml
 HORIZONS ?= 96

@@ -1,5 +1,8 @@
 """Large input: a 2,000,000-row hourly CSV trains for one epoch and predicts in under 4 GiB peak RSS.
 
+Also inference throughput: windows forecast per second by the ETTh1 default model (context 336,
+horizon 96, 7 columns) on 2 torch threads, batch by batch as `evaluate` and validation run it.
+
 The CSV (8 columns: `date` plus 7 numeric series) is generated under --workdir, never in the
 repository. Each step runs in its own process under `/usr/bin/time -v`, whose peak RSS and wall
 time are recorded; the CSV load (`tsformer.data.read_series`) is timed on its own. Results go to
@@ -7,6 +10,7 @@ benchmarks/results/large_input.md and .json. Exits 1 if a step fails or exceeds 
 
 Example: .venv/bin/python benchmarks/large_input.py            (make perf)
          .venv/bin/python benchmarks/large_input.py --rows 50000 --no-write   (a quick dry run)
+         .venv/bin/python benchmarks/large_input.py --inference-only   (a minute; updates the results' inference part)
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import os
 import platform
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -27,7 +32,8 @@ import pandas as pd
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LIMIT_GIB = 4.0
-N_SERIES = 7  # plus the date column: 8 columns
+N_SERIES = 7  # plus the date column: 8 columns; also ETTh1's
+INFERENCE_BATCHES = (32, 64, 128, 256, 512)  # besides the package's own (PREDICT_BATCH)
 CHUNK_ROWS = 250_000
 TRAIN_FLAGS = [
     "--epochs", "1", "--context-len", "96", "--horizon", "24", "--quiet", "--overwrite",
@@ -110,6 +116,7 @@ def run(rows: int, workdir: Path, stride: int) -> dict:
                    f"train.train_stride={stride}"], workdir, "train")  # fmt: skip
     predict = timed([*tsformer, "predict", str(run_dir), str(csv), "--out", str(forecast)], workdir, "predict")
     steps = {"load": load, "train": train, "predict": predict}
+    inference = measure_inference()
     peaks = [s["peak_rss_mib"] or 0 for s in steps.values()]
     return {
         "rows": rows,
@@ -122,6 +129,7 @@ def run(rows: int, workdir: Path, stride: int) -> dict:
         "peak_rss_mib": max(peaks),
         "limit_mib": LIMIT_GIB * 1024,
         "passed": all(s["exit_code"] == 0 for s in steps.values()) and max(peaks) <= LIMIT_GIB * 1024,
+        "inference": inference,
         "machine": {
             "python": platform.python_version(),
             "torch": _version("torch"),
@@ -130,6 +138,63 @@ def run(rows: int, workdir: Path, stride: int) -> dict:
             "platform": platform.platform(),
         },
     }
+
+
+def measure_inference(n_windows: int = 4096, repeats: int = 5, threads: int = 2) -> dict:
+    """Windows per second of `Forecaster.predict_batches` for the ETTh1 default model, per batch size.
+
+    Random weights and contexts (the cost does not depend on the values); best and median of
+    `repeats` passes over `n_windows` windows after a warm-up pass.
+    """
+    import torch
+
+    from tsformer.config import ModelConfig
+    from tsformer.model import PREDICT_BATCH, Forecaster
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    cfg = ModelConfig()
+    model = Forecaster(cfg, N_SERIES).eval()
+    contexts = torch.randn(n_windows, cfg.context_len, N_SERIES)
+    by_batch = {}
+    for batch in sorted({*INFERENCE_BATCHES, PREDICT_BATCH}):
+        rates = []
+        for _ in range(repeats + 1):
+            started = time.perf_counter()
+            for _ in model.predict_batches(contexts, batch):
+                pass
+            rates.append(n_windows / (time.perf_counter() - started))
+        by_batch[str(batch)] = {"best": round(max(rates[1:])), "median": round(statistics.median(rates[1:]))}
+    return {
+        "model": f"ModelConfig defaults, {N_SERIES} columns",
+        "context_len": cfg.context_len,
+        "horizon": cfg.horizon,
+        "columns": N_SERIES,
+        "batch": PREDICT_BATCH,
+        "threads": threads,
+        "windows": n_windows,
+        "repeats": repeats,
+        "windows_per_s": by_batch[str(PREDICT_BATCH)],
+        "by_batch": by_batch,
+    }
+
+
+def inference_line(inference: dict) -> str:
+    rate = inference["windows_per_s"]
+    return (
+        f"inference windows/s (ETTh1 default model, context {inference['context_len']}, {inference['columns']} "
+        f"columns, batch {inference['batch']}): best {rate['best']:,}, median {rate['median']:,}"
+    )
+
+
+def inference_markdown(inference: dict) -> list[str]:
+    by_batch = ", ".join(f"{b}: {r['best']:,}" for b, r in inference["by_batch"].items())
+    return [
+        f"Inference: **{inference_line(inference)}**, {inference['threads']} torch threads, horizon "
+        f"{inference['horizon']}, {inference['repeats']} passes over {inference['windows']:,} random windows "
+        f"(`Forecaster.predict_batches`). Best by batch size: {by_batch}.",
+        "",
+    ]
 
 
 def _version(module: str) -> str:
@@ -160,6 +225,7 @@ def markdown(result: dict) -> str:
         f"{load.get('scaled_mib')} MiB). {load.get('train_windows'):,} training windows are views of the scaled "
         f"series: {load.get('windows_are_views')} (as copies: {load.get('windows_as_copies_mib'):,} MiB).",
         "",
+        *(inference_markdown(result["inference"]) if "inference" in result else []),
         "Commands (each under `/usr/bin/time -v`):",
         "",
         "```",
@@ -182,7 +248,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/tsformer-large-input"))
     parser.add_argument("--stride", type=int, default=100, help="train.train_stride: every n-th training window")
     parser.add_argument("--no-write", action="store_true", help="print the results; leave benchmarks/results alone")
+    parser.add_argument(
+        "--inference-only", action="store_true", help="only measure inference throughput (into the existing results)"
+    )
     args = parser.parse_args(argv)
+    if args.inference_only:
+        return inference_only(write=not args.no_write)
     result = run(args.rows, args.workdir, args.stride)
     text = markdown(result)
     print(text)
@@ -191,6 +262,19 @@ def main(argv: list[str] | None = None) -> int:
         (RESULTS / "large_input.json").write_text(json.dumps(result, indent=2) + "\n")
         (RESULTS / "large_input.md").write_text(text)
     return 0 if result["passed"] else 1
+
+
+def inference_only(write: bool) -> int:
+    """Measure inference, print it, and put it into the saved large-input results (if there are some)."""
+    inference = measure_inference()
+    print(inference_line(inference))
+    print(json.dumps(inference, indent=2))
+    saved = RESULTS / "large_input.json"
+    if write and saved.exists():
+        result = {**json.loads(saved.read_text()), "inference": inference}
+        saved.write_text(json.dumps(result, indent=2) + "\n")
+        (RESULTS / "large_input.md").write_text(markdown(result))
+    return 0
 
 
 if __name__ == "__main__":

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -54,3 +57,29 @@ def tiny_config(csv: Path | str = "", **model) -> Config:
         model=ModelConfig(**model_cfg),
         train=TrainConfig(epochs=2, batch_size=32, num_threads=1, patience=5),
     )
+
+
+def start_tsformer(argv: list[str], log: Path) -> subprocess.Popen:
+    """`python -m tsformer ARGV` as a real process, stdout and stderr into `log`."""
+    with log.open("w") as handle:
+        return subprocess.Popen([sys.executable, "-m", "tsformer", *argv], stdout=handle, stderr=subprocess.STDOUT)
+
+
+def wait_for(condition, proc: subprocess.Popen, what: str, deadline_s: float = 60) -> None:
+    """Poll `condition()` until true; fail if `proc` exits first or the deadline passes."""
+    deadline = time.monotonic() + deadline_s
+    while not condition():
+        assert proc.poll() is None, f"the process exited with code {proc.returncode} before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {deadline_s} s"
+        time.sleep(0.02)
+
+
+def hourly_series(n_rows: int, seed: int = 0) -> pd.DataFrame:
+    """Two noisy hourly series (load with a daily cycle, temp with a weekly one)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(n_rows)
+    return pd.DataFrame({
+        "date": pd.date_range("2024-01-01", periods=n_rows, freq="h").strftime("%Y-%m-%d %H:%M:%S"),
+        "load": 10 + 3 * np.sin(2 * np.pi * t / 24) + rng.normal(0, 0.5, n_rows),
+        "temp": 5 + np.sin(2 * np.pi * t / 168) + rng.normal(0, 0.2, n_rows),
+    })  # fmt: skip

@@ -1,4 +1,4 @@
-"""The benchmark pipeline on real ETTh1 (skipped, with the reason, when the data is absent)."""
+"""The benchmark pipeline: on real ETTh1 (skipped, with the reason, when the data is absent) and on tiny data."""
 
 import json
 from pathlib import Path
@@ -14,9 +14,11 @@ from tsformer.data import prepare
 from tsformer.datasets import resolve_data_path
 
 REPO = Path(__file__).resolve().parent.parent
-ETTH1 = resolve_data_path("ETTh1.csv", REPO.parent / "shared" / "data")
+ETTH1 = resolve_data_path("ETTh1.csv").resolve()  # the lookup the CLI uses: $TSFORMER_DATA_DIR, then the cache
 needs_etth1 = pytest.mark.skipif(
-    not ETTH1.is_file(), reason="ETTh1.csv not found: set TSFORMER_DATA_DIR or put it in ../shared/data"
+    not ETTH1.is_file(),
+    reason="ETTh1.csv not found in $TSFORMER_DATA_DIR or the cache: run `make test` (which sets "
+    "TSFORMER_DATA_DIR=../shared/data), set TSFORMER_DATA_DIR, or `tsformer datasets fetch etth1`",
 )
 
 
@@ -51,3 +53,88 @@ def test_benchmark_pipeline_on_a_slice(tmp_path):
     assert saved["test"]["model"]["mse"] == result["test"]["model"]["mse"]
     table = (tmp_path / "results" / "etth1_slice.md").read_text()
     assert "| 24 | 48 |" in table
+
+
+TINY_BENCH = (
+    "data:\n  path: tiny.csv\nmodel:\n  context_len: 16\n  horizon: 4\n  patch_len: 4\n  d_model: 8\n  n_heads: 2\n"
+    "  d_ff: 16\n  n_layers: 1\ntrain:\n  epochs: 1\n  batch_size: 32\n  num_threads: 1\n"
+)
+
+
+def _fake_result(results: Path, dataset: str, horizon: int, mse: float) -> None:
+    scores = {k: {"mse": mse, "mae": mse} for k in ("model", "repeat_last", "seasonal_naive")}
+    result = {
+        "name": f"{dataset}_{horizon}", "dataset": dataset, "horizon": horizon, "context_len": 336,
+        "n_test_windows": 100, "test": scores, "train_wall_seconds": 1.0, "epochs_run": 3, "best_epoch": 2,
+        "n_parameters": 1000, "peak_rss_mib": 500.0, "leakage_checks_passed": True,
+    }  # fmt: skip
+    (results / f"{dataset}_{horizon}.json").write_text(json.dumps(result))
+
+
+def test_bench_command_on_tiny_data_without_a_reference_file(tiny_csv, tmp_path):
+    from typer.testing import CliRunner
+
+    from tsformer.cli import app
+
+    config = tmp_path / "tiny_4.yaml"
+    config.write_text(TINY_BENCH)
+    results, missing = tmp_path / "results", tmp_path / "none.csv"
+    argv = ["bench", str(config), "--data-dir", str(tmp_path), "--runs-dir", str(tmp_path / "runs")]
+    result = CliRunner().invoke(app, [*argv, "--results-dir", str(results), "--reference", str(missing), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == f"note: {missing} not found; the table gets no published rows (see --reference)\n"
+    assert result.stdout.startswith("tiny_4: test MSE ") and "leakage checks pass" in result.stdout
+    saved = json.loads((results / "tiny_4.json").read_text())
+    assert (saved["dataset"], saved["horizon"], saved["n_test_windows"]) == ("tiny", 4, 48 - 4 + 1)
+    table = (results / "tiny.md").read_text()
+    assert f"| 4 | 16 | **{saved['test']['model']['mse']:.3f}** |" in table
+    assert table.endswith(f"No published results: the reference file {missing} was not found (see `--reference`).\n")
+    assert "## Published results" not in table
+    assert sorted(p.name for p in results.iterdir()) == ["tiny.md", "tiny_4.json"]  # no temp files left
+
+
+def test_table_takes_published_rows_from_the_default_reference_in_the_current_folder(tmp_path, monkeypatch):
+    from tsformer.bench import write_table
+
+    results = tmp_path / "results"
+    results.mkdir()
+    _fake_result(results, "etth1", 192, 0.5)
+    _fake_result(results, "etth1", 96, 0.4)
+    _fake_result(results, "other", 96, 0.9)
+    monkeypatch.chdir(tmp_path)  # no benchmarks/ here: the default reference is not found
+    table = write_table(results, "etth1").read_text()
+    assert "the reference file benchmarks/published_etth1.csv was not found" in table
+    assert [
+        line.split(" | ")[0] for line in table.splitlines() if line.startswith("| 9") or line.startswith("| 1")
+    ] == [
+        "| 96",
+        "| 192",
+    ]  # sorted by horizon; the other dataset's result is not in this table
+
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "published_etth1.csv").write_bytes(
+        (REPO / "benchmarks" / "published_etth1.csv").read_bytes()
+    )
+    table = write_table(results, "etth1").read_text()
+    assert "not found" not in table and "## Published results" in table
+    published = pd.read_csv(REPO / "benchmarks" / "published_etth1.csv")
+    rows = [line for line in table.splitlines() if line.startswith("| PatchTST/64 | 512 | 96 |")]
+    expected = published[(published["model"] == "PatchTST/64") & (published["horizon"] == 96)].iloc[0]
+    assert rows == [
+        f"| PatchTST/64 | 512 | 96 | {expected['mse']:.3f} | {expected['mae']:.3f} | {expected['source']} |"
+    ]
+
+
+def test_a_malformed_reference_file_is_refused_before_training(tiny_csv, tmp_path):
+    from tsformer.errors import DataError
+
+    config = tmp_path / "tiny_4.yaml"
+    config.write_text(TINY_BENCH)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("dataset,model,horizon\ntiny,X,96\n")
+    with pytest.raises(DataError, match=r"reference file .*bad.csv cannot be used \(no column lookback, mse, mae"):
+        run_benchmark(config, tmp_path / "runs", tmp_path / "results", tmp_path, show_progress=False, reference=bad)
+    bad.write_text("dataset,model,lookback,horizon,mse,mae,source\ntiny,X,512,ninety,0.1,0.2,paper\n")
+    with pytest.raises(DataError, match="integer horizon"):
+        run_benchmark(config, tmp_path / "runs", tmp_path / "results", tmp_path, show_progress=False, reference=bad)
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "results").exists()

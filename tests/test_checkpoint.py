@@ -24,10 +24,10 @@ def test_round_trip_gives_identical_forecasts(trained_run, tmp_path):
     save_checkpoint(ckpt, tmp_path / "copy.pt")
     again = load_checkpoint(tmp_path / "copy.pt")
     assert again.config == ckpt.config and again.columns == ("a", "b") and again.freq == "h"
-    assert again.last_timestamp == "2024-01-10 23:00:00"
+    assert again.data_fingerprint["last"] == "2024-01-10 23:00:00" and again.data_fingerprint["rows"] == 240
     for name, tensor in ckpt.model_state.items():
         assert torch.equal(tensor, again.model_state[name])
-    assert predict(run, csv).equals(predict(tmp_path / "copy.pt", csv))
+    assert predict(run, csv).frame.equals(predict(tmp_path / "copy.pt", csv).frame)
 
 
 def test_save_leaves_no_temporary_files(trained_run, tmp_path):
@@ -45,3 +45,26 @@ def test_truncated_and_foreign_files_are_refused(trained_run, tmp_path):
     torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
     with pytest.raises(CheckpointError, match="is not a tsformer checkpoint"):
         load_checkpoint(tmp_path / "other.pt")
+
+
+def test_a_full_disk_while_saving_is_an_os_error_naming_the_checkpoint(trained_run, tmp_path, monkeypatch):
+    """torch's zip writer would say RuntimeError; the checkpoint is serialised first, so the write says ENOSPC."""
+    import errno
+    import os
+
+    import tsformer.files as files_module
+
+    run, _ = trained_run
+    ckpt = load_checkpoint(run / "model.pt")
+    path = tmp_path / "m.pt"
+    save_checkpoint(ckpt, path)
+    before = path.read_bytes()
+
+    def disk_full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(files_module.os, "fsync", disk_full)
+    with pytest.raises(OSError) as caught:
+        save_checkpoint(ckpt, path)
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(path)
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["m.pt"]

@@ -34,9 +34,10 @@ def _valid_checkpoint() -> Checkpoint:
                              "model.d_ff=16", "model.patch_len=4", "model.n_layers=1"])  # fmt: skip
     model = Forecaster(cfg.model, 2, cfg.train.loss)
     return Checkpoint(
-        config=cfg, columns=("load", "temp"), time_col="date", freq="h", last_timestamp="2024-01-01 00:00:00",
+        config=cfg, columns=("load", "temp"), time_col="date", freq="h",
         scaler=Scaler(mean=np.zeros(2, np.float32), std=np.ones(2, np.float32)),
         borders=SplitBorders(70, 80, 100), model_state=model.state_dict(),
+        data_fingerprint={"rows": 100, "first": "2024-01-01 00:00:00", "last": "2024-01-05 03:00:00", "sha256": "0"},
     )  # fmt: skip
 
 

@@ -8,11 +8,14 @@ from tsformer.cli import app
 runner = CliRunner()
 
 
-@pytest.mark.parametrize("command", ["train", "evaluate", "predict", "check"])
+@pytest.mark.parametrize(
+    "command", ["train", "evaluate", "predict", "check", "bench", "datasets list", "datasets fetch"]
+)
 def test_every_command_has_help_with_an_example(command):
-    result = runner.invoke(app, [command, "--help"])
-    assert result.exit_code == 0
-    assert "Example: tsformer" in result.output
+    result = runner.invoke(app, [*command.split(), "--help"], prog_name="tsformer")
+    assert result.exit_code == 0, result.output
+    assert f"Usage: tsformer {command} [OPTIONS]" in result.output
+    assert f"Example: tsformer {command}" in result.output
 
 
 def test_train_evaluate_predict_check(tiny_csv, tmp_path):
@@ -37,7 +40,7 @@ def test_train_evaluate_predict_check(tiny_csv, tmp_path):
 
     result = runner.invoke(app, ["check", str(run)])
     assert result.exit_code == 0, result.output
-    assert "all 7 checks passed" in result.output and "FAIL" not in result.output
+    assert "all 8 checks passed" in result.output and "FAIL" not in result.output
 
 
 def test_predict_to_stdout(tiny_csv, tmp_path):
@@ -75,3 +78,123 @@ def test_unwritable_outputs_are_one_line_errors(tiny_csv, tmp_path):
     blocker.write_text("x")
     result = runner.invoke(app, ["train", str(tiny_csv), "--out", str(blocker / "run"), "--quiet", *TINY_FLAGS])
     assert result.exit_code == 2 and result.output.startswith("Error: ") and "Traceback" not in result.output
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One tiny run shared by the --csv tests: (run folder, its training CSV)."""
+    from helpers import make_frame, write_csv
+
+    root = tmp_path_factory.mktemp("cli_run")
+    csv = write_csv(root / "train.csv", make_frame())
+    result = runner.invoke(app, ["train", str(csv), "--out", str(root / "run"), "--quiet", *TINY_FLAGS])
+    assert result.exit_code == 0, result.output
+    return root / "run", csv
+
+
+def _changed_training_rows(csv, out):
+    """A copy of `csv` with one value in the training rows (0..167) changed."""
+    frame = pd.read_csv(csv)
+    frame.loc[10, "a"] += 5.0
+    frame.to_csv(out, index=False)
+    return out
+
+
+def test_evaluate_with_csv_copy_gives_the_same_metrics_and_refuses_other_training_rows(trained, tmp_path):
+    import json
+    import shutil
+
+    run, csv = trained
+    result = runner.invoke(app, ["evaluate", str(run)])
+    assert result.exit_code == 0, result.output
+    own = json.loads((run / "metrics.json").read_text())
+    copy = shutil.copy(csv, tmp_path / "copy.csv")
+    result_copy = runner.invoke(app, ["evaluate", str(run), "--csv", str(copy)])
+    assert result_copy.exit_code == 0, result_copy.output
+    assert result_copy.output == result.output
+    assert json.loads((run / "metrics.json").read_text()) == own
+
+    other = _changed_training_rows(csv, tmp_path / "other.csv")
+    result = runner.invoke(app, ["evaluate", str(run), "--csv", str(other)])
+    assert result.exit_code == 2
+    assert result.output.startswith("Error: ") and len(result.output.splitlines()) == 1
+    assert f"the training rows of {other} differ" in result.output
+
+
+def test_check_with_csv_copy_passes_and_refuses_other_training_rows(trained, tmp_path):
+    import shutil
+
+    run, csv = trained
+    copy = shutil.copy(csv, tmp_path / "copy.csv")
+    result = runner.invoke(app, ["check", str(run), "--csv", str(copy)])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-1].startswith("all ") and "FAIL" not in result.output
+    assert result.output == runner.invoke(app, ["check", str(run)]).output  # the same checks, the same values
+
+    other = _changed_training_rows(csv, tmp_path / "other.csv")
+    result = runner.invoke(app, ["check", str(run), "--csv", str(other)])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("Error: ") and len(result.output.splitlines()) == 1
+    assert str(other) in result.output and "PASS" not in result.output
+
+
+def _spy_first_training_step(monkeypatch) -> dict:
+    """Record the first training step: weights before it, its context, its target and the loss it returned."""
+    import copy
+
+    from tsformer.model import Forecaster
+
+    first: dict = {}
+    forward = Forecaster.forward
+
+    def recording_forward(self, x, observed=None, target=None):
+        state = copy.deepcopy(self.state_dict()) if target is not None and not first else None
+        out = forward(self, x, observed, target)
+        if state is not None:
+            first.update(state=state, context=x.detach().clone(), target=target.detach().clone(), loss=out[1].item())
+        return out
+
+    monkeypatch.setattr(Forecaster, "forward", recording_forward)
+    return first
+
+
+@pytest.mark.parametrize("all_positions", [True, False])
+def test_training_loss_is_the_mse_of_the_forecasts_the_setting_names(all_positions, tmp_path, monkeypatch):
+    """train.all_positions: every token's forecast against the horizon after its patch, or the last token's only."""
+    import torch
+    from helpers import make_frame, write_csv
+
+    from tsformer.checkpoint import load_checkpoint
+    from tsformer.data import prepare
+    from tsformer.model import Forecaster
+
+    csv = write_csv(tmp_path / "data.csv", make_frame())
+    first = _spy_first_training_step(monkeypatch)
+    flags = ["--set", f"train.all_positions={str(all_positions).lower()}", "--set", "model.dropout=0"]
+    result = runner.invoke(app, ["train", str(csv), "--out", str(tmp_path / "run"), "--quiet", *TINY_FLAGS, *flags])
+    assert result.exit_code == 0, result.output
+
+    cfg = load_checkpoint(tmp_path / "run" / "model.pt").config
+    assert cfg.train.all_positions is all_positions
+    windows = prepare(cfg).windows("train", 16, 4)  # (149, 20, 2): context 16, horizon 4
+    index = {w[:16].numpy().tobytes(): i for i, w in enumerate(windows)}
+    batch = windows[[index[c.numpy().tobytes()] for c in first["context"]]]  # the step's whole windows
+    model = Forecaster(cfg.model, 2)
+    model.load_state_dict(first["state"])  # the weights the step started from
+    tokens = model.forecast_tokens(batch[:, :16])  # (B, 4 tokens, 4, 2); patches end at steps 4, 8, 12, 16
+    if all_positions:  # token k forecasts steps 4(k+1) .. 4(k+1)+3 of the window
+        expected_target = torch.stack([batch[:, 4 * (k + 1) : 4 * (k + 1) + 4] for k in range(4)], dim=1)
+        by_hand = (tokens - expected_target).square().mean().item()
+    else:
+        expected_target = batch[:, 16:]
+        by_hand = (tokens[:, -1] - expected_target).square().mean().item()
+    assert torch.equal(first["target"], expected_target)
+    assert first["loss"] == pytest.approx(by_hand, rel=1e-5)
+    last_only = (tokens[:, -1] - batch[:, 16:]).square().mean().item()
+    all_tokens = (tokens - torch.stack([batch[:, 4 * k + 4 : 4 * k + 8] for k in range(4)], dim=1)).square().mean()
+    assert abs(last_only - all_tokens.item()) > 1e-3  # the two settings really train on different losses
+
+    val = prepare(cfg).windows("val", 16, 4)
+    best = load_checkpoint(tmp_path / "run" / "model.pt").build_model()
+    val_mse = [(m.predict(val[:, :16]) - val[:, 16:]).square().mean().item() for m in (model, best)]
+    assert val_mse[1] < 0.9 * val_mse[0]  # and each trains: validation MSE well below the starting weights'

@@ -12,7 +12,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from tsformer.checkpoint import load_checkpoint
+from tsformer.checkpoint import FORMAT_VERSION
 from tsformer.cli import app
 from tsformer.config import DataConfig
 from tsformer.data import read_series
@@ -287,13 +287,25 @@ def test_value_far_off_the_training_scale(tmp_path, train_value, spike):
     train_error(tmp_path, write_csv(tmp_path / "spike.csv", rows), "column 'load'")
 
 
-@pytest.mark.parametrize("method", ["ffill", "interpolate", "zero"])
-def test_fill_counts_what_it_filled(tmp_path, method):
+@pytest.mark.parametrize(("method", "filled"), [("ffill", [-0.4646, -0.4646]), ("zero", [0.0, 0.0])])
+def test_fill_uses_earlier_rows_and_says_what_it_filled(tmp_path, method, filled):
     rows = with_row(30, "2024-01-02 06:00:00,,1")
     rows[31] = "2024-01-02 07:00:00,inf,1"
     frame = read_series(write_csv(tmp_path / "holes.csv", rows), DataConfig(fill=method))
-    assert frame.filled == {"load": 2}
-    assert torch.isfinite(torch.from_numpy(frame.values)).all()
+    assert frame.notes == (f"filled 2 missing or infinite cells of 'load' with --fill {method}",)
+    assert frame.values[30:32, 0].tolist() == pytest.approx(filled, abs=1e-4)  # row 29 holds sin(29/5)
+    assert frame.observed[:, 0].sum() == 198 and not frame.observed[30:32, 0].any()
+
+
+def test_ffill_refuses_leading_missing_values(tmp_path):
+    rows = with_row(0, "2024-01-01 00:00:00,,1")
+    train_error(tmp_path, write_csv(tmp_path / "lead.csv", rows), "starts with 1 missing", "--fill zero",
+                extra=("--fill", "ffill"))  # fmt: skip
+
+
+def test_interpolate_is_refused_because_it_reads_the_future(tmp_path):
+    csv = write_csv(tmp_path / "ok.csv", hourly_rows())
+    train_error(tmp_path, csv, "data.fill=interpolate was removed", "ffill", extra=("--fill", "interpolate"))
 
 
 def test_too_few_rows_says_how_many_are_needed(tmp_path):
@@ -318,6 +330,9 @@ def test_config_with_unknown_key(tmp_path):
         ("train.epochs=0", "train.epochs must be at least 1"),
         ("model.n_heads=3", "model.n_heads (3) must divide model.d_model (8)"),
         ("train.lr=-1", "train.lr must be positive"),
+        ("train.lr=.inf", "train.lr must be a finite number, got inf"),
+        ("train.train_stride=200000000000000000000", "train.train_stride must be at most 2147483647"),
+        ("train.seed=-1", "train.seed must be in 0..9223372036854775807"),
         ("train.colour=red", "unknown key train.colour"),
         ("optim.lr=1", "unknown config section 'optim'"),
     ],
@@ -353,19 +368,17 @@ def run(tmp_path_factory) -> pathlib.Path:
     """One tiny run, trained with --fill on a CSV holding one empty cell."""
     folder = tmp_path_factory.mktemp("trained")
     csv = write_csv(folder / "train.csv", with_row(30, "2024-01-02 06:00:00,,1"))
-    result = invoke("train", csv, "--out", folder / "run", "--fill", "interpolate", *TINY)
+    result = invoke("train", csv, "--out", folder / "run", "--fill", "ffill", *TINY)
     assert result.exit_code == 0, result.output
     return folder / "run"
-
-
-def test_fill_is_counted_in_the_run_metadata(run):
-    assert load_checkpoint(run / "model.pt").filled == {"load": 1}
 
 
 def predict_error(tmp_path, run_path, csv, *fragments: str) -> str:
     out, plot = tmp_path / "forecast.csv", tmp_path / "forecast.png"
     result = invoke("predict", run_path, csv, "--out", out, "--plot", plot)
-    return assert_error(result, *fragments, left_behind=(out, plot, tmp_path / ".forecast.csv.tmp"))
+    message = assert_error(result, *fragments, left_behind=(out, plot))
+    assert not list(tmp_path.glob(".forecast.*")), "a temporary output file was left behind"
+    return message
 
 
 def test_predict_on_a_matching_csv_works(tmp_path, run):
@@ -430,6 +443,13 @@ def newer_format(path):
     torch.save(payload, path)
 
 
+def edit_payload(path, key, change):
+    """A hand edit that torch still loads with weights_only=True: one field changed."""
+    payload = torch.load(path, weights_only=True)
+    payload[key] = change(payload[key])
+    torch.save(payload, path)
+
+
 @pytest.mark.parametrize(
     ("damage", "fragments"),
     [
@@ -437,10 +457,31 @@ def newer_format(path):
         (scramble, ("not a loadable tsformer checkpoint", "retrain")),
         (lambda p: p.write_text("hello"), ("not a loadable tsformer checkpoint",)),
         (foreign, ("is not a tsformer checkpoint", "model.pt of a tsformer run")),
-        (newer_format, ("checkpoint format 99", "reads format 1")),
+        (newer_format, ("checkpoint format 99", f"reads format {FORMAT_VERSION}")),
         (lambda p: p.unlink(), ("has no model.pt", "tsformer train")),
+        (lambda p: edit_payload(p, "scaler", lambda s: {**s, "mean": s["mean"] + [0.0]}), ("3 means",)),
+        (lambda p: edit_payload(p, "columns", lambda c: [*c, "extra"]), ("for 3 columns",)),
+        (lambda p: edit_payload(p, "columns", lambda c: [c[0], c[0]]), ("distinct names",)),
+        (lambda p: edit_payload(p, "freq", lambda f: "0h"), ("does not move time forward",)),
+        (lambda p: edit_payload(p, "borders", lambda b: [b[1], b[0], b[2]]), ("increasing row numbers",)),
+        (lambda p: edit_payload(p, "data_fingerprint", lambda f: None), ("data fingerprint",)),
+        (lambda p: edit_payload(p, "time_col", lambda t: 7), ("time column 7",)),
     ],
-    ids=["truncated", "corrupt", "text", "foreign", "newer-format", "missing"],
+    ids=[
+        "truncated",
+        "corrupt",
+        "text",
+        "foreign",
+        "newer-format",
+        "missing",
+        "scaler-length",
+        "more-columns",
+        "duplicate-columns",
+        "zero-freq",
+        "borders",
+        "fingerprint",
+        "time-col",
+    ],  # fmt: skip
 )
 def test_bad_checkpoint(tmp_path, run, damage, fragments):
     copy = damaged_run(tmp_path, run, damage)
@@ -456,3 +497,143 @@ def test_missing_run_folder(tmp_path):
 def test_evaluate_on_a_csv_with_other_columns(tmp_path, run):
     csv = write_csv(tmp_path / "other.csv", [row + ",3" for row in hourly_rows()], header="date,a,b,c")
     assert_error(invoke("evaluate", run, "--csv", csv), "target column 'load' not in other.csv")
+
+
+# --- hardening: values, frequencies, dates and outputs that once ended in a traceback or silently wrong ------
+
+
+def test_a_seed_beyond_64_bits_is_refused(tmp_path):
+    csv = write_csv(tmp_path / "ok.csv", hourly_rows())
+    train_error(tmp_path, csv, "train.seed must be in 0..9223372036854775807", extra=("--seed", "2" + "0" * 20))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU, so train.device=cuda is valid")
+def test_cuda_without_a_gpu_says_so(tmp_path):
+    csv = write_csv(tmp_path / "ok.csv", hourly_rows())
+    train_error(tmp_path, csv, "train.device=cuda but torch finds no usable GPU", "train.device=cpu",
+                extra=("--set", "train.device=cuda"))  # fmt: skip
+
+
+@pytest.mark.parametrize("freq", ["0h", "-1h"])
+def test_a_frequency_that_does_not_move_forward_is_refused(tmp_path, freq):
+    csv = write_csv(tmp_path / "ok.csv", hourly_rows())
+    train_error(tmp_path, csv, f"--freq {freq!r} does not move time forward", extra=("--freq", freq))
+
+
+def test_a_single_row_blames_the_row_count_not_split_borders(tmp_path):
+    csv = write_csv(tmp_path / "one.csv", hourly_rows(1))
+    message = train_error(tmp_path, csv, "too few rows: 1 row cannot be split 0.7/0.1/0.2", extra=("--freq", "h"))
+    assert "split_borders" not in message
+
+
+@pytest.mark.parametrize(
+    ("rows", "border"),
+    [
+        (None, "2024-01-05T00:00:00+02:00"),  # aware border, naive timestamps
+        ("aware", "2024-01-05 00:00:00"),  # naive border, aware timestamps
+    ],
+    ids=["aware-border", "aware-data"],
+)
+def test_split_borders_with_another_time_zone_kind_are_refused(tmp_path, rows, border):
+    lines = hourly_rows()
+    if rows == "aware":
+        lines = [f"{row.split(',')[0]}+02:00,{row.split(',', 1)[1]}" for row in lines]
+    csv = write_csv(tmp_path / "tz.csv", lines)
+    override = f"data.split_borders=[{border}, 2024-01-07 00:00:00, 2024-01-08 00:00:00]"
+    if rows == "aware":
+        override = override.replace("2024-01-07 00:00:00", "2024-01-07T00:00:00+02:00")
+        override = override.replace("2024-01-08 00:00:00", "2024-01-08T00:00:00+02:00")
+    train_error(tmp_path, csv, "does not match the timestamps", "UTC offset", extra=("--set", override))
+
+
+def test_natural_yaml_dates_in_split_borders_are_dates(tmp_path):
+    from tsformer.config import load_config
+    from tsformer.data import prepare
+
+    csv = write_csv(tmp_path / "ok.csv", hourly_rows())
+    config = tmp_path / "dates.yaml"
+    config.write_text(f"data:\n  path: {csv}\n  split_borders: [2024-01-06, 2024-01-07, 2024-01-08]\n")
+    cfg = load_config(config, ["model.context_len=16", "model.horizon=4", "model.patch_len=4"])
+    assert cfg.data.split_borders == ("2024-01-06", "2024-01-07", "2024-01-08")
+    assert prepare(cfg).borders.to_list() == [120, 144, 168]
+
+
+def test_check_on_a_csv_shorter_than_the_run_is_one_error(tmp_path, run):
+    csv = write_csv(tmp_path / "short.csv", hourly_rows(150))
+    assert_error(invoke("check", run, "--csv", csv), "has 150 rows but the run's test split ends at row 200")
+
+
+def test_predict_checks_the_step_between_two_rows(tmp_path, run):
+    csv = write_csv(tmp_path / "two.csv", hourly_rows(2, freq="D"))
+    predict_error(tmp_path, run, csv, "the two rows are 1 days 00:00:00 apart but the model was trained on h steps")
+
+
+def test_predict_on_one_row_says_the_frequency_cannot_be_checked(tmp_path, run):
+    result = invoke("predict", run, write_csv(tmp_path / "one.csv", hourly_rows(1)))
+    assert result.exit_code == 0, result.output
+    assert result.stderr.strip() == "one row: its frequency cannot be checked against h"
+    assert result.stdout.splitlines()[1].startswith("2024-01-01 01:00:00,")
+
+
+def test_predict_refuses_a_folder_as_out_before_any_work(tmp_path, run):
+    folder = tmp_path / "out"
+    folder.mkdir()
+    result = invoke("predict", run, write_csv(tmp_path / "new.csv", hourly_rows(40)), "--out", folder)
+    assert_error(result, f"--out {folder} is a folder; give a file path")
+    assert list(folder.iterdir()) == [] and not list(tmp_path.glob(".*"))
+
+
+def test_predict_writes_through_a_symlinked_out(tmp_path, run):
+    target, link = tmp_path / "real.csv", tmp_path / "link.csv"
+    target.write_text("old\n")
+    link.symlink_to(target)
+    result = invoke("predict", run, write_csv(tmp_path / "new.csv", hourly_rows(40)), "--out", link)
+    assert result.exit_code == 0, result.output
+    assert link.is_symlink() and len(pd.read_csv(target)) == 4
+
+
+def test_predict_into_a_closed_pipe_exits_quietly(tmp_path, run):
+    import subprocess
+    import sys
+
+    csv = write_csv(tmp_path / "new.csv", hourly_rows(40))
+    proc = subprocess.Popen([sys.executable, "-m", "tsformer", "predict", str(run), str(csv)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    proc.stdout.close()  # like `| head` that has already exited
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and stderr == b""
+
+
+def test_day_first_dates_are_detected_even_when_sorted(tmp_path):
+    stamps = pd.date_range("2024-01-01", periods=60, freq="D")
+    rows = [f"{t:%d/%m/%Y},{i},{i % 7}" for i, t in enumerate(stamps)]
+    csv = write_csv(tmp_path / "dd.csv", rows[5:] + rows[:5])  # unsorted (--sort is needed); 06/01 comes first
+    frame = read_series(csv, DataConfig(sort=True))
+    assert frame.timestamps[0] == stamps[0] and frame.freq == "D"
+    assert frame.values[:, 0].tolist() == list(range(60))
+    assert frame.notes == (
+        "read the dates in 'date' as day/month: only that order gives regular, increasing timestamps "
+        "(pass --dayfirst to say so and silence this note)",
+    )
+    assert read_series(csv, DataConfig(sort=True, dayfirst=True)).notes == ()
+
+
+def test_ambiguous_dates_that_fit_neither_order_are_refused(tmp_path):
+    rows = ["01/02/2024,1,1", "02/02/2024,2,2", "03/03/2024,3,3", "05/02/2024,4,4"]
+    train_error(tmp_path, write_csv(tmp_path / "odd.csv", rows), "month/day or day/month", "--dayfirst")
+
+
+def test_a_utc_offset_is_kept_in_the_forecast(tmp_path):
+    rows = [f"{row.split(',')[0]}+02:00,{row.split(',', 1)[1]}" for row in hourly_rows()]
+    csv = write_csv(tmp_path / "tz.csv", rows)
+    out = tmp_path / "run"
+    assert invoke("train", csv, "--out", out, *TINY).exit_code == 0
+    result = invoke("predict", out, csv)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[1].startswith("2024-01-09 08:00:00+02:00,")  # one hour after the last row
+
+
+def test_resume_refuses_options_it_would_ignore(tmp_path, run):
+    for extra in (["--sort"], ["--data-dir", str(tmp_path)], ["--dayfirst"], ["--overwrite"]):
+        result = invoke("train", "--resume", "--out", run, *extra)
+        assert_error(result, f"--resume continues {run} with its saved config and data; drop")

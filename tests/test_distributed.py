@@ -1,4 +1,11 @@
-"""Multi-process training with torchrun (torch DDP, gloo on CPU): the same command, several ranks."""
+"""Multi-process training with torchrun (torch DDP, gloo on CPU): the same command, several ranks.
+
+Each rank runs tests/ddp_probe.py, which wraps `Forecaster.forward` to record the windows the rank
+trained on and its final weights: the shards must cover the training windows every epoch, sharing
+only the window that pads them to equal size, and both ranks must end with identical weights (which
+holds only if gradients are all-reduced; without DDP they differ). A resumed two-rank run, dropout
+included, must match an uninterrupted one exactly.
+"""
 
 import os
 import shutil
@@ -7,25 +14,118 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import TINY_FLAGS
+import torch
+from helpers import TINY_FLAGS, make_frame, write_csv
 
-from tsformer.checkpoint import load_checkpoint
+from tsformer.checkpoint import LAST_FILE, MODEL_FILE, load_checkpoint
+from tsformer.data import prepare
 from tsformer.leakage import check_model
 
 TORCHRUN = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+PROBE = Path(__file__).with_name("ddp_probe.py")
+pytestmark = pytest.mark.skipif(TORCHRUN is None, reason="torchrun is not installed beside this Python")
 
 
-@pytest.mark.skipif(TORCHRUN is None, reason="torchrun is not installed beside this Python")
-def test_two_ranks_train_one_run(tiny_csv, tmp_path):
-    run = tmp_path / "run"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [
-        TORCHRUN, "--standalone", "--nproc_per_node", "2", "-m", "tsformer", "train", str(tiny_csv),
-        "--out", str(run), "--quiet", *TINY_FLAGS,
-    ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
-    assert result.returncode == 0, result.stderr[-2000:]
+def _torchrun(args: list[str], env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    command = [TORCHRUN, "--standalone", "--nproc_per_node", "2", *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def _probe(
+    csv: Path, run: Path, dump: Path, env: dict | None = None, flags: tuple[str, ...] = (), timeout: float = 300
+) -> tuple[subprocess.CompletedProcess, list]:
+    """Train CSV into RUN on two ranks (TINY_FLAGS: 2 epochs); -> the CLI's output and each rank's record."""
+    dump.mkdir()
+    train = ["train", str(csv), "--out", str(run), "--quiet", *TINY_FLAGS, *flags]
+    result = _torchrun([str(PROBE), str(dump), *train], env, timeout)
+    return result, [torch.load(dump / f"rank{r}.pt", weights_only=True) for r in range(2)]
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """One uninterrupted two-rank run, shared by the tests below."""
+    root = tmp_path_factory.mktemp("ddp")
+    csv = write_csv(root / "tiny.csv", make_frame())
+    result, records = _probe(csv, root / "run", root / "dump")
+    return csv, root / "run", result, records
+
+
+def _window_index(csv: Path, run: Path) -> tuple[dict[bytes, int], int]:
+    """Each training window's context (as bytes) -> its index; and the number of training windows."""
+    cfg = load_checkpoint(run / MODEL_FILE).config
+    windows = prepare(cfg).windows("train", cfg.model.context_len, cfg.model.horizon)[:: cfg.train.train_stride]
+    contexts = windows[:, : cfg.model.context_len].contiguous()
+    index = {c.numpy().tobytes(): i for i, c in enumerate(contexts)}
+    assert len(index) == len(contexts)  # every context is distinct, so a context names its window
+    return index, len(contexts)
+
+
+def test_two_ranks_train_one_run(two_ranks):
+    _, run, result, records = two_ranks
     assert result.stdout.count("trained ") == 1  # only rank 0 reports
-    ckpt = load_checkpoint(run / "model.pt")
+    assert [r["exit_code"] for r in records] == [0, 0]
+    ckpt = load_checkpoint(run / MODEL_FILE)
     assert ckpt.columns == ("a", "b")
     assert all(r.passed for r in check_model(ckpt.build_model()))
+
+
+def test_each_epoch_the_ranks_train_on_disjoint_shards_that_cover_the_data(two_ranks):
+    csv, run, _, records = two_ranks
+    index, n_windows = _window_index(csv, run)
+    assert n_windows == 168 - 16 - 4 + 1
+    seen = [[index[c.numpy().tobytes()] for c in r["contexts"]] for r in records]
+    shard = 75  # 149 windows padded by one, wrapping around, so both ranks take the same number of steps
+    assert [len(s) for s in seen] == [2 * shard, 2 * shard]  # TINY_FLAGS: 2 epochs
+    for epoch in range(2):
+        ranks = [set(s[epoch * shard : (epoch + 1) * shard]) for s in seen]
+        assert [len(r) for r in ranks] == [shard, shard]  # no window twice within a rank's epoch
+        assert len(ranks[0] & ranks[1]) == 1, f"epoch {epoch + 1}: only the padding window is on both ranks"
+        assert ranks[0] | ranks[1] == set(range(n_windows)), f"epoch {epoch + 1}: windows left out"
+
+
+def test_gradients_are_synchronised_so_both_ranks_hold_the_same_weights(two_ranks):
+    _, run, _, (rank0, rank1) = two_ranks
+    assert rank0["state"].keys() == rank1["state"].keys() and rank0["state"]
+    for key, tensor in rank0["state"].items():
+        assert torch.equal(tensor, rank1["state"][key]), f"{key} differs between the ranks"
+    saved = load_checkpoint(run / LAST_FILE).model_state  # rank 0 saved the weights it ended with
+    assert all(torch.equal(saved[key], tensor) for key, tensor in rank0["state"].items())
+
+
+def test_without_ddp_the_ranks_drift_apart(tiny_csv, tmp_path):
+    """The control for the test above: the same run with the DDP wrapper removed ends with different weights."""
+    _, (rank0, rank1) = _probe(tiny_csv, tmp_path / "run", tmp_path / "dump", {"PROBE_NO_DDP": "1"})
+    assert any(not torch.equal(tensor, rank1["state"][key]) for key, tensor in rank0["state"].items())
+
+
+def test_uneven_shards_take_the_same_number_of_steps_on_every_rank(tiny_csv, tmp_path):
+    _, (rank0, rank1) = _probe(
+        tiny_csv, tmp_path / "run", tmp_path / "dump", flags=("--set", "train.batch_size=37"), timeout=120
+    )
+    assert len(rank0["contexts"]) == len(rank1["contexts"]) == 2 * 75  # 2 epochs of 149 windows padded to 150
+    assert all(torch.equal(tensor, rank1["state"][key]) for key, tensor in rank0["state"].items())
+
+
+@pytest.mark.parametrize("dropout", ["0", "0.3"])
+def test_resume_on_two_ranks_matches_an_uninterrupted_two_rank_run(dropout, tiny_csv, tmp_path):
+    flags = ("--set", f"model.dropout={dropout}")
+    reference = tmp_path / "reference"
+    _torchrun(["-m", "tsformer", "train", str(tiny_csv), "--out", str(reference), "--quiet", *TINY_FLAGS, *flags])
+    run = tmp_path / "run"
+    steps_per_epoch = -(-75 // 32)  # 149 windows padded to 75 a rank, in batches of 32
+    stop = {"PROBE_STOP_AT_STEP": str(steps_per_epoch + 1)}  # Ctrl-C at the first step of epoch 2
+    result, records = _probe(tiny_csv, run, tmp_path / "dump", stop, flags)
+    assert [r["exit_code"] for r in records] == [130, 130], result.stderr[-2000:]
+    assert f"Resume with: tsformer train --resume --out {run}" in result.stderr
+    assert load_checkpoint(run / LAST_FILE).train_state["loop"]["epoch"] == 1
+
+    _torchrun(["-m", "tsformer", "train", "--resume", "--out", str(run), "--quiet"])
+    assert load_checkpoint(run / LAST_FILE).train_state["loop"]["epoch"] == 2
+    for name in (MODEL_FILE, LAST_FILE):
+        resumed, uninterrupted = load_checkpoint(run / name), load_checkpoint(reference / name)
+        assert resumed.model_state.keys() == uninterrupted.model_state.keys()
+        for key, tensor in uninterrupted.model_state.items():
+            assert torch.equal(resumed.model_state[key], tensor), f"{name}: {key} differs"

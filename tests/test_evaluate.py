@@ -5,8 +5,10 @@ import pytest
 import torch
 from helpers import tiny_config
 
+from tsformer.checkpoint import load_checkpoint
+from tsformer.data import prepare, split_window
 from tsformer.evaluate import evaluate, format_report
-from tsformer.metrics import mase_scale, repeat_last, score, season_length, seasonal_naive
+from tsformer.metrics import mase_scale, repeat_last, score, season_length, seasonal_naive, usable_season
 from tsformer.train import train
 
 
@@ -33,12 +35,27 @@ def test_mase_scale_is_the_seasonal_naive_mae_on_training_rows():
     values = np.array([[1.0], [2.0], [4.0], [7.0]])
     assert mase_scale(values, season=1).tolist() == [2.0]
     assert mase_scale(values, season=2).tolist() == [4.0]
+    assert mase_scale(values, season=3).tolist() == [6.0]  # row 3 has a row a season before it
+    assert mase_scale(values, season=4).tolist() == [2.0]  # none has: season 1
+
+
+def test_one_season_rule_for_the_baseline_the_scale_and_the_report():
+    assert usable_season(24, 96) == 24 and usable_season(24, 24) == 24 and usable_season(24, 23) == 1
+    context = torch.arange(10, dtype=torch.float32).view(1, 10, 1)
+    assert seasonal_naive(context, 3, season=24)[0, :, 0].tolist() == [9, 9, 9]  # no full season: repeat the last
+    assert seasonal_naive(context, 3, season=10)[0, :, 0].tolist() == [0, 1, 2]
 
 
 def test_evaluate_scores_every_test_window(tiny_csv, tmp_path):
     train(tiny_config(tiny_csv), tmp_path / "run", show_progress=False)
     report = evaluate(tmp_path / "run")
     assert report.n_windows == 240 - 192 - 4 + 1  # test targets are rows 192..239 (70/10/20 split)
+    assert report.season == 1  # hourly: 24, more than the 16-step context
+    cfg = load_checkpoint(tmp_path / "run" / "model.pt").config
+    context, truth = split_window(prepare(cfg).windows("test", 16, 4), 16)
+    model = load_checkpoint(tmp_path / "run" / "model.pt").build_model()
+    by_hand = (model.predict(context) - truth).square().mean().item()  # one batch, every window
+    assert report.scores["model"]["mean"]["mse"] == pytest.approx(by_hand, rel=1e-5)
     assert set(report.scores) == {"model", "repeat_last", "seasonal_naive"}
     saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert saved["scores"]["model"]["mean"]["mse"] == pytest.approx(report.scores["model"]["mean"]["mse"])

@@ -157,7 +157,7 @@ train_flags = st.lists(
 data_configs = st.builds(
     DataConfig,
     sort=st.booleans(),
-    fill=st.sampled_from(["", "", "ffill", "interpolate", "zero"]),
+    fill=st.sampled_from(["", "", "ffill", "zero"]),
     freq=st.sampled_from(["", "", "", "h", "D", "15min"]),
 )
 odd_text = st.text(alphabet=st.sampled_from(' \t\r\n\x0b\x0c\x1c\x85\u2028\ufeff,;|"0.-eé'), max_size=200)
@@ -231,6 +231,6 @@ def test_train_succeeds_or_exits_2_with_one_error_line(content: bytes, flags: li
             assert (out / "model.pt").is_file() and "Error" not in result.output
             return
         assert result.exit_code == 2, "".join(traceback.format_exception(*result.exc_info))
-        lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+        lines = result.stderr.strip().splitlines()  # notes on how the data was read may come first
+        assert lines[-1].startswith("Error: ") and not any("Error" in line for line in lines[:-1]), result.stderr
         assert not out.exists()

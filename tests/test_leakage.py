@@ -1,22 +1,23 @@
 import numpy as np
+import pandas as pd
 import pytest
 import torch
-from helpers import tiny_config
+from helpers import make_frame, tiny_config, write_csv
 
-from tsformer.config import ModelConfig
-from tsformer.data import Scaler, prepare
+from tsformer.config import DataConfig, ModelConfig
+from tsformer.data import Scaler, prepare, read_series
 from tsformer.errors import LeakageError
-from tsformer.leakage import check_model, check_scaler, check_windows, require_passed
-from tsformer.model import Forecaster, attention, normalisation
+from tsformer.leakage import check_fill, check_model, check_scaler, check_windows, require_passed
+from tsformer.model import Forecaster, attention, forecaster, normalisation
 
 CONFIGS = [
     dict(patch_len=4),
     dict(patch_len=1, context_len=12),
     dict(patch_len=5),  # context not a whole number of patches: a left-padded first token
     dict(patch_len=4, channel_independent=False),
-    dict(patch_len=4, norm="first_patch"),
-    dict(patch_len=4, norm="none", attention="explicit"),
-    dict(patch_len=4, head="token", context_skip=False, stats_features=False),
+    dict(patch_len=4, attention="explicit"),
+    dict(patch_len=5, attention="explicit", channel_independent=False),
+    dict(patch_len=4, context_skip=False, stats_features=False),
 ]
 
 
@@ -39,17 +40,77 @@ def test_causal_models_pass(overrides):
     assert results["model/sensitive"].max_change > 1e-3
 
 
-def test_removing_the_causal_mask_fails(monkeypatch):
+def forget_the_causal_flag(monkeypatch):
+    """The fused kernel called without `is_causal`: with no padding, every token sees the future."""
+    fused = torch.nn.functional.scaled_dot_product_attention
+
+    def without_flag(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False):
+        return fused(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
+
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", without_flag)
+
+
+def allow_every_key(monkeypatch):
+    """The causal mask replaced by all-True (the explicit path, and the masked path of both)."""
     monkeypatch.setattr(attention, "causal_mask", lambda n, device=None: torch.ones(n, n, dtype=torch.bool))
-    results = by_name(check_model(model_for(patch_len=4)))
+
+
+def mask_only_the_padding(monkeypatch):
+    """The padding mask built without its causal part: only contexts with padding see the future."""
+
+    def padding_only(token_real):
+        keep_self = torch.eye(token_real.shape[1], dtype=torch.bool)
+        return (token_real[:, None, :] | keep_self).unsqueeze(1)  # (N, 1, T, T), no tril
+
+    monkeypatch.setattr(forecaster, "attention_mask", padding_only)
+
+
+@pytest.mark.parametrize(
+    "attention_path, break_it",
+    [
+        ("fused", forget_the_causal_flag),
+        ("explicit", allow_every_key),
+        ("fused", mask_only_the_padding),
+        ("explicit", mask_only_the_padding),
+    ],
+)
+def test_removing_the_causal_mask_fails(monkeypatch, attention_path, break_it):
+    model = model_for(patch_len=4, attention=attention_path)
+    assert by_name(check_model(model))["model/forward"].passed
+    break_it(monkeypatch)
+    results = by_name(check_model(model))
     assert not results["model/forward"].passed and results["model/forward"].max_change > 1e-3
-    assert not results["model/gradient"].passed
+    assert not results["model/gradient"].passed and results["model/gradient"].max_change > 1e-6
     with pytest.raises(LeakageError, match="model/forward"):
         require_passed(list(results.values()))
 
 
+def test_ignoring_the_observed_mask_fails_the_padding_check(monkeypatch):
+    model = model_for(patch_len=4)
+    real_sequences = Forecaster._sequences
+    monkeypatch.setattr(Forecaster, "_sequences", lambda self, x, observed: real_sequences(self, x, None))
+    results = by_name(check_model(model))
+    assert not results["model/padding"].passed and results["model/padding"].max_change > 1e-3
+    assert results["model/forward"].passed  # the other checks do not see this bug
+
+
+def test_a_model_blind_to_later_inputs_fails_the_sensitivity_check(monkeypatch):
+    model = model_for(patch_len=4)
+    real_tokens = Forecaster.forecast_tokens
+
+    def first_token_only(self, x, observed=None):
+        keep = torch.zeros_like(x)
+        keep[:, : self.token_ends()[0]] = 1.0  # reads the first patch, nothing after it
+        return real_tokens(self, x * keep, observed)
+
+    monkeypatch.setattr(Forecaster, "forecast_tokens", first_token_only)
+    results = by_name(check_model(model))
+    assert results["model/forward"].passed and results["model/gradient"].passed  # vacuously
+    assert not results["model/sensitive"].passed and results["model/sensitive"].max_change == 0.0
+
+
 def test_non_causal_normalisation_fails(monkeypatch):
-    def whole_window_stats(values, mask, patch_len, norm):
+    def whole_window_stats(values, mask, patch_len):
         n_tokens = values.shape[1] // patch_len
         mean = values.mean(1, keepdim=True).expand(-1, n_tokens, -1)  # peeks at every step
         std = values.std(1, keepdim=True).expand(-1, n_tokens, -1) + 1e-5
@@ -74,7 +135,6 @@ def test_window_checks_pass_and_catch_a_shifted_window(tiny_csv, monkeypatch):
     assert all(r.passed for r in check_windows(data.frame.timestamps, data.borders, 16, 4))
 
     import tsformer.leakage as leakage
-    from tsformer.data import split
 
     def overlapping_targets(split_name, borders, context_len, horizon):
         first, end = borders.target_range(split_name)
@@ -84,7 +144,11 @@ def test_window_checks_pass_and_catch_a_shifted_window(tiny_csv, monkeypatch):
     monkeypatch.setattr(leakage, "window_target_starts", overlapping_targets)
     results = by_name(check_windows(data.frame.timestamps, data.borders, 16, 4))
     assert not results["data/splits"].passed
-    assert split.window_target_starts is not overlapping_targets  # only the checked path was broken
+    # Borders 168/192/240: validation targets now start at row 166 and test targets at 190, so rows
+    # 166-167 and 190-191 are targets of two splits (4), and 2 + 1 target cells per split lie before it (6).
+    assert results["data/splits"].max_change == 10.0
+    assert "in two splits (4) or outside their split (6)" in results["data/splits"].detail
+    assert results["data/window"].passed  # targets still follow their own inputs
 
 
 def test_window_targets_overlapping_inputs_fail(tiny_csv, monkeypatch):
@@ -100,3 +164,32 @@ def test_window_targets_overlapping_inputs_fail(tiny_csv, monkeypatch):
     monkeypatch.setattr(leakage, "make_windows", inputs_end_at_the_last_target)
     results = by_name(check_windows(data.frame.timestamps, data.borders, 16, 4))
     assert not results["data/window"].passed
+
+
+def _holey_frame(tmp_path, method: str):
+    """A frame read from a CSV with gaps in both columns, filled by the loader."""
+    frame = make_frame(n_rows=120)
+    frame.loc[[10, 11, 40, 90], "a"] = np.nan
+    frame.loc[[60], "b"] = np.nan
+    return read_series(write_csv(tmp_path / "holes.csv", frame), DataConfig(fill=method))
+
+
+@pytest.mark.parametrize("method", ["ffill", "zero"])
+def test_fill_check_passes_on_the_loaders_causal_fills(tmp_path, method):
+    result = check_fill(_holey_frame(tmp_path, method), method)
+    assert result.passed and result.max_change == 0.0
+    assert "5 origins" in result.detail  # just after rows 10, 11, 40, 60 and 90
+
+
+def test_fill_check_catches_interpolation_across_the_origin(tmp_path, monkeypatch):
+    """The old --fill interpolate (both directions) moved inputs before an origin when later rows changed."""
+    import tsformer.data.loader as loader
+    import tsformer.leakage as leakage
+
+    def interpolate(column, method):
+        return pd.Series(column).interpolate(limit_direction="both").to_numpy()
+
+    monkeypatch.setattr(loader, "fill_column", interpolate)
+    monkeypatch.setattr(leakage, "fill_column", interpolate)
+    result = check_fill(_holey_frame(tmp_path, "ffill"), "ffill")
+    assert not result.passed and result.max_change > 1.0

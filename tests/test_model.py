@@ -4,7 +4,9 @@ import math
 import pytest
 import torch
 
-from tsformer.config import ModelConfig
+from tsformer.config import ModelConfig, config_from_dict
+from tsformer.data import split_window
+from tsformer.errors import ConfigError
 from tsformer.model import (
     Block,
     Forecaster,
@@ -96,23 +98,22 @@ def test_whole_models_agree_between_attention_paths():
 def test_prefix_stats_use_only_steps_up_to_each_token():
     values = torch.tensor([1.0, 3.0, 5.0, 7.0, 100.0, 200.0]).view(1, 6, 1)
     mask = torch.ones(1, 6, dtype=torch.bool)
-    mean, std = instance_stats(values, mask, patch_len=2, norm="prefix")
+    mean, std = instance_stats(values, mask, patch_len=2)
     assert mean[0, :, 0].tolist() == pytest.approx([2.0, 4.0, (1 + 3 + 5 + 7 + 100 + 200) / 6])
     assert std[0, 0, 0].item() == pytest.approx(math.sqrt(1.0 + 1e-5))
-    first_mean, _ = instance_stats(values, mask, patch_len=2, norm="first_patch")
-    assert first_mean[0, :, 0].tolist() == pytest.approx([2.0, 2.0, 2.0])
+    assert std[0, 1, 0].item() == pytest.approx(math.sqrt(5.0 + 1e-5))  # population variance of 1, 3, 5, 7
 
 
 def test_pad_steps_are_excluded_from_stats():
     values = torch.tensor([999.0, 1.0, 3.0, 5.0]).view(1, 4, 1)
     mask = torch.tensor([[False, True, True, True]])
-    mean, _ = instance_stats(values, mask, patch_len=2, norm="prefix")
+    mean, _ = instance_stats(values, mask, patch_len=2)
     assert mean[0, :, 0].tolist() == pytest.approx([1.0, 3.0])
 
 
 @pytest.mark.parametrize("channel_independent", [True, False])
-@pytest.mark.parametrize("norm", ["prefix", "first_patch", "none"])
-def test_values_in_pad_positions_do_not_change_the_forecast(channel_independent, norm):
+@pytest.mark.parametrize("attention", ["fused", "explicit"])
+def test_values_in_pad_positions_do_not_change_the_forecast(channel_independent, attention):
     cfg = ModelConfig(
         context_len=30,
         horizon=5,
@@ -122,31 +123,35 @@ def test_values_in_pad_positions_do_not_change_the_forecast(channel_independent,
         d_ff=16,
         n_layers=2,
         channel_independent=channel_independent,
-        norm=norm,
+        attention=attention,
     )
     torch.manual_seed(0)
     model = Forecaster(cfg, 2).eval()
     x = torch.randn(1, 30, 2)
-    pad_mask = torch.zeros(1, 30, dtype=torch.bool)
-    pad_mask[:, -11:] = True  # 11 real steps: a partly padded token, and fully padded ones
+    observed = torch.zeros(1, 30, dtype=torch.bool)
+    observed[:, -11:] = True  # 11 real steps: a partly padded token, and fully padded ones
     other = x.clone()
     other[:, :-11] = torch.tensor(float("nan"))
     garbage = x.clone()
     garbage[:, :-11] = 1e6
-    reference = model.predict(x, pad_mask)
-    assert torch.equal(reference, model.predict(other, pad_mask))
-    assert torch.equal(reference, model.predict(garbage, pad_mask))
+    reference = model.predict(x, observed)
+    assert torch.equal(reference, model.predict(other, observed))
+    assert torch.equal(reference, model.predict(garbage, observed))
     assert torch.isfinite(reference).all()
+    assert not torch.equal(reference, model.predict(x))  # the mask is not ignored
 
 
-def test_split_window_targets_follow_each_token():
+def test_token_targets_follow_each_token_and_the_last_is_the_window_target():
     cfg = ModelConfig(context_len=10, horizon=3, patch_len=4, d_model=8, n_heads=2, d_ff=8, n_layers=1)
     model = Forecaster(cfg, 1)
     assert model.pad_len == 2 and model.token_ends() == [2, 6, 10]
     window = torch.arange(13, dtype=torch.float32).view(1, 13, 1)
-    context, targets = model.split_window(window)
+    context, target = split_window(window, cfg.context_len)
     assert context[0, :, 0].tolist() == list(range(10))
+    assert target[0, :, 0].tolist() == [10, 11, 12]
+    targets = model.token_targets(window)
     assert targets[0, :, :, 0].tolist() == [[2, 3, 4], [6, 7, 8], [10, 11, 12]]
+    assert torch.equal(targets[:, -1], target)
 
 
 def test_forward_returns_forecast_and_loss():
@@ -157,3 +162,103 @@ def test_forward_returns_forecast_and_loss():
     assert forecast.shape == (5, 4, 3)
     torch.testing.assert_close(loss, ((forecast - target) ** 2).mean())
     assert model(x)[1] is None
+
+
+INFERENCE_CONFIGS = [
+    dict(),  # the ETTh1 default: context 336, patch 24, channel-independent
+    dict(context_len=30, horizon=5, patch_len=4),  # a left-padded first token
+    dict(context_len=30, horizon=5, patch_len=4, channel_independent=False, attention="explicit"),
+    dict(context_len=30, horizon=5, patch_len=4, context_skip=False, stats_features=False),
+    dict(context_len=12, horizon=5, patch_len=1),
+]
+
+
+def trained_looking(cfg: ModelConfig, n_series: int) -> Forecaster:
+    """A model in eval mode whose context skip is not zero (it starts at zero)."""
+    torch.manual_seed(0)
+    model = Forecaster(cfg, n_series).eval()
+    if model.context_skip is not None:
+        with torch.no_grad():
+            model.context_skip.linear.weight.normal_(0.0, 0.05)
+    return model
+
+
+@pytest.mark.parametrize("overrides", INFERENCE_CONFIGS)
+def test_last_token_inference_equals_the_last_token_of_every_token_forward(overrides):
+    model = trained_looking(ModelConfig(**overrides), n_series=3)
+    cfg = model.cfg
+    x = torch.randn(6, cfg.context_len, 3)
+    observed = torch.ones(6, cfg.context_len, dtype=torch.bool)
+    observed[:3, : cfg.context_len // 2] = False  # half the batch with a short history
+    for mask in (None, observed):
+        with torch.no_grad():
+            every = model.forecast_tokens(x, mask)  # (B, T, H, C)
+        last = model.predict(x, mask)
+        assert every.shape == (6, cfg.n_tokens, cfg.horizon, 3) and last.shape == (6, cfg.horizon, 3)
+        torch.testing.assert_close(last, every[:, -1], atol=1e-6, rtol=1e-6)
+        assert every[:, -1].abs().max() > 0.1  # not trivially zero
+
+
+def test_parts_of_the_last_token_path_equal_the_every_token_parts():
+    model = trained_looking(ModelConfig(context_len=30, horizon=5, patch_len=4, d_model=16, n_heads=2), 2)
+    n, t, k = 4, model.n_tokens, model.token_channels
+    hidden, token_real = torch.randn(n, t, 16), torch.rand(n, t) > 0.3
+    torch.testing.assert_close(model.head.last(hidden, token_real), model.head(hidden, token_real)[:, -1])
+    series, mask = torch.randn(n, t * 4, k), torch.rand(n, t * 4) > 0.3
+    series = series * mask.unsqueeze(-1)  # pads are zero, as `_sequences` leaves them
+    mean, std = torch.randn(n, t, k), torch.rand(n, t, k) + 0.5
+    every = model.context_skip(series, mask, mean, std)  # (N, T, H, k)
+    torch.testing.assert_close(model.context_skip.last(series, mask, mean[:, -1], std[:, -1]), every[:, -1])
+
+
+def test_forward_trains_every_token_but_infers_from_the_last_only(monkeypatch):
+    cfg = ModelConfig(context_len=16, horizon=4, patch_len=4, d_model=8, n_heads=2, d_ff=8, n_layers=1, dropout=0.0)
+    model = trained_looking(cfg, 2)
+    window = torch.randn(5, 20, 2)
+    context, target = split_window(window, 16)
+    tokens = model.forecast_tokens(context)
+    _, loss = model(context, target=model.token_targets(window))
+    torch.testing.assert_close(loss, ((tokens - model.token_targets(window)) ** 2).mean())
+    calls = []
+    monkeypatch.setattr(Forecaster, "forecast_tokens", lambda *a: calls.append(a) or tokens)
+    forecast, no_loss = model(context)
+    assert no_loss is None and calls == []  # no every-token forward for a plain forecast
+    torch.testing.assert_close(forecast, tokens[:, -1])
+
+
+def test_mae_loss():
+    cfg = ModelConfig(context_len=16, horizon=4, patch_len=4, d_model=8, n_heads=2, d_ff=8, n_layers=1)
+    model = Forecaster(cfg, 3, loss="mae")
+    x, target = torch.randn(5, 16, 3), torch.randn(5, 4, 3)
+    forecast, loss = model(x, target=target)
+    torch.testing.assert_close(loss, (forecast - target).abs().mean())
+
+
+def test_predict_batches_equals_one_predict_in_order():
+    cfg = ModelConfig(context_len=16, horizon=4, patch_len=4, d_model=8, n_heads=2, d_ff=8, n_layers=1)
+    model = trained_looking(cfg, 2).train()
+    contexts = torch.randn(23, 16, 2)
+    batches = list(model.predict_batches(contexts, batch_size=10))
+    assert [len(b) for b in batches] == [10, 10, 3]
+    torch.testing.assert_close(torch.cat(batches), model.predict(contexts), atol=1e-6, rtol=1e-6)
+    assert model.training  # predict restores the mode
+    assert list(model.predict_batches(contexts[:0])) == []
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_no_mask_means_causal_only(fused):
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(16, 4, fused=fused).eval()
+    x = torch.randn(3, 9, 16)
+    causal = attention_mask(torch.ones(3, 9, dtype=torch.bool))  # (B, 1, T, T)
+    torch.testing.assert_close(attn(x), attn(x, causal), atol=1e-6, rtol=1e-5)
+    changed = x.clone()
+    changed[:, 5:] += 10.0
+    assert torch.equal(attn(changed)[:, :5], attn(x)[:, :5])  # the future does not reach the past
+
+
+@pytest.mark.parametrize("key", ["norm=prefix", "norm=none", "head=token", "head_dim=16"])
+def test_removed_model_options_are_unknown_keys(key):
+    name, value = key.split("=")
+    with pytest.raises(ConfigError, match=f"unknown key model.{name}"):
+        config_from_dict({"model": {name: value}})

@@ -17,20 +17,15 @@ def run(tmp_path_factory):
     return root / "run"
 
 
-def test_forecast_continues_the_timestamps_in_original_units(run, tmp_path):
-    frame = make_frame(100)
-    frame[["a", "b"]] = frame[["a", "b"]] * 1000 + 5000
-    forecast = predict(run, write_csv(tmp_path / "h.csv", frame))
+def test_forecast_continues_the_timestamps(run, tmp_path):
+    forecast = predict(run, write_csv(tmp_path / "h.csv", make_frame(100))).frame
     assert list(forecast.columns) == ["a", "b"]
     assert forecast.index[0] == pd.Timestamp("2024-01-05 04:00") and len(forecast) == 4
     assert (forecast.index.to_series().diff().dropna() == pd.Timedelta("1h")).all()
-    ckpt = load_checkpoint(run / "model.pt")
-    # the model works on scaled values; the output is back in the CSV's units
-    assert np.abs(forecast.to_numpy() - ckpt.scaler.mean).max() > 100
 
 
 def test_history_shorter_than_the_context_is_padded(run, tmp_path):
-    forecast = predict(run, write_csv(tmp_path / "short.csv", make_frame(5)))
+    forecast = predict(run, write_csv(tmp_path / "short.csv", make_frame(5))).frame
     assert forecast.shape == (4, 2) and np.isfinite(forecast.to_numpy()).all()
 
 
@@ -43,3 +38,54 @@ def test_columns_must_match_the_checkpoint(run, tmp_path):
 def test_frequency_must_match_the_checkpoint(run, tmp_path):
     with pytest.raises(DataError, match="frequency"):
         predict(run, write_csv(tmp_path / "daily.csv", make_frame(50, freq="D")))
+
+
+def test_forecast_is_the_models_scaled_output_back_in_the_csvs_units(tmp_path):
+    """A series far from 0 and 1 (mean ~1000, std ~50): the forecast is scaler.inverse(model output), to 1e-6."""
+    import torch
+
+    frame = make_frame()
+    frame["a"] = 1000 + 70 * frame["a"]
+    frame["b"] = 1000 + 70 * (frame["b"] - 10)
+    csv = write_csv(tmp_path / "big.csv", frame)
+    train(tiny_config(csv), tmp_path / "run", show_progress=False)
+    ckpt = load_checkpoint(tmp_path / "run" / "model.pt")
+    values = pd.read_csv(csv)[["a", "b"]].to_numpy()
+    np.testing.assert_allclose(ckpt.scaler.mean, values[:168].mean(0), rtol=1e-6)  # ~1000
+    assert ((40 < ckpt.scaler.std) & (ckpt.scaler.std < 60)).all()
+
+    forecast = predict(tmp_path / "run", csv).frame
+    context = torch.from_numpy(ckpt.scaler.transform(values[-16:])).float().unsqueeze(0)  # (1, L, C), scaled
+    scaled = ckpt.build_model().predict(context)[0].numpy()  # (H, C)
+    assert np.abs(scaled).max() < 5  # the model works on standardised values
+    np.testing.assert_allclose(forecast.to_numpy(), ckpt.scaler.inverse(scaled), rtol=1e-6)  # float32 round-off
+    assert (values.min(0) <= forecast.to_numpy()).all() and (forecast.to_numpy() <= values.max(0)).all()
+
+
+def test_predict_matches_evaluate_on_the_first_test_window(run, tmp_path, monkeypatch):
+    """predict on the CSV cut at the first test window's origin forecasts what evaluate scores for that window."""
+    import tsformer.evaluate as evaluate_module
+
+    scored = []  # (forecast, truth) per forecaster, scaled, (N, H, C); the model's first
+    score = evaluate_module.score
+
+    def recording_score(forecast, truth, *args, **kwargs):
+        scored.append((forecast, truth))
+        return score(forecast, truth, *args, **kwargs)
+
+    monkeypatch.setattr(evaluate_module, "score", recording_score)
+    evaluate_module.evaluate(run, write=False)
+    model_forecast, truth = scored[0]
+
+    ckpt = load_checkpoint(run / "model.pt")
+    origin = ckpt.borders.to_list()[1]  # the first test target row: the validation split's end
+    lines = (run.parent / "data.csv").read_text().splitlines(keepends=True)
+    frame = pd.read_csv(run.parent / "data.csv")
+    future = frame.iloc[origin : origin + 4]
+    np.testing.assert_allclose(ckpt.scaler.inverse(truth[0]), future[["a", "b"]].to_numpy(), rtol=1e-5)  # window 0
+
+    cut = tmp_path / "cut.csv"
+    cut.write_text("".join(lines[: 1 + origin]))  # the header and rows 0 .. origin - 1, byte for byte
+    forecast = predict(run, cut).frame
+    assert list(forecast.index.strftime("%Y-%m-%d %H:%M:%S")) == list(future["date"])
+    np.testing.assert_allclose(forecast.to_numpy(), ckpt.scaler.inverse(model_forecast[0]), rtol=1e-5)

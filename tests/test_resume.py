@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import hourly_series, start_tsformer, wait_for
 from typer.testing import CliRunner
 
 import tsformer.checkpoint as checkpoint_module
@@ -36,15 +36,8 @@ TINY = [
 @pytest.fixture
 def series_csv(tmp_path: Path) -> Path:
     """Two hourly series, 2,400 rows: about 1,660 training windows."""
-    rng = np.random.default_rng(0)
-    t = np.arange(2400)
-    frame = pd.DataFrame({
-        "date": pd.date_range("2024-01-01", periods=len(t), freq="h").strftime("%Y-%m-%d %H:%M:%S"),
-        "load": 10 + 3 * np.sin(2 * np.pi * t / 24) + rng.normal(0, 0.5, len(t)),
-        "temp": 5 + np.sin(2 * np.pi * t / 168) + rng.normal(0, 0.2, len(t)),
-    })  # fmt: skip
     path = tmp_path / "series.csv"
-    frame.to_csv(path, index=False)
+    hourly_series(2400).to_csv(path, index=False)
     return path
 
 
@@ -65,11 +58,6 @@ def _run_cli(argv: list[str]):
     return result
 
 
-def _start(argv: list[str], log: Path) -> subprocess.Popen:
-    with log.open("w") as handle:
-        return subprocess.Popen([sys.executable, "-m", "tsformer", *argv], stdout=handle, stderr=subprocess.STDOUT)
-
-
 def _saved_epoch(run: Path) -> int:
     """The epoch in the run's last.pt; 0 while there is none."""
     if not (run / LAST_FILE).is_file():
@@ -78,11 +66,7 @@ def _saved_epoch(run: Path) -> int:
 
 
 def _wait_for_epoch(proc: subprocess.Popen, run: Path, epoch: int, deadline_s: float = 60) -> None:
-    deadline = time.monotonic() + deadline_s
-    while _saved_epoch(run) < epoch:
-        assert proc.poll() is None, f"training exited early with code {proc.returncode}"
-        assert time.monotonic() < deadline, f"no checkpoint for epoch {epoch} within {deadline_s} s"
-        time.sleep(0.05)
+    wait_for(lambda: _saved_epoch(run) >= epoch, proc, f"checkpoint for epoch {epoch}", deadline_s)
 
 
 def _epoch_seconds(run: Path) -> float:
@@ -114,7 +98,7 @@ def _assert_same_run(a: Path, b: Path) -> None:
 
 def test_kill_9_mid_epoch_then_resume_matches_uninterrupted_run(series_csv, tmp_path, restore_threads):
     killed = tmp_path / "killed"
-    proc = _start(_train_argv(series_csv, killed), tmp_path / "killed.log")
+    proc = start_tsformer(_train_argv(series_csv, killed), tmp_path / "killed.log")
     try:
         _wait_for_epoch(proc, killed, 2)
         time.sleep(0.5 * _epoch_seconds(killed))  # about half-way through epoch 3
@@ -141,7 +125,7 @@ def test_kill_9_mid_epoch_then_resume_matches_uninterrupted_run(series_csv, tmp_
 
 def test_ctrl_c_stops_cleanly_and_says_how_to_resume(series_csv, tmp_path, restore_threads):
     run = tmp_path / "run"
-    proc = _start(_train_argv(series_csv, run, epochs=4), tmp_path / "run.log")
+    proc = start_tsformer(_train_argv(series_csv, run, epochs=4), tmp_path / "run.log")
     try:
         _wait_for_epoch(proc, run, 1)
         proc.send_signal(signal.SIGINT)
@@ -171,11 +155,14 @@ def test_ctrl_c_before_any_epoch_says_nothing_was_saved(series_csv, tmp_path, mo
     def interrupted(self, *args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Forecaster, "split_window", interrupted)  # the first training step
+    monkeypatch.setattr(Forecaster, "token_targets", interrupted)  # the first training step
     run = tmp_path / "run"
     result = CliRunner().invoke(app, [*_train_argv(series_csv, run), "--quiet"])
     assert result.exit_code == 130
-    assert result.output.strip() == ("Error: training stopped during epoch 1; no epoch was saved, so start again")
+    assert result.output.strip() == (
+        f"Error: training stopped during epoch 1; no epoch was saved and {run} was left as it was, so start again"
+    )
+    assert not run.exists() and not list(tmp_path.glob(".run.*")), "a half-made run was left behind"
 
 
 def _nan_from(monkeypatch, method: str, call: int) -> None:
@@ -241,7 +228,7 @@ def test_nan_in_first_epoch_says_nothing_was_saved(series_csv, tmp_path, monkeyp
     with pytest.raises(TrainingError) as caught:
         train(_tiny_config(series_csv), run, show_progress=False)
     assert "no epoch was saved" in str(caught.value)
-    assert not (run / LAST_FILE).exists()
+    assert not run.exists() and not list(tmp_path.glob(".run.*")), "a half-made run was left behind"
 
 
 def test_existing_run_folder_is_not_overwritten(series_csv, tmp_path):
@@ -294,8 +281,31 @@ def _checkpoint_for(cfg):
         columns=("load", "temp"),
         time_col="date",
         freq="h",
-        last_timestamp="2024-01-01 00:00:00",
         scaler=Scaler(mean=np.zeros(2, np.float32), std=np.ones(2, np.float32)),
         borders=SplitBorders(70, 80, 100),
         model_state=model.state_dict(),
+        data_fingerprint={"rows": 100, "first": "2024-01-01 00:00:00", "last": "2024-01-05 03:00:00", "sha256": "0"},
     )
+
+
+@pytest.mark.parametrize("change", ["append", "edit"])
+def test_resume_refuses_data_that_changed_since_the_run_started(series_csv, tmp_path, change, restore_threads):
+    cfg = _tiny_config(series_csv, epochs=1)
+    run = tmp_path / "run"
+    train(cfg, run, show_progress=False)
+    frame = pd.read_csv(series_csv)
+    if change == "append":
+        more = hourly_series(2424).iloc[2400:]
+        frame = pd.concat([frame, more])
+    else:
+        frame.loc[5, "load"] += 1.0
+    frame.to_csv(series_csv, index=False)
+    result = CliRunner().invoke(app, ["train", "--resume", "--out", str(run), "--quiet"])
+    assert result.exit_code == 2, result.output
+    error = result.stderr.strip()
+    assert error.startswith(f"Error: {series_csv} changed since run {run} started (")
+    assert ("rows 2400 -> 2424" in error) == (change == "append") and "sha256" in error
+    assert error.endswith(
+        f"start a new run instead (tsformer train ... --out NEW_FOLDER, or --overwrite to replace {run})"
+    )
+    assert load_checkpoint(run / LAST_FILE).train_state["loop"]["epoch"] == 1

@@ -7,7 +7,10 @@ from helpers import tiny_config
 
 import tsformer.train as train_module
 from tsformer.checkpoint import load_checkpoint
+from tsformer.config import TrainConfig
+from tsformer.data import prepare, split_window
 from tsformer.errors import ConfigError, LeakageError
+from tsformer.model import Forecaster
 from tsformer.schedule import lr_at
 from tsformer.train import train
 
@@ -73,3 +76,43 @@ def test_resume_removes_temp_files_of_interrupted_saves(tiny_csv, tmp_path):
     stale.write_bytes(b"half a checkpoint")
     result = train(tiny_config(tiny_csv), tmp_path / "run", resume=True, show_progress=False)
     assert not stale.exists() and result.epochs_run == 2
+
+
+def test_validation_loss_is_the_mse_of_the_last_token_forecast(tiny_csv, tmp_path):
+    cfg = tiny_config(tiny_csv)
+    result = train(cfg, tmp_path / "run", show_progress=False)
+    best = load_checkpoint(tmp_path / "run" / "model.pt").build_model()
+    val = prepare(cfg).windows("val", 16, 4)  # (N, L + H, C)
+    context, target = split_window(val, 16)
+    by_hand = (best.predict(context) - target).square().mean().item()
+    assert result.best_val_loss == pytest.approx(by_hand, rel=1e-5)
+
+
+@pytest.mark.parametrize("all_positions", [True, False])
+def test_a_step_trains_every_token_or_the_last(tiny_csv, tmp_path, monkeypatch, all_positions):
+    cfg = tiny_config(tiny_csv)
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, epochs=1, all_positions=all_positions))
+    seen = []
+    real_forward = Forecaster.forward
+
+    def recording(self, x, observed=None, target=None):
+        if target is not None:
+            seen.append((x, target))
+        return real_forward(self, x, observed, target)
+
+    monkeypatch.setattr(Forecaster, "forward", recording)
+    train(cfg, tmp_path / "run", show_progress=False)
+    x, target = seen[0]
+    assert x.shape == (32, 16, 2)
+    if all_positions:  # token k's target: the 4 steps after its patch, in the context for every token but the last
+        assert target.shape == (32, 4, 4, 2)
+        assert torch.equal(target[:, 0], x[:, 4:8]) and torch.equal(target[:, 2, 0], x[:, 12])
+    else:
+        assert target.shape == (32, 4, 2)
+    n_windows = len(prepare(cfg).windows("train", 16, 4))
+    assert len(seen) == -(-n_windows // 32)  # one forward with a target per step
+
+
+def test_huber_loss_is_no_longer_an_option():
+    with pytest.raises(ConfigError, match="train.loss must be one of \\('mse', 'mae'\\)"):
+        TrainConfig(loss="huber")

@@ -1,7 +1,9 @@
 """The benchmark: train, evaluate and check one config, then rewrite the dataset's results table.
 
 Each config writes `<results>/<config name>.json`; the Markdown table `<results>/<dataset>.md`
-is regenerated from every JSON of that dataset plus the published reference rows.
+is regenerated from every JSON of that dataset plus the published reference rows of a CSV
+(`--reference`, default `benchmarks/published_etth1.csv` relative to the current directory;
+when that file is absent the table says so and has no published rows).
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ from pathlib import Path
 from tsformer.check import check_run
 from tsformer.config import load_config, to_dict, with_data_path
 from tsformer.datasets import resolve_data_path
+from tsformer.errors import DataError
 from tsformer.evaluate import evaluate
+from tsformer.files import atomic_write_text
 from tsformer.train import train
 
-REFERENCE = Path(__file__).resolve().parent.parent / "benchmarks" / "published_etth1.csv"
+DEFAULT_REFERENCE = Path("benchmarks") / "published_etth1.csv"
+REFERENCE_COLUMNS = ("dataset", "model", "lookback", "horizon", "mse", "mae", "source")
 
 
 def run_benchmark(
@@ -27,12 +32,18 @@ def run_benchmark(
     results_dir: str | Path,
     data_dir: str | Path | None = None,
     show_progress: bool = True,
+    reference: str | Path = DEFAULT_REFERENCE,
 ) -> dict:
-    """Train from `config_path` into runs_dir/<name>, score the test split, check leakage, write JSON."""
+    """Train from `config_path` into runs_dir/<name>, score the test split, check leakage, write JSON.
+
+    Then regenerate the dataset's table beside it, with the published rows of `reference`.
+    """
     config_path = Path(config_path)
     name = config_path.stem
     cfg = load_config(config_path)
     cfg = with_data_path(cfg, resolve_data_path(cfg.data.path, data_dir))
+    dataset = Path(cfg.data.path).stem.lower()
+    _reference_rows(dataset, Path(reference))  # a malformed reference file fails now, not after training
     run_dir = Path(runs_dir) / name
     started = time.monotonic()
     trained = train(cfg, run_dir, overwrite=True, show_progress=show_progress)
@@ -43,7 +54,7 @@ def run_benchmark(
     scores = {k: {"mse": v["mean"]["mse"], "mae": v["mean"]["mae"]} for k, v in report.scores.items()}
     result = {
         "name": name,
-        "dataset": Path(cfg.data.path).stem.lower(),
+        "dataset": dataset,
         "horizon": cfg.model.horizon,
         "context_len": cfg.model.context_len,
         "n_test_windows": report.n_windows,
@@ -59,13 +70,13 @@ def run_benchmark(
     }
     results_dir = Path(results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
-    (results_dir / f"{name}.json").write_text(json.dumps(result, indent=2))
-    write_table(results_dir, result["dataset"])
+    atomic_write_text(results_dir / f"{name}.json", json.dumps(result, indent=2))
+    write_table(results_dir, result["dataset"], reference)
     return result
 
 
-def write_table(results_dir: Path, dataset: str) -> Path:
-    """Regenerate <dataset>.md from every result JSON of that dataset and the published rows."""
+def write_table(results_dir: Path, dataset: str, reference: str | Path = DEFAULT_REFERENCE) -> Path:
+    """Regenerate <dataset>.md from every result JSON of that dataset and the published rows of `reference`."""
     results = sorted(
         (r for r in (json.loads(p.read_text()) for p in results_dir.glob("*.json")) if r.get("dataset") == dataset),
         key=lambda r: r["horizon"],
@@ -88,8 +99,11 @@ def write_table(results_dir: Path, dataset: str) -> Path:
             f"| {r['train_wall_seconds']:.0f} | {r['epochs_run']} ({r['best_epoch']}) | {r['n_parameters']:,} "
             f"| {r['peak_rss_mib']:.0f} | {'pass' if r['leakage_checks_passed'] else 'FAIL'} |"
         )
-    reference = _reference_rows(dataset)
-    if reference:
+    reference = Path(reference)
+    published = _reference_rows(dataset, reference)
+    if not reference.is_file():
+        lines += ["", f"No published results: the reference file {reference} was not found (see `--reference`)."]
+    elif published:
         lines += [
             "",
             "## Published results (as reported; several drop the last incomplete test batch)",
@@ -99,16 +113,31 @@ def write_table(results_dir: Path, dataset: str) -> Path:
         ]
         lines += [
             f"| {r['model']} | {r['lookback']} | {r['horizon']} | {r['mse']} | {r['mae']} | {r['source']} |"
-            for r in reference
+            for r in published
         ]
     path = results_dir / f"{dataset}.md"
-    path.write_text("\n".join(lines) + "\n")
+    atomic_write_text(path, "\n".join(lines) + "\n")
     return path
 
 
-def _reference_rows(dataset: str) -> list[dict]:
-    if not REFERENCE.is_file():
+def _reference_rows(dataset: str, reference: Path) -> list[dict]:
+    """The rows of the published-results CSV for `dataset`; none when the file is absent."""
+    if not reference.is_file():
         return []
-    with REFERENCE.open() as handle:
-        rows = [r for r in csv.DictReader(handle) if r["dataset"].lower() == dataset.lower()]
-    return sorted(rows, key=lambda r: (int(r["horizon"]), float(r["mse"])))
+    with reference.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in REFERENCE_COLUMNS if c not in (reader.fieldnames or ())]
+        if missing:
+            raise _bad_reference(reference, f"no column {', '.join(missing)}")
+        rows = [r for r in reader if (r["dataset"] or "").lower() == dataset.lower()]
+    try:
+        return sorted(rows, key=lambda r: (int(r["horizon"]), float(r["mse"])))
+    except (TypeError, ValueError) as exc:
+        raise _bad_reference(reference, str(exc)) from None
+
+
+def _bad_reference(reference: Path, problem: str) -> DataError:
+    return DataError(
+        f"reference file {reference} cannot be used ({problem}); it needs the columns "
+        f"{','.join(REFERENCE_COLUMNS)} with an integer horizon and a numeric mse"
+    )

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tsformer.checkpoint import load_checkpoint, resolve_checkpoint
-from tsformer.config import with_data_path
-from tsformer.data import prepare
+from tsformer.evaluate import load_run_data
 from tsformer.leakage import CheckResult, check_data, check_model
 
 
@@ -17,13 +16,8 @@ def check_run(run: str | Path, csv: str | Path | None = None, n_checks: int = 32
     """
     ckpt = load_checkpoint(resolve_checkpoint(run))
     results = check_model(ckpt.build_model(), n_checks=n_checks)
-    cfg = ckpt.config
-    path = Path(csv) if csv is not None else Path(cfg.data.path)
+    path = Path(csv) if csv is not None else Path(ckpt.config.data.path)
     if not path.is_file():
         return results, f"data checks skipped: {path} not found (pass --csv to run them)"
-    data = prepare(with_data_path(cfg, path), scaler=ckpt.scaler, columns=ckpt.columns, freq=ckpt.freq)
-    frame = data.frame
-    results += check_data(
-        frame.values, frame.timestamps, ckpt.borders, ckpt.scaler, cfg.model.context_len, cfg.model.horizon
-    )
-    return results, ""
+    data = load_run_data(ckpt, path)
+    return results + check_data(data, ckpt.config), ""

@@ -1,32 +1,33 @@
 """The only code that knows the checkpoint file format.
 
 One file holds everything `evaluate`, `predict` and `check` need: weights, resolved config,
-scaler, columns, time column, frequency, split borders, last timestamp, versions. Files are
+scaler, columns, time column, frequency, split borders, a fingerprint of the data, versions. Files are
 written atomically (temp file + rename) and read with `weights_only=True`, so loading never
 runs code from the file.
 """
 
 from __future__ import annotations
 
-import os
+import io
 import pickle
-import tempfile
 import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from tsformer import __version__
 from tsformer.config import Config, config_from_dict, to_dict
-from tsformer.data import Scaler, SplitBorders
+from tsformer.data import Scaler, SplitBorders, parse_freq
 from tsformer.errors import CheckpointError, TsformerError
+from tsformer.files import atomic_write
 from tsformer.model import Forecaster
 
 FORMAT_NAME = "tsformer-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: data fingerprint; renamed model weights
 MODEL_FILE = "model.pt"  # best weights, for evaluate/predict/check
 LAST_FILE = "last.pt"  # latest epoch with optimizer and RNG state, for --resume
 
@@ -37,11 +38,10 @@ class Checkpoint:
     columns: tuple[str, ...]
     time_col: str
     freq: str
-    last_timestamp: str
     scaler: Scaler
     borders: SplitBorders
     model_state: dict[str, torch.Tensor]
-    filled: dict[str, int] = field(default_factory=dict)
+    data_fingerprint: dict[str, str | int] = field(default_factory=dict)  # the data it was trained on
     train_state: dict[str, Any] | None = None  # optimizer, epoch, RNG, history; only in last.pt
     package_version: str = __version__
 
@@ -58,8 +58,11 @@ class Checkpoint:
 
 
 def save_checkpoint(ckpt: Checkpoint, path: str | Path) -> None:
-    """Write atomically: a kill at any moment leaves either the old file or the new one."""
-    path = Path(path)
+    """Write atomically: a kill or a full disk at any moment leaves either the old file or the new one.
+
+    The payload is serialised in memory first, so a failed write is an OSError naming `path`
+    (torch's zip writer would report a full disk as a RuntimeError).
+    """
     payload = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -68,30 +71,15 @@ def save_checkpoint(ckpt: Checkpoint, path: str | Path) -> None:
         "columns": list(ckpt.columns),
         "time_col": ckpt.time_col,
         "freq": ckpt.freq,
-        "last_timestamp": ckpt.last_timestamp,
         "scaler": ckpt.scaler.to_dict(),
         "borders": ckpt.borders.to_list(),
-        "filled": dict(ckpt.filled),
+        "data_fingerprint": dict(ckpt.data_fingerprint),
         "model_state": {k: v.detach().cpu() for k, v in ckpt.model_state.items()},
         "train_state": ckpt.train_state,
     }
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(payload, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    current = os.umask(0)
-    os.umask(current)
-    return current
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    atomic_write(path, lambda handle: handle.write(buffer.getbuffer()))
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:
@@ -130,23 +118,57 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             f"{FORMAT_VERSION}; use a matching tsformer version or retrain"
         )
     try:
-        return Checkpoint(
+        ckpt = Checkpoint(
             config=config_from_dict(payload["config"]),
             columns=tuple(payload["columns"]),
-            time_col=str(payload["time_col"]),
-            freq=str(payload["freq"]),
-            last_timestamp=str(payload["last_timestamp"]),
+            time_col=payload["time_col"],
+            freq=payload["freq"],
             scaler=Scaler.from_dict(payload["scaler"]),
             borders=SplitBorders(*payload["borders"]),
             model_state=payload["model_state"],
-            filled=dict(payload.get("filled") or {}),
+            data_fingerprint=payload["data_fingerprint"],
             train_state=payload.get("train_state"),
             package_version=str(payload.get("package_version", "")),
         )
+        _validate(ckpt)
     except (KeyError, TypeError, ValueError, TsformerError) as exc:
+        detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
         raise CheckpointError(
-            f"{path} is a damaged tsformer checkpoint ({exc}); retrain or use the original file"
+            f"{path} is a damaged tsformer checkpoint ({detail}); retrain or use the original file"
         ) from None
+    return ckpt
+
+
+def _validate(ckpt: Checkpoint) -> None:
+    """Every field is of its type and agrees with the others; raises ValueError or TsformerError."""
+    columns = ckpt.columns
+    if not columns or not all(isinstance(c, str) and c for c in columns) or len(set(columns)) != len(columns):
+        raise ValueError(f"columns must be distinct names, got {list(columns)}")
+    if not isinstance(ckpt.time_col, str) or not ckpt.time_col or ckpt.time_col in columns:
+        raise ValueError(f"time column {ckpt.time_col!r} must be a name other than the columns'")
+    if not isinstance(ckpt.freq, str):
+        raise ValueError(f"frequency {ckpt.freq!r} is not text")
+    parse_freq(ckpt.freq, "its frequency")
+    mean, std = ckpt.scaler.mean, ckpt.scaler.std
+    if mean.shape != (len(columns),) or std.shape != (len(columns),):
+        raise ValueError(f"scaler has {mean.size} means and {std.size} stds for {len(columns)} columns")
+    if not (np.isfinite(mean).all() and np.isfinite(std).all() and (std > 0).all()):
+        raise ValueError("scaler statistics must be finite with positive stds")
+    ends = ckpt.borders.to_list()
+    if not all(isinstance(e, int) and not isinstance(e, bool) for e in ends) or not 0 < ends[0] < ends[1] < ends[2]:
+        raise ValueError(f"split borders {ends} must be increasing row numbers")
+    fingerprint = ckpt.data_fingerprint
+    if not isinstance(fingerprint, dict) or set(fingerprint) != {"rows", "first", "last", "sha256"}:
+        raise ValueError("data fingerprint must hold rows, first, last and sha256")
+    state = ckpt.model_state
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError("model weights must be a mapping of names to tensors")
+    train_state = ckpt.train_state
+    if train_state is not None and not (
+        isinstance(train_state, dict) and {"optimizer", "rng", "loop"} <= set(train_state)
+    ):
+        raise ValueError("training state must hold optimizer, rng and loop")
+    ckpt.build_model()
 
 
 def _load_failure(exc: Exception) -> str:

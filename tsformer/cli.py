@@ -41,6 +41,9 @@ def domain_errors(command: Callable) -> Callable:
             fail(str(exc), getattr(exc, "exit_code", 2))
         except KeyboardInterrupt:
             fail("interrupted; nothing more was written", 130)
+        except BrokenPipeError:  # the reader closed stdout (`| head`): not an error, stop quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+            raise typer.Exit(0) from None
         except OSError as exc:  # the file system refused: a path, a permission, a full disk
             if _debug["on"]:
                 traceback.print_exc()
@@ -75,13 +78,13 @@ def train(
         None, "--freq", help="State the frequency (h, D, 15min, ...) instead of inferring it."
     ),
     sort: bool = typer.Option(False, "--sort", help="Accept unsorted rows by sorting on the time column."),
-    fill: str | None = typer.Option(None, "--fill", help="Fill NaN/inf cells: ffill, interpolate or zero."),
+    dayfirst: bool = typer.Option(False, "--dayfirst", help="Read ambiguous dates such as 01/02/2024 as day/month."),
+    fill: str | None = typer.Option(None, "--fill", help="Fill NaN/inf cells from earlier rows: ffill, or zero."),
     overrides: list[str] = typer.Option([], "--set", help="Override any config key: --set train.lr=3e-4 (repeatable)."),
     data_dir: Path | None = typer.Option(
         None,
         "--data-dir",
-        help="Where to find a CSV given by bare file name "
-        "(default: $TSFORMER_DATA_DIR, then ../shared/data, then the cache).",
+        help="Where to find a CSV given by bare file name (default: $TSFORMER_DATA_DIR, then the cache).",
     ),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its last checkpoint."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing run folder."),
@@ -91,32 +94,34 @@ def train(
 
     Example: tsformer train data/sample.csv --target OT --context-len 96 --horizon 24 --out runs/demo
     """
-    from tsformer.config import config_from_dict, load_config, overrides_to_dict, with_data_path
+    from tsformer.config import config_from_flags, given_flags, with_data_path
     from tsformer.datasets import resolve_data_path
     from tsformer.train import train as run_training
 
-    if resume and (
-        csv
-        or config
-        or target
-        or overrides
-        or any(v is not None for v in (time_col, context_len, horizon, epochs, seed, freq, fill))
-    ):
-        fail(f"--resume continues {out} with its saved config; drop the other options (keep --out)")
     flags = {
         "data": {
             "path": str(csv) if csv else None,
             "time_col": time_col,
             "freq": freq,
             "fill": fill,
-            "sort": True if sort else None,
+            "sort": sort or None,
+            "dayfirst": dayfirst or None,
             "targets": list(target) or None,
         },
         "model": {"context_len": context_len, "horizon": horizon},
         "train": {"epochs": epochs, "seed": seed},
     }
-    given = {section: {k: v for k, v in values.items() if v is not None} for section, values in flags.items()}
-    cfg = config_from_dict(overrides_to_dict(overrides, into=given), base=load_config(config))  # --set wins
+    if resume:
+        given = [f"{s}.{k}" for s, values in given_flags(flags).items() for k in values]
+        given += (
+            ["--config"] * (config is not None) + ["--set"] * bool(overrides) + ["--data-dir"] * (data_dir is not None)
+        )
+        if given or overwrite:
+            fail(
+                f"--resume continues {out} with its saved config and data; drop {', '.join(given or ['--overwrite'])} "
+                "(keep --out)"
+            )
+    cfg = config_from_flags(config, flags, overrides)
     if cfg.data.path:
         cfg = with_data_path(cfg, resolve_data_path(cfg.data.path, data_dir))
     result = run_training(cfg, out, resume=resume, overwrite=overwrite, show_progress=not quiet)
@@ -158,26 +163,16 @@ def predict(
 
     Example: tsformer predict runs/demo data/sample.csv --out forecast.csv --plot forecast.png
     """
-    from tsformer.checkpoint import load_checkpoint, resolve_checkpoint
-    from tsformer.predict import forecast_frame, read_history
+    from tsformer.predict import predict as run_prediction
 
-    for path, flag in ((out, "--out"), (plot, "--plot")):
-        if path is not None and not path.resolve().parent.is_dir():
-            fail(f"{flag} {path}: folder {path.parent} does not exist; create it or choose another path")
-    ckpt = load_checkpoint(resolve_checkpoint(run))
-    history = read_history(ckpt, csv)
-    forecast = forecast_frame(ckpt, history)
-    if plot is not None:
-        from tsformer.plots import plot_forecast
-
-        plot_forecast(history.iloc[-4 * ckpt.config.model.horizon :], forecast, plot)
+    forecast = run_prediction(run, csv, out=out, plot=plot)
+    for note in forecast.notes:
+        typer.echo(note, err=True)
     if out is None:
-        forecast.to_csv(sys.stdout)
+        sys.stdout.write(forecast.to_csv())
+        sys.stdout.flush()
     else:
-        tmp = out.with_name(f".{out.name}.tmp")
-        forecast.to_csv(tmp)
-        tmp.replace(out)
-        typer.echo(f"wrote {len(forecast)} steps x {forecast.shape[1]} columns to {out}", err=True)
+        typer.echo(f"wrote {len(forecast.frame)} steps x {forecast.frame.shape[1]} columns to {out}", err=True)
 
 
 @app.command()
@@ -208,9 +203,16 @@ def check(
 @domain_errors
 def bench(
     configs: list[Path] = typer.Argument(..., help="Benchmark configs, e.g. configs/etth1_96.yaml."),
-    data_dir: Path | None = typer.Option(None, "--data-dir", help="Folder holding the datasets."),
+    data_dir: Path | None = typer.Option(
+        None, "--data-dir", help="Folder holding the datasets (default: $TSFORMER_DATA_DIR, then the cache)."
+    ),
     runs_dir: Path = typer.Option(Path("runs/bench"), "--runs-dir", help="Where the benchmark runs go."),
     results_dir: Path = typer.Option(Path("benchmarks/results"), "--results-dir", help="Where results are written."),
+    reference: Path = typer.Option(
+        Path("benchmarks/published_etth1.csv"),
+        "--reference",
+        help="CSV of published results for the table; when absent the table says so and omits them.",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
 ) -> None:
     """Train, evaluate and check each config; write <results>/<name>.json and regenerate <dataset>.md.
@@ -219,8 +221,10 @@ def bench(
     """
     from tsformer.bench import run_benchmark
 
+    if not reference.is_file():
+        typer.echo(f"note: {reference} not found; the table gets no published rows (see --reference)", err=True)
     for config in configs:
-        r = run_benchmark(config, runs_dir, results_dir, data_dir, show_progress=not quiet)
+        r = run_benchmark(config, runs_dir, results_dir, data_dir, show_progress=not quiet, reference=reference)
         typer.echo(
             f"{r['name']}: test MSE {r['test']['model']['mse']:.4f} MAE {r['test']['model']['mae']:.4f} "
             f"(repeat-last {r['test']['repeat_last']['mse']:.4f}, "
@@ -237,7 +241,9 @@ app.add_typer(datasets_app, name="datasets")
 @datasets_app.command("list")
 @domain_errors
 def datasets_list(
-    data_dir: Path | None = typer.Option(None, "--data-dir", help="Folder holding the datasets."),
+    data_dir: Path | None = typer.Option(
+        None, "--data-dir", help="Folder holding the datasets (default: $TSFORMER_DATA_DIR, then the cache)."
+    ),
 ) -> None:
     """List the registered datasets and where each is found.
 

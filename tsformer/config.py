@@ -7,6 +7,8 @@ by dotted `section.key=value` strings, then validated. `to_dict`/`config_from_di
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import math
 import types
 import typing
 from dataclasses import dataclass, field, fields
@@ -16,17 +18,28 @@ from typing import Any
 import yaml
 
 from tsformer.errors import ConfigError
+from tsformer.files import atomic_write_text
 
-FILL_METHODS = ("", "ffill", "interpolate", "zero")
-NORMS = ("prefix", "first_patch", "none")
+FILL_METHODS = ("", "ffill", "zero")
+MAX_SEED = 2**63 - 1  # torch.manual_seed takes a signed 64-bit integer
+MAX_COUNT = 2**31 - 1  # sizes, strides and counts beyond this are typos, not settings
 ATTENTIONS = ("fused", "explicit")
-HEADS = ("flatten", "token")
-LOSSES = ("mse", "huber", "mae")
+LOSSES = ("mse", "mae")
 
 
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise ConfigError(message)
+
+
+def _check_finite(section: Any, name: str) -> None:
+    """Every float of a section is finite and every count fits MAX_COUNT (the seed has its own range)."""
+    for f in fields(section):
+        value = getattr(section, f.name)
+        if isinstance(value, float):
+            _require(math.isfinite(value), f"{name}.{f.name} must be a finite number, got {value}")
+        elif isinstance(value, int) and not isinstance(value, bool) and f.name != "seed":
+            _require(value <= MAX_COUNT, f"{name}.{f.name} must be at most {MAX_COUNT}, got {value}")
 
 
 @dataclass(frozen=True)
@@ -38,12 +51,18 @@ class DataConfig:
     targets: tuple[str, ...] = ()  # () forecasts every numeric column
     freq: str = ""  # pandas offset alias; "" infers it from the timestamps
     sort: bool = False  # accept unsorted rows by sorting them on the time column
-    fill: str = ""  # "", ffill, interpolate or zero: how NaN/inf cells are filled
+    dayfirst: bool = False  # read ambiguous dates such as 01/02/2024 as day/month
+    fill: str = ""  # "", ffill or zero: how NaN/inf cells are filled (never from later rows)
     split_ratios: tuple[float, float, float] = (0.7, 0.1, 0.2)  # train, validation, test
     split_borders: tuple[int | str, ...] = ()  # ends of train, val, test: row numbers or dates
 
     def __post_init__(self) -> None:
+        _require(
+            self.fill != "interpolate",
+            "data.fill=interpolate was removed: it read values after the forecast origin; use ffill or zero",
+        )
         _require(self.fill in FILL_METHODS, f"data.fill must be one of {FILL_METHODS[1:]}, got {self.fill!r}")
+        _check_finite(self, "data")
         _require(len(self.split_ratios) == 3, "data.split_ratios needs three numbers: train, validation, test")
         _require(
             all(r > 0 for r in self.split_ratios) and sum(self.split_ratios) <= 1 + 1e-9,
@@ -68,11 +87,11 @@ class ModelConfig:
     d_ff: int = 128  # feed-forward width
     dropout: float = 0.3
     channel_independent: bool = True  # each series its own sequence through shared weights
-    norm: str = "prefix"  # causal instance normalisation: prefix, first_patch or none
-    stats_features: bool = True  # also feed each token its normalisation mean and log std
+    stats_features: bool = True  # also feed each token its (causal, prefix) normalisation mean and log std
     attention: str = "fused"  # fused (scaled_dot_product_attention) or explicit (the formula)
-    head: str = "flatten"  # flatten: a linear map of the last n_tokens token states; token: of one state
-    head_dim: int = 16  # flatten head: each token state is first reduced to this width
+    # The head maps the states of the n_tokens tokens up to a token to its forecast; each state is
+    # first reduced to this width (not the per-head width, which is d_model / n_heads).
+    head_token_width: int = 16
     context_skip: bool = True  # add a linear map of the normalised context before each token to its forecast
 
     def __post_init__(self) -> None:
@@ -87,9 +106,7 @@ class ModelConfig:
             f"model.patch_len ({self.patch_len}) must not exceed model.context_len ({self.context_len})",
         )
         _require(0 <= self.dropout < 1, f"model.dropout must be in [0, 1), got {self.dropout}")
-        _require(self.norm in NORMS, f"model.norm must be one of {NORMS}, got {self.norm!r}")
-        _require(self.head in HEADS, f"model.head must be one of {HEADS}, got {self.head!r}")
-        _require(self.head_dim >= 1, f"model.head_dim must be at least 1, got {self.head_dim}")
+        _require(self.head_token_width >= 1, f"model.head_token_width must be at least 1, got {self.head_token_width}")
         _require(self.attention in ATTENTIONS, f"model.attention must be one of {ATTENTIONS}, got {self.attention!r}")
 
     @property
@@ -119,16 +136,20 @@ class TrainConfig:
     device: str = "cpu"  # cpu, cuda or auto
 
     def __post_init__(self) -> None:
+        _check_finite(self, "train")
         for name in ("epochs", "batch_size", "patience", "train_stride"):
             _require(getattr(self, name) >= 1, f"train.{name} must be at least 1, got {getattr(self, name)}")
         _require(self.lr > 0, f"train.lr must be positive, got {self.lr}")
+        _require(0 <= self.seed <= MAX_SEED, f"train.seed must be in 0..{MAX_SEED}, got {self.seed}")
         _require(0 <= self.min_lr_ratio <= 1, f"train.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         _require(0 <= self.warmup_frac < 1, f"train.warmup_frac must be in [0, 1), got {self.warmup_frac}")
         _require(self.weight_decay >= 0, f"train.weight_decay must be >= 0, got {self.weight_decay}")
         _require(self.grad_clip >= 0, f"train.grad_clip must be >= 0, got {self.grad_clip}")
         _require(self.loss in LOSSES, f"train.loss must be one of {LOSSES}, got {self.loss!r}")
         _require(self.max_minutes >= 0, f"train.max_minutes must be >= 0, got {self.max_minutes}")
-        _require(self.num_threads >= 0, f"train.num_threads must be >= 0, got {self.num_threads}")
+        _require(
+            0 <= self.num_threads <= MAX_COUNT, f"train.num_threads must be in 0..{MAX_COUNT}, got {self.num_threads}"
+        )
         _require(self.device in ("cpu", "cuda", "auto"), f"train.device must be cpu, cuda or auto, got {self.device!r}")
 
 
@@ -222,7 +243,20 @@ def with_data_path(cfg: Config, path: str | Path) -> Config:
 
 
 def save_config(cfg: Config, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    atomic_write_text(path, yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+def given_flags(flags: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Command-line flags as config sections, keeping only those the user gave (not None)."""
+    given = {section: {k: v for k, v in values.items() if v is not None} for section, values in flags.items()}
+    return {section: values for section, values in given.items() if values}
+
+
+def config_from_flags(
+    path: str | Path | None, flags: dict[str, dict[str, Any]], overrides: list[str] | tuple[str, ...] = ()
+) -> Config:
+    """Defaults, then the YAML file, then the given flags, then `--set` overrides (the last wins)."""
+    return config_from_dict(overrides_to_dict(overrides, into=given_flags(flags)), base=load_config(path))
 
 
 def _field_types(cls: type) -> dict[str, Any]:
@@ -241,6 +275,8 @@ def _coerce(value: Any, typ: Any, name: str) -> Any:
         return tuple(_coerce(v, item_type, name) for v in value)
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(typ)
+        if isinstance(value, datetime.date):  # YAML reads 2017-06-01 as a date
+            value = value.isoformat()
         if isinstance(value, bool) or not isinstance(value, options):
             raise ConfigError(f"{name} entries must be row numbers or dates, got {value!r}")
         return value

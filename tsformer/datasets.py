@@ -1,20 +1,22 @@
 """Known benchmark datasets: where they live on disk, and fetching them into a cache.
 
-Data files are never part of the repository: they are read at run time from a data directory,
-the first that exists of --data-dir, $TSFORMER_DATA_DIR, ../shared/data and the download cache.
+Data files are never part of the repository. A CSV given by bare file name is looked up, in order,
+in --data-dir, $TSFORMER_DATA_DIR and the download cache ($TSFORMER_CACHE_DIR, default
+~/.cache/tsformer). Nothing is looked up relative to the package, so an installed wheel behaves like
+a checkout; `make` sets TSFORMER_DATA_DIR=../shared/data for the benchmark, batch runs and tests.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from tsformer.errors import DataError
+from tsformer.files import atomic_open
 
 
 @dataclass(frozen=True)
@@ -48,12 +50,13 @@ REGISTRY = {
 
 
 def cache_dir() -> Path:
+    """Where `fetch` downloads to: $TSFORMER_CACHE_DIR, default ~/.cache/tsformer."""
     return Path(os.environ.get("TSFORMER_CACHE_DIR") or Path.home() / ".cache" / "tsformer")
 
 
 def data_dirs(data_dir: str | Path | None = None) -> list[Path]:
-    """Where data files are looked up, in order."""
-    candidates = [data_dir, os.environ.get("TSFORMER_DATA_DIR"), Path("..") / "shared" / "data", cache_dir()]
+    """Where data files are looked up, in order: `data_dir` (--data-dir), $TSFORMER_DATA_DIR, the cache."""
+    candidates = [data_dir, os.environ.get("TSFORMER_DATA_DIR"), cache_dir()]
     return [Path(c) for c in candidates if c]
 
 
@@ -69,7 +72,11 @@ def resolve_data_path(path: str | Path, data_dir: str | Path | None = None) -> P
 
 
 def fetch(name: str, dest: str | Path | None = None, timeout: float = 30.0) -> Path:
-    """Download a registered dataset into `dest` (default: the cache), verifying its sha256."""
+    """Download a registered dataset into `dest` (default: the cache), verifying its sha256.
+
+    The file appears under its final name only once its checksum matches; a failed or wrong
+    download leaves nothing behind (and an existing valid file is not downloaded again).
+    """
     if name not in REGISTRY:
         raise DataError(f"unknown dataset {name!r}; known datasets: {', '.join(REGISTRY)}")
     entry = REGISTRY[name]
@@ -80,22 +87,22 @@ def fetch(name: str, dest: str | Path | None = None, timeout: float = 30.0) -> P
     if not entry.url:
         raise DataError(f"{name} has no stable public download address; put {entry.file} in {folder} or a --data-dir")
     folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{entry.file}.", dir=folder)
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(entry.url, timeout=timeout) as response:
+        with atomic_open(target) as out, urllib.request.urlopen(entry.url, timeout=timeout) as response:
+            digest = hashlib.sha256()
             while chunk := response.read(1 << 20):
                 out.write(chunk)
-        digest = sha256_of(Path(tmp))
-        if digest != entry.sha256:
-            raise DataError(f"downloaded {entry.file} has sha256 {digest}, expected {entry.sha256}; try again later")
-        os.replace(tmp, target)
+                digest.update(chunk)
+            if digest.hexdigest() != entry.sha256:  # raised inside the block: the temp file is removed, no rename
+                raise DataError(
+                    f"downloaded {entry.file} has sha256 {digest.hexdigest()}, expected {entry.sha256} "
+                    "(a broken download or a changed upstream file); nothing was kept"
+                )
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         raise DataError(
             f"cannot download {name} from {entry.url} ({getattr(exc, 'reason', exc)}); if offline, copy "
             f"{entry.file} into {folder} by hand"
         ) from None
-    finally:
-        Path(tmp).unlink(missing_ok=True)
     return target
 
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from tsformer.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class Dist:
@@ -20,9 +22,19 @@ class Dist:
         return self.rank == 0
 
 
+def is_main_process() -> bool:
+    """Rank 0 under torchrun, or a single process: the one that writes the run folder."""
+    return os.environ.get("RANK", "0") == "0"
+
+
 def setup(device: str) -> Dist:
     """Join the process group when launched by torchrun (WORLD_SIZE > 1); pick the device."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            "train.device=cuda but torch finds no usable GPU on this machine; use train.device=cpu, "
+            "or auto to take a GPU when there is one"
+        )
     use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     target = torch.device(f"cuda:{local_rank}" if use_cuda else "cpu")
@@ -41,6 +53,7 @@ def wrap(model: torch.nn.Module, ctx: Dist) -> torch.nn.Module:
     return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
 
 
-def barrier(ctx: Dist) -> None:
-    if ctx.world_size > 1:
-        dist.barrier()
+def teardown() -> None:
+    """Leave the process group, if one was joined, so ranks exit cleanly."""
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -12,13 +12,11 @@ import torch
 
 from tsformer.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint
 from tsformer.config import with_data_path
-from tsformer.data import Prepared, prepare
+from tsformer.data import Prepared, prepare, split_window
 from tsformer.errors import DataError
+from tsformer.files import atomic_write_text
 from tsformer.leakage import check_scaler
-from tsformer.metrics import mase_scale, repeat_last, score, season_length, seasonal_naive
-from tsformer.model import Forecaster
-
-BATCH = 512
+from tsformer.metrics import mase_scale, repeat_last, score, season_length, seasonal_naive, usable_season
 
 
 @dataclass(frozen=True)
@@ -35,7 +33,10 @@ class EvalReport:
 
 
 def load_run_data(ckpt: Checkpoint, csv: str | Path | None = None) -> Prepared:
-    """The run's CSV (or `csv`), read with the run's columns, frequency, scaler and split borders."""
+    """The run's CSV (or `csv`), read with the run's columns, frequency, scaler and split borders.
+
+    It must reach the end of the run's test split and hold the training rows the scaler was fit on.
+    """
     cfg = ckpt.config
     if csv is not None:
         cfg = with_data_path(cfg, csv)
@@ -43,21 +44,15 @@ def load_run_data(ckpt: Checkpoint, csv: str | Path | None = None) -> Prepared:
     if data.frame.n_rows < ckpt.borders.test_end:
         raise DataError(
             f"{cfg.data.path} has {data.frame.n_rows} rows but the run's test split ends at row "
-            f"{ckpt.borders.test_end}; evaluate on the CSV the model was trained on"
+            f"{ckpt.borders.test_end}; use the CSV the model was trained on"
         )
     data = dataclasses.replace(data, borders=ckpt.borders)
     if not check_scaler(data.frame.values, data.borders, data.scaler).passed:
         raise DataError(
             f"the training rows of {cfg.data.path} differ from those the run was trained on; "
-            "evaluate on the CSV the model was trained on"
+            "use the CSV the model was trained on"
         )
     return data
-
-
-def forecast_batched(model: Forecaster, contexts: torch.Tensor) -> torch.Tensor:
-    """(N, L, C) -> (N, H, C) in eval mode, in batches."""
-    parts = [model.predict(contexts[i : i + BATCH]) for i in range(0, len(contexts), BATCH)]
-    return torch.cat(parts) if parts else contexts.new_empty((0, model.cfg.horizon, model.n_series))
 
 
 def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True) -> EvalReport:
@@ -68,11 +63,10 @@ def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True)
     model = ckpt.build_model()
     context_len, horizon = ckpt.config.model.context_len, ckpt.config.model.horizon
     windows = data.windows("test", context_len, horizon)  # (N, L + H, C)
-    contexts, truth = windows[:, :context_len], windows[:, context_len:]
-    season = season_length(ckpt.freq)
-    season = season if season <= context_len else 1
+    contexts, truth = split_window(windows, context_len)
+    season = usable_season(season_length(ckpt.freq), context_len)
     forecasts = {
-        "model": forecast_batched(model, contexts),
+        "model": torch.cat(list(model.predict_batches(contexts))),  # (N, H, C); a split has a window
         "repeat_last": repeat_last(contexts, horizon),
         "seasonal_naive": seasonal_naive(contexts, horizon, season),
     }
@@ -84,7 +78,7 @@ def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True)
     report = EvalReport(len(windows), context_len, horizon, season, data.frame.columns, scores)
     if write:
         run_dir = path.parent
-        (run_dir / "metrics.json").write_text(json.dumps(report.to_dict(), indent=2))
+        atomic_write_text(run_dir / "metrics.json", json.dumps(report.to_dict(), indent=2))
         _plot_windows(contexts, truth, forecasts["model"], data, run_dir / "test_windows.png")
     return report
 

@@ -14,7 +14,18 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tsformer.data import SPLITS, Scaler, SplitBorders, make_windows, window_target_starts
+from tsformer.config import Config
+from tsformer.data import (
+    SPLITS,
+    Prepared,
+    Scaler,
+    SeriesFrame,
+    SplitBorders,
+    fill_column,
+    make_windows,
+    split_window,
+    window_target_starts,
+)
 from tsformer.errors import LeakageError
 from tsformer.model import Forecaster
 
@@ -43,27 +54,20 @@ def _positions(n_tokens: int, n_checks: int) -> list[int]:
 
 
 def check_model(model: Forecaster, n_checks: int = 16, seed: int = 0) -> list[CheckResult]:
-    """Forward, gradient and padding checks on a float64 copy of `model` in eval mode."""
+    """Forward, gradient and padding checks on a float64 copy of `model` in eval mode.
+
+    The forward and gradient checks run on fully observed contexts (attention's causal-only path)
+    and again with a short history in one of them (the masked path that padding takes).
+    """
     probe = copy.deepcopy(model).double().eval()
     cfg = probe.cfg
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(2, cfg.context_len, probe.n_series, generator=generator, dtype=torch.float64)
-    ends = probe.token_ends()
+    short_history = torch.ones(2, cfg.context_len, dtype=torch.bool)
+    short_history[1, : cfg.context_len // 3] = False
     positions = _positions(probe.n_tokens, n_checks)
-    with torch.no_grad():
-        base = probe.forecast_tokens(x)  # (B, T, H, C)
-    worst_forward, worst_grad, moved_later = 0.0, 0.0, 0.0
-    for k in positions:
-        changed = x.clone()
-        changed[:, ends[k] :] = 10 * torch.randn(changed[:, ends[k] :].shape, generator=generator, dtype=torch.float64)
-        with torch.no_grad():
-            out = probe.forecast_tokens(changed)
-        worst_forward = max(worst_forward, (out[:, : k + 1] - base[:, : k + 1]).abs().max().item())
-        moved_later = max(moved_later, (out[:, k + 1 :] - base[:, k + 1 :]).abs().max().item())
-        inputs = x.clone().requires_grad_(True)
-        past_outputs = probe.forecast_tokens(inputs)[:, : k + 1]
-        (grad,) = torch.autograd.grad(past_outputs.sum(), inputs)
-        worst_grad = max(worst_grad, grad[:, ends[k] :].abs().max().item())
+    probes = [_probe_future(probe, x, observed, positions, generator) for observed in (None, short_history)]
+    worst_forward, worst_grad, moved_later = (max(values) for values in zip(*probes, strict=True))
     where = f"over {len(positions)} of {probe.n_tokens} positions"
     results = [
         CheckResult(
@@ -83,17 +87,40 @@ def check_model(model: Forecaster, n_checks: int = 16, seed: int = 0) -> list[Ch
     return results + [check_padding(probe, generator)]
 
 
+def _probe_future(
+    probe: Forecaster, x: torch.Tensor, observed: torch.Tensor | None, positions: list[int], generator: torch.Generator
+) -> tuple[float, float, float]:
+    """Largest change of outputs at or before each token k, in value and gradient, after changing the
+    inputs after k; and the largest change of the outputs after k (which must respond)."""
+    ends = probe.token_ends()
+    with torch.no_grad():
+        base = probe.forecast_tokens(x, observed)  # (B, T, H, C)
+    worst_forward, worst_grad, moved_later = 0.0, 0.0, 0.0
+    for k in positions:
+        changed = x.clone()
+        changed[:, ends[k] :] = 10 * torch.randn(changed[:, ends[k] :].shape, generator=generator, dtype=torch.float64)
+        with torch.no_grad():
+            out = probe.forecast_tokens(changed, observed)
+        worst_forward = max(worst_forward, (out[:, : k + 1] - base[:, : k + 1]).abs().max().item())
+        moved_later = max(moved_later, (out[:, k + 1 :] - base[:, k + 1 :]).abs().max().item())
+        inputs = x.clone().requires_grad_(True)
+        past_outputs = probe.forecast_tokens(inputs, observed)[:, : k + 1]
+        (grad,) = torch.autograd.grad(past_outputs.sum(), inputs)
+        worst_grad = max(worst_grad, grad[:, ends[k] :].abs().max().item())
+    return worst_forward, worst_grad, moved_later
+
+
 def check_padding(model: Forecaster, generator: torch.Generator) -> CheckResult:
     """Values placed in padded (missing-history) positions must not change the forecast."""
     cfg = model.cfg
     x = torch.randn(2, cfg.context_len, model.n_series, generator=generator, dtype=torch.float64)
     history = max(1, cfg.context_len // 3)
-    pad_mask = torch.zeros(2, cfg.context_len, dtype=torch.bool)
-    pad_mask[:, -history:] = True
+    observed = torch.zeros(2, cfg.context_len, dtype=torch.bool)
+    observed[:, -history:] = True
     other = x.clone()
     other[:, :-history] = 1e3 * torch.randn(other[:, :-history].shape, generator=generator, dtype=torch.float64)
     with torch.no_grad():
-        change = (model.predict(x, pad_mask) - model.predict(other, pad_mask)).abs().max().item()
+        change = (model.predict(x, observed) - model.predict(other, observed)).abs().max().item()
     return CheckResult(
         "model/padding",
         change <= TOLERANCE,
@@ -123,7 +150,7 @@ def check_windows(
     for split in SPLITS:
         starts = window_target_starts(split, borders, context_len, horizon)
         windows = make_windows(rows, starts, context_len, horizon)[..., 0]  # (n_windows, L + H)
-        inputs, targets = windows[:, :context_len], windows[:, context_len:]
+        inputs, targets = split_window(windows, context_len)
         overlap = (inputs.max(1).values - targets.min(1).values + 1).clamp(min=0)
         worst_overlap = max(worst_overlap, int(overlap.max()) if len(overlap) else 0)
         first, end = borders.target_range(split)
@@ -146,16 +173,41 @@ def check_windows(
     ]
 
 
-def check_data(
-    values: np.ndarray,
-    timestamps: pd.DatetimeIndex,
-    borders: SplitBorders,
-    scaler: Scaler,
-    context_len: int,
-    horizon: int,
-) -> list[CheckResult]:
-    """Every data check: the scaler, then the windows and splits."""
-    return [check_scaler(values, borders, scaler), *check_windows(timestamps, borders, context_len, horizon)]
+def check_fill(frame: SeriesFrame, method: str, n_origins: int = 32) -> CheckResult:
+    """Filled cells come from earlier rows only: refilling after changing every observed value from an
+    origin on must leave all rows before the origin as the loader filled them."""
+    if frame.observed.all():
+        return CheckResult("data/fill", True, 0.0, "no cell was filled")
+    raw = np.where(frame.observed, frame.values, np.nan).astype(np.float64)  # (n_rows, n_series)
+
+    def refill(values: np.ndarray) -> np.ndarray:
+        return np.stack([fill_column(values[:, j], method) for j in range(values.shape[1])], axis=1)
+
+    worst = float(np.abs(refill(raw) - frame.values).max())  # the real loader's fill, recomputed
+    gap_ends = np.unique(np.nonzero(~frame.observed)[0]) + 1  # just after a filled cell: a fill from later rows shows
+    picks = np.linspace(0, len(gap_ends) - 1, min(n_origins, len(gap_ends))).round().astype(int)
+    rng = np.random.default_rng(0)
+    for origin in gap_ends[picks]:
+        changed = raw.copy()
+        later = changed[origin:]
+        changed[origin:] = np.where(np.isnan(later), np.nan, 1e3 * rng.standard_normal(later.shape))
+        worst = max(worst, float(np.abs(refill(changed)[:origin] - frame.values[:origin]).max(initial=0.0)))
+    return CheckResult(
+        "data/fill",
+        worst <= 1e-4 * float(max(1.0, np.abs(frame.values).max())),
+        worst,
+        f"filled rows before an origin after changing every later value, {len(picks)} origins ({method})",
+    )
+
+
+def check_data(data: Prepared, cfg: Config) -> list[CheckResult]:
+    """Every data check: fills, the scaler, then the windows and splits."""
+    frame, model = data.frame, cfg.model
+    return [
+        check_fill(frame, cfg.data.fill),
+        check_scaler(frame.values, data.borders, data.scaler),
+        *check_windows(frame.timestamps, data.borders, model.context_len, model.horizon),
+    ]
 
 
 def require_passed(results: list[CheckResult]) -> None:

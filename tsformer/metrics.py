@@ -29,9 +29,14 @@ def repeat_last(context: torch.Tensor, horizon: int) -> torch.Tensor:
     return context[:, -1:].expand(-1, horizon, -1)
 
 
+def usable_season(season: int, history: int) -> int:
+    """`season` if `history` earlier steps reach one season back from the step forecast, else 1 (repeat the last)."""
+    return season if season <= history else 1
+
+
 def seasonal_naive(context: torch.Tensor, horizon: int, season: int) -> torch.Tensor:
-    """(B, L, C) -> (B, H, C): the last full season, repeated."""
-    season = min(season, context.shape[1])
+    """(B, L, C) -> (B, H, C): the last full season, repeated (the last value when L < season)."""
+    season = usable_season(season, context.shape[1])
     last_season = context[:, -season:]  # (B, season, C)
     repeats = -(-horizon // season)
     return last_season.repeat(1, repeats, 1)[:, :horizon]
@@ -39,7 +44,7 @@ def seasonal_naive(context: torch.Tensor, horizon: int, season: int) -> torch.Te
 
 def mase_scale(train_values: np.ndarray, season: int) -> np.ndarray:
     """Per-column MAE of the seasonal-naive forecast on the training rows (original units)."""
-    season = season if len(train_values) > season else 1
+    season = usable_season(season, len(train_values) - 1)  # the last row has len - 1 rows before it
     diffs = np.abs(train_values[season:] - train_values[:-season])
     scale = diffs.mean(axis=0)
     return np.where(scale > 0, scale, 1.0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import BinaryIO
 
 import matplotlib
 
@@ -11,13 +12,19 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from tsformer.files import atomic_open  # noqa: E402
 
-def _save(fig, path: Path) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    tmp.replace(path)
+
+def _save(fig, path: Path | BinaryIO) -> None:
+    """PNG into a file handle, or atomically into `path`."""
+    try:
+        if isinstance(path, str | Path):
+            with atomic_open(path) as handle:
+                fig.savefig(handle, format="png", dpi=110, bbox_inches="tight")
+        else:
+            fig.savefig(path, format="png", dpi=110, bbox_inches="tight")
+    finally:
+        plt.close(fig)
 
 
 def plot_history(history: pd.DataFrame, path: Path) -> None:
@@ -50,7 +57,7 @@ def plot_windows(
     _save(fig, path)
 
 
-def plot_forecast(history: pd.DataFrame, forecast: pd.DataFrame, path: Path) -> None:
+def plot_forecast(history: pd.DataFrame, forecast: pd.DataFrame, path: Path | BinaryIO) -> None:
     """Recent history and the forecast, one panel per column; both indexed by timestamp."""
     columns = list(forecast.columns)
     fig, axes = plt.subplots(

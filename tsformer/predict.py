@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -12,20 +15,45 @@ from pandas.tseries.frequencies import to_offset
 from tsformer.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint
 from tsformer.data import read_series
 from tsformer.errors import DataError
+from tsformer.files import atomic_open, check_output_path
 
 
-def predict(run: str | Path, csv: str | Path) -> pd.DataFrame:
+@dataclass(frozen=True)
+class Forecast:
+    frame: pd.DataFrame  # indexed by the future timestamps (named like the time column), one column per target
+    history: pd.DataFrame  # the CSV's target columns, indexed by timestamp
+    notes: tuple[str, ...]  # how the CSV was read (date order, frequency), for the user
+
+    def to_csv(self) -> str:
+        return self.frame.to_csv()
+
+
+def predict(run: str | Path, csv: str | Path, out: Path | None = None, plot: Path | None = None) -> Forecast:
     """Forecast after the last row of `csv`; a history shorter than context_len is left-padded and masked.
 
-    Returns a frame indexed by the future timestamps (named like the time column), one column per target.
+    With `out` and/or `plot`, the CSV and the PNG are written atomically, and only when both succeed;
+    unusable output paths are refused before any work.
     """
+    for path, flag in ((out, "--out"), (plot, "--plot")):
+        if path is not None:
+            check_output_path(path, flag)
     ckpt = load_checkpoint(resolve_checkpoint(run))
-    history = read_history(ckpt, csv)
-    return forecast_frame(ckpt, history)
+    history, notes = read_history(ckpt, csv)
+    forecast = Forecast(forecast_frame(ckpt, history), history, notes)
+    with contextlib.ExitStack() as stack:  # every file is renamed into place only after all were written
+        if out is not None:
+            stack.enter_context(atomic_open(out)).write(forecast.to_csv().encode("utf-8"))
+        if plot is not None:
+            from tsformer.plots import plot_forecast
+
+            image = io.BytesIO()
+            plot_forecast(history.iloc[-4 * ckpt.config.model.horizon :], forecast.frame, image)
+            stack.enter_context(atomic_open(plot)).write(image.getbuffer())
+    return forecast
 
 
-def read_history(ckpt: Checkpoint, csv: str | Path) -> pd.DataFrame:
-    """The CSV's target columns (as trained) indexed by timestamp, checked against the checkpoint."""
+def read_history(ckpt: Checkpoint, csv: str | Path) -> tuple[pd.DataFrame, tuple[str, ...]]:
+    """The CSV's target columns (as trained) indexed by timestamp, checked against the checkpoint; and notes."""
     data_cfg = dataclasses.replace(ckpt.config.data, path=str(csv), targets=ckpt.columns, time_col=ckpt.time_col)
     try:
         frame = read_series(csv, data_cfg, expected_freq=ckpt.freq)
@@ -36,7 +64,8 @@ def read_history(ckpt: Checkpoint, csv: str | Path) -> pd.DataFrame:
                 f"with time column {ckpt.time_col!r}: {exc}"
             ) from None
         raise
-    return pd.DataFrame(frame.values, index=frame.timestamps.rename(ckpt.time_col), columns=list(frame.columns))
+    history = pd.DataFrame(frame.values, index=frame.timestamps.rename(ckpt.time_col), columns=list(frame.columns))
+    return history, frame.notes
 
 
 def forecast_frame(ckpt: Checkpoint, history: pd.DataFrame) -> pd.DataFrame:
@@ -46,9 +75,9 @@ def forecast_frame(ckpt: Checkpoint, history: pd.DataFrame) -> pd.DataFrame:
     n_real = len(recent)
     context = torch.zeros(1, cfg.context_len, len(ckpt.columns))
     context[0, cfg.context_len - n_real :] = torch.from_numpy(ckpt.scaler.transform(recent))
-    pad_mask = torch.zeros(1, cfg.context_len, dtype=torch.bool)
-    pad_mask[0, cfg.context_len - n_real :] = True
-    scaled = model.predict(context, pad_mask)[0].numpy()  # (H, C)
+    observed = torch.zeros(1, cfg.context_len, dtype=torch.bool)
+    observed[0, cfg.context_len - n_real :] = True
+    scaled = model.predict(context, observed)[0].numpy()  # (H, C)
     offset = to_offset(ckpt.freq)
     timestamps = pd.date_range(history.index[-1] + offset, periods=cfg.horizon, freq=offset, name=ckpt.time_col)
     return pd.DataFrame(ckpt.scaler.inverse(scaled), index=timestamps, columns=list(ckpt.columns))

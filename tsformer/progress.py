@@ -47,8 +47,3 @@ class Progress:
             f"lr {lr:.2e}  elapsed {_clock(elapsed)}  eta {_clock(left)}{mark}\n"
         )
         self.stream.flush()
-
-    def message(self, text: str) -> None:
-        if self.enabled:
-            self.stream.write(text + "\n")
-            self.stream.flush()

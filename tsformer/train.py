@@ -6,9 +6,14 @@ with optimizer and RNG state, for --resume), history.csv and loss.png.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import signal
+import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,17 +21,16 @@ from typing import Any
 import pandas as pd
 import torch
 
-from tsformer import distributed
+from tsformer import distributed, runfolder
 from tsformer.checkpoint import LAST_FILE, MODEL_FILE, Checkpoint, load_checkpoint, save_checkpoint
-from tsformer.config import Config, save_config, with_data_path
-from tsformer.data import Prepared, prepare
-from tsformer.errors import ConfigError, Interrupted, TrainingError, TsformerError
+from tsformer.config import MAX_SEED, Config, save_config, with_data_path
+from tsformer.data import Prepared, prepare, split_window
+from tsformer.errors import CheckpointError, ConfigError, DataError, Interrupted, TrainingError
+from tsformer.files import atomic_write_text
 from tsformer.leakage import check_data, check_model, require_passed
 from tsformer.model import Forecaster
 from tsformer.progress import Progress
 from tsformer.schedule import lr_at
-
-RUN_FILES = (MODEL_FILE, LAST_FILE, "config.yaml", "history.csv", "loss.png", "metrics.json", "test_windows.png")
 
 
 @dataclass(frozen=True)
@@ -65,15 +69,36 @@ def resolve(cfg: Config) -> Config:
 def train(
     cfg: Config, out_dir: str | Path, resume: bool = False, overwrite: bool = False, show_progress: bool = True
 ) -> TrainResult:
+    """Train into `out_dir` (a new run, replacing one only with `overwrite`, or continuing one with `resume`).
+
+    The folder is claimed first: a second writer is refused, a new run is staged beside it and moved
+    into place when its first epoch is saved, so a failure leaves the old run, a resumable run, or none.
+    """
     out_dir = Path(out_dir)
+    folder = runfolder.claim(out_dir, overwrite, resume) if distributed.is_main_process() else None
+    try:
+        with _terminate_as_interrupt():
+            return _train(cfg, out_dir, folder, resume, show_progress)
+    finally:
+        if folder is not None:
+            folder.release()
+        distributed.teardown()
+
+
+def _train(
+    cfg: Config, out_dir: Path, folder: runfolder.RunFolder | None, resume: bool, show_progress: bool
+) -> TrainResult:
     previous = load_checkpoint(out_dir / LAST_FILE) if resume else None
     cfg = previous.config if previous else resolve(cfg)
-    if not resume:
-        _check_out_dir(out_dir, overwrite)
     ctx = distributed.setup(cfg.train.device)
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     data = prepare(cfg)
+    if folder is not None:
+        for note in folder.notes + list(data.frame.notes):
+            print(note, file=sys.stderr)
+    if previous is not None:
+        _require_same_data(previous, data, out_dir)
     torch.manual_seed(cfg.train.seed)
     model = Forecaster(cfg.model, len(data.frame.columns), cfg.train.loss)
     _run_leakage_checks(model, data, cfg)
@@ -81,29 +106,16 @@ def train(
     val_windows = data.windows("val", cfg.model.context_len, cfg.model.horizon)
     model.to(ctx.device)
     optimizer = _optimizer(model, cfg)
-    state = LoopState()
-    if previous is not None:
-        state = _restore(previous, model, optimizer)
-        if ctx.is_main:
-            _remove_stale_temp_files(out_dir)
-    elif ctx.is_main:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        _remove_run_files(out_dir)
-        save_config(cfg, out_dir / "config.yaml")
-    runner = _Runner(cfg, data, model, optimizer, out_dir, ctx, show_progress)
+    state = _restore(previous, model, optimizer) if previous is not None else LoopState()
+    if folder is not None and previous is None:
+        save_config(cfg, folder.path / "config.yaml")
+    runner = _Runner(cfg, data, model, optimizer, out_dir, folder, ctx, show_progress)
     if not state.finished:
-        try:
-            runner.loop(state, train_windows, val_windows)
-        except TsformerError:
-            if not runner.saved_epoch and ctx.is_main:  # nothing worth keeping: leave no half-made run behind
-                _remove_run_files(out_dir)
-                if not any(out_dir.iterdir()):
-                    out_dir.rmdir()
-            raise
-    if ctx.is_main:
+        runner.loop(state, train_windows, val_windows)
+    if folder is not None:
         from tsformer.plots import plot_history
 
-        plot_history(pd.DataFrame(state.history), out_dir / "loss.png")
+        plot_history(pd.DataFrame(state.history), folder.path / "loss.png")
     return TrainResult(
         run_dir=out_dir,
         best_epoch=state.best_epoch,
@@ -116,35 +128,37 @@ def train(
     )
 
 
-def _remove_run_files(out_dir: Path) -> None:
-    for name in RUN_FILES:
-        (out_dir / name).unlink(missing_ok=True)
-    _remove_stale_temp_files(out_dir)
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a scheduler's stop) ends training like Ctrl-C: cleanly, keeping what was saved."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
-def _remove_stale_temp_files(out_dir: Path) -> None:
-    """Temp files of checkpoint writes that a kill interrupted (the rename never happened)."""
-    for name in (MODEL_FILE, LAST_FILE):
-        for stale in out_dir.glob(f".{name}.*.tmp"):
-            stale.unlink(missing_ok=True)
-
-
-def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(f"--out {out_dir} is a file; give a folder for the run")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
-        raise ConfigError(
-            f"run folder {out_dir} already exists and is not empty; pass --overwrite to replace it, "
-            f"--resume to continue it, or choose another --out"
+def _require_same_data(previous: Checkpoint, data: Prepared, out_dir: Path) -> None:
+    """A resumed run must see the data it started on, or its splits and scaler would silently differ."""
+    was, now = previous.data_fingerprint, data.fingerprint
+    if was != now:
+        changes = [f"{key} {was.get(key)} -> {now[key]}" for key in now if was.get(key) != now[key]]
+        raise DataError(
+            f"{previous.config.data.path} changed since run {out_dir} started ({'; '.join(changes)}), so it "
+            f"cannot be resumed exactly; start a new run instead (tsformer train ... --out NEW_FOLDER, or "
+            f"--overwrite to replace {out_dir})"
         )
 
 
 def _run_leakage_checks(model: Forecaster, data: Prepared, cfg: Config) -> None:
-    frame, model_cfg = data.frame, cfg.model
-    data_results = check_data(
-        frame.values, frame.timestamps, data.borders, data.scaler, model_cfg.context_len, model_cfg.horizon
-    )
-    require_passed(check_model(model, n_checks=8) + data_results)
+    require_passed(check_model(model, n_checks=8) + check_data(data, cfg))
 
 
 def _optimizer(model: Forecaster, cfg: Config) -> torch.optim.Optimizer:
@@ -156,11 +170,20 @@ def _optimizer(model: Forecaster, cfg: Config) -> torch.optim.Optimizer:
 
 
 def _restore(previous: Checkpoint, model: Forecaster, optimizer: torch.optim.Optimizer) -> LoopState:
-    train_state = previous.train_state or {}
-    model.load_state_dict(previous.model_state)
-    optimizer.load_state_dict(train_state["optimizer"])
-    torch.set_rng_state(train_state["rng"])
-    return LoopState(**train_state["loop"])
+    """Weights, optimizer, RNG and loop state of last.pt; a state that does not fit is a CheckpointError."""
+    train_state = previous.train_state
+    if train_state is None:
+        raise CheckpointError(f"{LAST_FILE} holds no training state; it cannot be resumed, so start a new run")
+    try:
+        model.load_state_dict(previous.model_state)
+        optimizer.load_state_dict(train_state["optimizer"])
+        torch.set_rng_state(train_state["rng"])
+        return LoopState(**train_state["loop"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise CheckpointError(
+            f"the training state in {LAST_FILE} does not fit this run ({str(exc).splitlines()[0][:160]}); "
+            "start a new run"
+        ) from None
 
 
 class _Runner:
@@ -173,11 +196,12 @@ class _Runner:
         model: Forecaster,
         optimizer: torch.optim.Optimizer,
         out_dir: Path,
+        folder: runfolder.RunFolder | None,
         ctx: distributed.Dist,
         show_progress: bool,
     ):
         self.cfg, self.data, self.model, self.optimizer = cfg, data, model, optimizer
-        self.out_dir, self.ctx = out_dir, ctx
+        self.out_dir, self.folder, self.ctx = out_dir, folder, ctx  # folder: None on ranks that do not write
         self.wrapped = distributed.wrap(model, ctx)
         self.show_progress = show_progress and ctx.is_main
         self.saved_epoch = 0  # the epoch in last.pt, for messages
@@ -197,7 +221,7 @@ class _Runner:
                 self._end_epoch(state, train_loss, lr, self._val_loss(val_windows), started, progress)
         except KeyboardInterrupt:
             if not self.saved_epoch:
-                raise Interrupted(f"training stopped during epoch 1; {self._kept()}, so start again") from None
+                raise Interrupted(f"training stopped during epoch 1; {self._kept()}") from None
             raise Interrupted(
                 f"training stopped during epoch {self.saved_epoch + 1}; {self._kept()}. "
                 f"Resume with: tsformer train --resume --out {self.out_dir}"
@@ -206,11 +230,20 @@ class _Runner:
     def _train_epoch(
         self, state: LoopState, train_windows: torch.Tensor, total_steps: int, started: float, progress: Progress
     ) -> tuple[float, float]:
-        """One pass over this rank's share of the windows, in an order fixed by (seed, epoch)."""
+        """One pass over this rank's share of the windows, in an order fixed by (seed, epoch).
+
+        Under torchrun the order is padded by wrapping around (as torch's DistributedSampler does), so
+        every rank takes the same number of steps and their gradient all-reduces pair up; each rank's
+        dropout is seeded from (seed, epoch, rank), so a resumed run repeats it exactly.
+        """
         tc = self.cfg.train
         epoch = state.epoch + 1
-        order = torch.randperm(len(train_windows), generator=torch.Generator().manual_seed(tc.seed * 1_000_003 + epoch))
-        order = order[self.ctx.rank :: self.ctx.world_size]
+        epoch_seed = tc.seed * 1_000_003 + epoch
+        order = torch.randperm(len(train_windows), generator=torch.Generator().manual_seed(epoch_seed))
+        if self.ctx.world_size > 1:
+            padding = -len(order) % self.ctx.world_size
+            order = torch.cat([order, order[:padding]])[self.ctx.rank :: self.ctx.world_size]
+            torch.manual_seed((epoch_seed * 1_009 + self.ctx.rank) % MAX_SEED)
         self.model.train()
         losses, lr = [], tc.lr
         for i, start in enumerate(range(0, len(order), tc.batch_size), start=1):
@@ -250,16 +283,15 @@ class _Runner:
 
     def _kept(self) -> str:
         if not self.saved_epoch:
-            return "no epoch was saved"
+            return f"no epoch was saved and {self.out_dir} was left as it was, so start again"
         return f"epoch {self.saved_epoch} is saved in {self.out_dir / LAST_FILE}"
 
     def _step(self, batch: torch.Tensor, lr: float, epoch: int, step: int) -> float:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        context, target = split_window(batch, self.cfg.model.context_len)  # target (B, H, C): the last token's
         if self.cfg.train.all_positions:
-            context, target = self.model.split_window(batch)  # target (B, T, H, C)
-        else:
-            context, target = batch[:, : self.cfg.model.context_len], batch[:, self.cfg.model.context_len :]
+            target = self.model.token_targets(batch)  # (B, T, H, C): the horizon after every token
         _, loss = self.wrapped(context, target=target)
         if not torch.isfinite(loss):
             raise TrainingError(
@@ -275,14 +307,12 @@ class _Runner:
 
     def _val_loss(self, val_windows: torch.Tensor) -> float:
         """MSE of the last token's forecast (the real forecast) over every validation window."""
-        context_len = self.cfg.model.context_len
-        total, count = 0.0, 0
-        for start in range(0, len(val_windows), 4 * self.cfg.train.batch_size):
-            batch = val_windows[start : start + 4 * self.cfg.train.batch_size].to(self.ctx.device)
-            forecast = self.model.predict(batch[:, :context_len])
-            total += (forecast - batch[:, context_len:]).square().sum().item()
-            count += forecast.numel()
-        return total / count
+        contexts, targets = split_window(val_windows, self.cfg.model.context_len)
+        total, start = 0.0, 0
+        for forecast in self.model.predict_batches(contexts):  # (b, H, C) each, in order, on the model's device
+            total += (forecast - targets[start : start + len(forecast)].to(forecast.device)).square().sum().item()
+            start += len(forecast)
+        return total / targets.numel()
 
     def _checkpoint(self, train_state: dict[str, Any] | None) -> Checkpoint:
         frame = self.data.frame
@@ -291,24 +321,25 @@ class _Runner:
             columns=frame.columns,
             time_col=frame.time_col,
             freq=frame.freq,
-            last_timestamp=str(frame.timestamps[-1]),
             scaler=self.data.scaler,
             borders=self.data.borders,
             model_state=self.model.state_dict(),
-            filled=frame.filled,
+            data_fingerprint=self.data.fingerprint,
             train_state=train_state,
         )
 
     def _save(self, state: LoopState, improved: bool) -> None:
-        if not self.ctx.is_main:
+        """Best weights, the resumable state and the history; the first save puts the run in place."""
+        if self.folder is None:
             return
         if improved:
-            save_checkpoint(self._checkpoint(None), self.out_dir / MODEL_FILE)
+            save_checkpoint(self._checkpoint(None), self.folder.path / MODEL_FILE)
         train_state = {
             "optimizer": self.optimizer.state_dict(),
             "rng": torch.get_rng_state(),
             "loop": dataclasses.asdict(state),
         }
-        save_checkpoint(self._checkpoint(train_state), self.out_dir / LAST_FILE)
+        save_checkpoint(self._checkpoint(train_state), self.folder.path / LAST_FILE)
+        atomic_write_text(self.folder.path / "history.csv", pd.DataFrame(state.history).to_csv(index=False))
+        self.folder.publish()
         self.saved_epoch = state.epoch
-        pd.DataFrame(state.history).to_csv(self.out_dir / "history.csv", index=False)

@@ -1,19 +1,23 @@
 """Reading, validating, splitting, scaling and windowing series."""
 
-from tsformer.data.loader import SeriesFrame, read_series
-from tsformer.data.prepare import Prepared, prepare
+from tsformer.data.loader import SeriesFrame, fill_column, parse_freq, read_series
+from tsformer.data.prepare import Prepared, data_fingerprint, prepare
 from tsformer.data.split import (
     SPLITS,
     Scaler,
     SplitBorders,
     make_windows,
     split_borders,
+    split_window,
     window_target_starts,
 )
 
 __all__ = [
     "SPLITS",
     "Prepared",
+    "data_fingerprint",
+    "fill_column",
+    "parse_freq",
     "prepare",
     "Scaler",
     "SeriesFrame",
@@ -21,5 +25,6 @@ __all__ = [
     "make_windows",
     "read_series",
     "split_borders",
+    "split_window",
     "window_target_starts",
 ]

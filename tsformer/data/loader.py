@@ -8,11 +8,12 @@ the file that holds each row (the header is line 1), so every message can name t
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pandas.tseries.api import guess_datetime_format
 from pandas.tseries.frequencies import to_offset
 
 from tsformer.config import DataConfig
@@ -33,7 +34,8 @@ class SeriesFrame:
     columns: tuple[str, ...]
     time_col: str
     freq: str
-    filled: dict[str, int] = field(default_factory=dict)  # cells filled per column
+    observed: np.ndarray  # (n_rows, n_series) bool: False where the CSV had no finite value (filled with --fill)
+    notes: tuple[str, ...] = ()  # what the reader decided that the user should hear (date order, fills)
 
     @property
     def n_rows(self) -> int:
@@ -48,22 +50,23 @@ def read_series(path: str | Path, cfg: DataConfig, expected_freq: str = "") -> S
     path = Path(path)
     table, delimiter = read_table(path)
     time_col = _find_time_col(table, cfg.time_col, path)
-    timestamps = _parse_timestamps(table[time_col], time_col)
+    timestamps, time_notes = _parse_timestamps(table[time_col], time_col, cfg)
     targets = _pick_targets(table, time_col, cfg.targets, path, delimiter)
     if cfg.sort:
-        order = np.argsort(timestamps.to_numpy(), kind="stable")
+        order = np.argsort(timestamps.asi8, kind="stable")
         table, timestamps = table.iloc[order], timestamps[order]
     lines = table.index.to_numpy()
     _check_order(timestamps, lines)
-    freq = _resolve_freq(timestamps, cfg.freq, expected_freq, lines)
-    values, filled = _numeric_values(table, targets, cfg.fill, delimiter)
+    freq, freq_notes = _resolve_freq(timestamps, cfg.freq, expected_freq, lines)
+    values, observed, fill_notes = _numeric_values(table, targets, cfg.fill, delimiter)
     return SeriesFrame(
-        timestamps=pd.DatetimeIndex(timestamps),
+        timestamps=timestamps,
         values=values,
         columns=tuple(targets),
         time_col=time_col,
         freq=freq,
-        filled=filled,
+        observed=observed,
+        notes=time_notes + freq_notes + fill_notes,
     )
 
 
@@ -84,39 +87,101 @@ def _find_time_col(table: pd.DataFrame, requested: str, path: Path) -> str:
     )
 
 
-def _parse_timestamps(column: pd.Series, name: str) -> pd.DatetimeIndex:
-    """Naive timestamps (aware ones converted to UTC); numbers are read as text, so 2024 is a year."""
+def _parse_timestamps(column: pd.Series, name: str, cfg: DataConfig) -> tuple[pd.DatetimeIndex, tuple[str, ...]]:
+    """Timestamps and notes on how they were read; numbers are read as text, so 2024 is a year.
+
+    A UTC offset is kept (mixed offsets, as across daylight saving, are converted to UTC). Dates
+    whose day and month order is ambiguous (01/02/2024) are read the way that gives regular,
+    increasing timestamps, or day-first with `cfg.dayfirst`.
+    """
     missing = column.isna().to_numpy()
     if missing.any():
         line = column.index[missing][0]
         raise DataError(f"empty timestamp in time column {name!r} at line {line}; every row needs a timestamp")
     text = column.astype(str).str.strip()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # pandas' "could not infer format" notes
-        parsed = _to_datetime(text)
-    bad = parsed.isna().to_numpy() if parsed is not None else np.ones(len(text), dtype=bool)
+    readings = _date_orders(text.iloc[0], cfg.dayfirst)
+    parsed = {order: _to_datetime(text, fmt) for order, fmt in readings.items()}
+    order, notes = _pick_date_order(parsed, name, cfg)
+    timestamps = parsed[order]
+    bad = timestamps.isna().to_numpy() if timestamps is not None else np.ones(len(text), dtype=bool)
     if bad.any():
         line = column.index[bad][0]
         raise DataError(
             f"cannot parse {text[line]!r} in time column {name!r} at line {line} as a date; "
             "use one date format such as 2024-01-31 13:00"
         )
-    if parsed.dt.tz is not None:
-        parsed = parsed.dt.tz_convert(None)
-    return pd.DatetimeIndex(parsed)
+    if str(timestamps.dt.tz) == "UTC" and not _all_utc(text):
+        notes += (f"time column {name!r} mixes UTC offsets (daylight saving?); its times are read and written in UTC",)
+    return pd.DatetimeIndex(timestamps), notes
 
 
-def _to_datetime(text: pd.Series) -> pd.Series | None:
-    """One inferred format, else each cell on its own; mixed UTC offsets are converted to UTC."""
-    for utc in (False, True):
-        try:
-            parsed = pd.to_datetime(text, errors="coerce", utc=utc)
-            if parsed.isna().any():
-                parsed = pd.to_datetime(text, errors="coerce", format="mixed", utc=utc)
-            return parsed
-        except (ValueError, TypeError, OverflowError):
-            continue
+def _date_orders(sample: str, dayfirst: bool) -> dict[str, str | None]:
+    """The readings to try: {"month-first": format, "day-first": format} when the order is ambiguous."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        month_first = guess_datetime_format(sample, dayfirst=False)
+        day_first = guess_datetime_format(sample, dayfirst=True)
+    if dayfirst:
+        return {"day-first": day_first}
+    if month_first and day_first and month_first != day_first and not month_first.startswith("%Y"):
+        return {"month-first": month_first, "day-first": day_first}
+    return {"month-first": None}  # one unambiguous reading: let pandas infer the format
+
+
+def _pick_date_order(parsed: dict[str, pd.Series | None], name: str, cfg: DataConfig) -> tuple[str, tuple[str, ...]]:
+    """The reading that gives regular, increasing timestamps (after --sort), saying so when it is day-first."""
+    if len(parsed) == 1:
+        return next(iter(parsed)), ()
+    usable = {order: p for order, p in parsed.items() if p is not None and not p.isna().any()}
+    good = [order for order, p in usable.items() if _regular(pd.DatetimeIndex(p), cfg)]
+    example = {"month-first": "month/day", "day-first": "day/month"}
+    if good == ["day-first"] or (not good and list(usable) == ["day-first"]):
+        return "day-first", (
+            f"read the dates in {name!r} as day/month: only that order gives regular, increasing timestamps "
+            "(pass --dayfirst to say so and silence this note)",
+        )
+    if len(good) == 2:
+        return "month-first", (
+            f"the dates in {name!r} could be month/day or day/month and both give regular timestamps; "
+            "read them as month/day (pass --dayfirst for day/month)",
+        )
+    if good or len(usable) == 1:
+        return (good or list(usable))[0], ()
+    raise DataError(
+        f"the dates in time column {name!r} can be read as {' or '.join(example[o] for o in usable) or 'neither'} "
+        "order, and neither gives regular, increasing timestamps; pass --dayfirst if they are day/month, or fix "
+        "the dates"
+    )
+
+
+def _regular(timestamps: pd.DatetimeIndex, cfg: DataConfig) -> bool:
+    """Strictly increasing (after sorting, with --sort) and evenly spaced, or stated irregular by --freq."""
+    if cfg.sort:
+        timestamps = timestamps.sort_values()
+    if not (np.diff(timestamps.asi8) > 0).all():
+        return False
+    return bool(cfg.freq) or len(timestamps) < 3 or _infer_freq(timestamps) is not None
+
+
+def _to_datetime(text: pd.Series, fmt: str | None) -> pd.Series | None:
+    """Every cell in `fmt` (else one inferred format, then cell by cell); mixed UTC offsets become UTC."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pandas' "could not infer format" notes
+        for utc in (False, True):
+            try:
+                parsed = pd.to_datetime(text, errors="coerce", utc=utc, format=fmt)
+                if parsed.isna().any() and fmt is None:
+                    parsed = pd.to_datetime(text, errors="coerce", format="mixed", utc=utc)
+                if isinstance(parsed.dtype, pd.DatetimeTZDtype | np.dtypes.DateTime64DType):
+                    return parsed
+            except (ValueError, TypeError, OverflowError):
+                continue
     return None
+
+
+def _all_utc(text: pd.Series) -> bool:
+    """Whether every timestamp was written in UTC (Z or +00:00), so reading it as UTC changes nothing."""
+    return bool(text.str.contains(r"(?:Z|[+-]00:?00)$", regex=True).all())
 
 
 def _check_order(timestamps: pd.DatetimeIndex, lines: np.ndarray) -> None:
@@ -135,39 +200,51 @@ def _check_order(timestamps: pd.DatetimeIndex, lines: np.ndarray) -> None:
     )
 
 
-def _resolve_freq(timestamps: pd.DatetimeIndex, stated: str, expected: str, lines: np.ndarray) -> str:
+def _resolve_freq(
+    timestamps: pd.DatetimeIndex, stated: str, expected: str, lines: np.ndarray
+) -> tuple[str, tuple[str, ...]]:
     """The stated --freq, else the frequency inferred from regular spacing, checked against `expected`.
 
     A stated frequency is trusted for irregular data (that is what --freq is for) but must fit
-    regular data; `expected` (a trained model's frequency) must fit the data.
+    regular data; `expected` (a trained model's frequency) must fit the data. Returns the
+    frequency and a note when it could not be checked.
     """
     wanted = stated or expected
-    offset = _offset(wanted, "--freq" if stated else "the checkpoint's frequency") if wanted else None
+    offset = parse_freq(wanted, "--freq" if stated else "the checkpoint's frequency") if wanted else None
+    whose = "the model was trained on" if expected and not stated else "--freq says"
+    fix = "give a CSV with the training frequency" if expected and not stated else "fix --freq"
     if len(timestamps) < 3:
         if offset is None:
             raise DataError(
                 f"need at least 3 rows to infer the frequency, got {len(timestamps)}; add rows or pass --freq"
             )
-        return offset.freqstr
+        if len(timestamps) == 1:
+            return offset.freqstr, (f"one row: its frequency cannot be checked against {offset.freqstr}",)
+        if not _fits(timestamps, offset):
+            step = timestamps[1] - timestamps[0]
+            raise DataError(f"the two rows are {step} apart but {whose} {offset.freqstr} steps; {fix}")
+        return offset.freqstr, ()
     inferred = _infer_freq(timestamps)
     if inferred is None:
         if stated:
-            return offset.freqstr
+            return offset.freqstr, ()
         raise _irregular(timestamps, lines, expected)
     if offset is None:
-        return inferred.freqstr
+        return inferred.freqstr, ()
     if not _fits(timestamps, offset):
-        whose = "the model was trained on" if expected else "--freq says"
-        fix = "give a CSV with the training frequency" if expected else "fix --freq"
         raise DataError(f"the rows are {inferred.freqstr} apart but {whose} {offset.freqstr} steps; {fix}")
-    return offset.freqstr
+    return offset.freqstr, ()
 
 
-def _offset(freq: str, what: str) -> pd.DateOffset:
+def parse_freq(freq: str, what: str) -> pd.DateOffset:
+    """A pandas offset that moves time forward, or a DataError naming `what` gave it."""
     try:
-        return to_offset(freq)
+        offset = to_offset(freq)
     except ValueError:
         raise DataError(f"{what} {freq!r} is not a pandas frequency such as h, D, W-SUN or 15min") from None
+    if offset.n <= 0:
+        raise DataError(f"{what} {freq!r} does not move time forward; give a positive step such as h or 15min")
+    return offset
 
 
 def _infer_freq(timestamps: pd.DatetimeIndex) -> pd.DateOffset | None:
@@ -250,12 +327,14 @@ def _is_numeric_like(column: pd.Series) -> bool:
 
 def _numeric_values(
     table: pd.DataFrame, targets: list[str], fill: str, delimiter: str
-) -> tuple[np.ndarray, dict[str, int]]:
+) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+    """(n_rows, n_series) float32 values, the mask of cells the CSV gave (True) and notes on filled cells."""
     values = np.empty((len(table), len(targets)), dtype=np.float32)
-    filled: dict[str, int] = {}
+    observed = np.ones((len(table), len(targets)), dtype=bool)
+    notes = []
+    lines = table.index
     for j, name in enumerate(targets):
         column = _to_float(table[name], name, delimiter)
-        lines = table.index
         too_big = np.isfinite(column) & (np.abs(column) > FLOAT32_MAX)
         if too_big.any():
             row = int(np.flatnonzero(too_big)[0])
@@ -265,18 +344,41 @@ def _numeric_values(
             )
         bad = ~np.isfinite(column)
         if bad.any():
-            if not fill:
-                row = int(np.flatnonzero(bad)[0])
-                kind = "a missing" if np.isnan(column[row]) else "an infinite"
-                count = f"{int(bad.sum())} cell{'s' if bad.sum() > 1 else ''}"
-                raise DataError(
-                    f"column {name!r} has {kind} value at line {lines[row]} ({count} in all); "
-                    "fix the data or pass --fill ffill, interpolate or zero"
-                )
-            column = _fill(column, bad, fill, name)
-            filled[name] = int(bad.sum())
+            _check_fillable(column, bad, fill, name, lines)
+            column = fill_column(np.where(bad, np.nan, column), fill)
+            observed[:, j] = ~bad
+            notes.append(f"filled {int(bad.sum())} missing or infinite cells of {name!r} with --fill {fill}")
         values[:, j] = column
-    return values, filled
+    return values, observed, tuple(notes)
+
+
+def _check_fillable(column: np.ndarray, bad: np.ndarray, fill: str, name: str, lines: pd.Index) -> None:
+    row = int(np.flatnonzero(bad)[0])
+    kind = "a missing" if np.isnan(column[row]) else "an infinite"
+    count = f"{int(bad.sum())} cell{'s' if bad.sum() > 1 else ''}"
+    if not fill:
+        raise DataError(
+            f"column {name!r} has {kind} value at line {lines[row]} ({count} in all); "
+            "fix the data or pass --fill ffill or --fill zero"
+        )
+    if fill == "ffill" and row == 0:
+        n_leading = int(np.argmin(bad)) if not bad.all() else len(bad)
+        raise DataError(
+            f"column {name!r} starts with {n_leading} missing or infinite value{'s' * (n_leading > 1)} (from line "
+            f"{lines[0]}); --fill ffill fills only from earlier rows: drop those rows, or pass --fill zero"
+        )
+
+
+def fill_column(column: np.ndarray, method: str) -> np.ndarray:
+    """NaNs filled from the same and earlier rows only (ffill: the last value before; zero: 0.0).
+
+    Causal by construction: row t's filled value never depends on a row after t.
+    """
+    if method == "zero":
+        return np.nan_to_num(column, nan=0.0)
+    if method == "ffill":
+        return pd.Series(column).ffill().to_numpy()
+    raise ValueError(f"unknown fill method {method!r}")
 
 
 def _to_float(column: pd.Series, name: str, delimiter: str) -> np.ndarray:
@@ -297,16 +399,3 @@ def _to_float(column: pd.Series, name: str, delimiter: str) -> np.ndarray:
             "--target columns"
         )
     return np.array(parsed.to_numpy(dtype=np.float64, na_value=np.nan))
-
-
-def _fill(column: np.ndarray, bad: np.ndarray, method: str, name: str) -> np.ndarray:
-    if bad.all():
-        raise DataError(f"column {name!r} has no finite value to fill from; drop it or choose other --target columns")
-    series = pd.Series(np.where(bad, np.nan, column))
-    if method == "zero":
-        series = series.fillna(0.0)
-    elif method == "ffill":
-        series = series.ffill().bfill()
-    else:
-        series = series.interpolate(limit_direction="both")
-    return series.to_numpy()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +21,7 @@ class Prepared:
     borders: SplitBorders
     scaler: Scaler
     scaled: torch.Tensor  # (n_rows, n_series) float32, standardised with the train-only scaler
+    fingerprint: dict[str, str | int]  # what a resumed run checks it still reads: see `data_fingerprint`
 
     def target_starts(self, split: str, context_len: int, horizon: int):
         return window_target_starts(split, self.borders, context_len, horizon)
@@ -43,7 +45,20 @@ def prepare(cfg: Config, scaler: Scaler | None = None, columns: tuple[str, ...] 
     if scaler is None:
         scaler = Scaler.fit(frame.values[: borders.train_end])
     scaled = torch.from_numpy(_scale(frame, scaler))
-    return Prepared(frame=frame, borders=borders, scaler=scaler, scaled=scaled)
+    return Prepared(frame=frame, borders=borders, scaler=scaler, scaled=scaled, fingerprint=data_fingerprint(frame))
+
+
+def data_fingerprint(frame: SeriesFrame) -> dict[str, str | int]:
+    """Rows, first and last timestamp, and a sha256 of the timestamps and values a model is trained on."""
+    digest = hashlib.sha256(frame.timestamps.asi8.tobytes())
+    digest.update(np.ascontiguousarray(frame.values).tobytes())
+    digest.update("\0".join(frame.columns).encode())
+    return {
+        "rows": frame.n_rows,
+        "first": str(frame.timestamps[0]),
+        "last": str(frame.timestamps[-1]),
+        "sha256": digest.hexdigest(),
+    }
 
 
 MAX_STANDARD_DEVIATIONS = 1e6

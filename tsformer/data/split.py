@@ -43,11 +43,20 @@ def split_borders(cfg: DataConfig, timestamps: pd.DatetimeIndex, context_len: in
     n_rows = len(timestamps)
     if cfg.split_borders:
         ends = [_border_row(b, timestamps) for b in cfg.split_borders]
+        if not (0 < ends[0] < ends[1] < ends[2] <= n_rows):
+            raise DataError(
+                f"data.split_borders {list(cfg.split_borders)} give rows {ends}, which must increase and stay "
+                f"within the {n_rows} rows; fix data.split_borders"
+            )
     else:
         cumulative = np.cumsum(cfg.split_ratios)
         ends = [min(n_rows, int(round(n_rows * r))) for r in cumulative]
-    if not (0 < ends[0] < ends[1] < ends[2] <= n_rows):
-        raise DataError(f"split borders {ends} must increase and stay within the {n_rows} rows; fix data.split_borders")
+        if not (0 < ends[0] < ends[1] < ends[2] <= n_rows):
+            ratios = "/".join(f"{r:g}" for r in cfg.split_ratios)
+            raise DataError(
+                f"too few rows: {n_rows} row{'s' * (n_rows != 1)} cannot be split {ratios} into train, validation "
+                "and test; provide more rows"
+            )
     borders = SplitBorders(*ends)
     _check_room(borders, context_len, horizon)
     return borders
@@ -60,6 +69,12 @@ def _border_row(border: int | str, timestamps: pd.DatetimeIndex) -> int:
         when = pd.Timestamp(border)
     except ValueError:
         raise DataError(f"split border {border!r} is neither a row number nor a date; fix data.split_borders") from None
+    if (when.tz is None) != (timestamps.tz is None):
+        which = "it has a UTC offset and they do not" if when.tz else "they have a UTC offset and it does not"
+        raise DataError(
+            f"split border {border!r} does not match the timestamps: {which}; write the border like the "
+            f"timestamps (e.g. {timestamps[0]}) in data.split_borders"
+        )
     return int(timestamps.searchsorted(when))
 
 
@@ -123,3 +138,8 @@ def make_windows(values: torch.Tensor, target_starts: np.ndarray, context_len: i
     last_row = int(target_starts[-1]) + horizon
     span = values[first_row:last_row]  # (rows, n_series)
     return span.unfold(0, context_len + horizon, 1).transpose(1, 2)  # (n_windows, L + H, n_series)
+
+
+def split_window(window: torch.Tensor, context_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """window (B, context_len + horizon, ...) -> context (B, context_len, ...), target (B, horizon, ...)."""
+    return window[:, :context_len], window[:, context_len:]

@@ -2,10 +2,11 @@
 
 from tsformer.model.attention import MultiHeadAttention, attention_mask, causal_mask, scaled_dot_product
 from tsformer.model.encoding import PatchProjection, sinusoidal_encoding
-from tsformer.model.forecaster import Block, Forecaster
+from tsformer.model.forecaster import PREDICT_BATCH, Block, Forecaster
 from tsformer.model.normalisation import instance_stats
 
 __all__ = [
+    "PREDICT_BATCH",
     "Block",
     "Forecaster",
     "MultiHeadAttention",

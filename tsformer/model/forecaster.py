@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -11,11 +14,8 @@ from tsformer.model import normalisation
 from tsformer.model.attention import MultiHeadAttention, attention_mask
 from tsformer.model.encoding import PatchProjection, sinusoidal_encoding
 
-LOSSES = {
-    "mse": F.mse_loss,
-    "mae": F.l1_loss,
-    "huber": F.huber_loss,
-}
+LOSSES = {"mse": F.mse_loss, "mae": F.l1_loss}
+PREDICT_BATCH = 64  # windows per inference batch (evaluation, validation): fastest on CPU, benchmarks/large_input.py
 
 
 class FeedForward(nn.Module):
@@ -36,30 +36,27 @@ class FlattenHead(nn.Module):
     like a flatten head over the whole encoded sequence.
     """
 
-    def __init__(self, d_model: int, n_tokens: int, head_dim: int, out_features: int):
+    def __init__(self, d_model: int, n_tokens: int, token_width: int, out_features: int):
         super().__init__()
         self.n_tokens = n_tokens
-        self.reduce = nn.Linear(d_model, head_dim)
-        self.out = nn.Linear(n_tokens * head_dim, out_features)
+        self.reduce = nn.Linear(d_model, token_width)
+        self.out = nn.Linear(n_tokens * token_width, out_features)
+
+    def _reduced(self, hidden: torch.Tensor, token_real: torch.Tensor) -> torch.Tensor:
+        """hidden (N, T, d) -> (N, T, e), pad tokens zeroed."""
+        return self.reduce(hidden) * token_real.unsqueeze(-1).to(hidden.dtype)
 
     def forward(self, hidden: torch.Tensor, token_real: torch.Tensor) -> torch.Tensor:
-        """hidden (N, T, d), token_real (N, T) bool -> (N, T, out_features)."""
+        """Every token's forecast: hidden (N, T, d), token_real (N, T) bool -> (N, T, out_features)."""
         n, t, _ = hidden.shape
-        reduced = self.reduce(hidden) * token_real.unsqueeze(-1).to(hidden.dtype)  # (N, T, e), pads zeroed
-        padded = F.pad(reduced, (0, 0, self.n_tokens - 1, 0))  # (N, n_tokens - 1 + T, e)
+        padded = F.pad(self._reduced(hidden, token_real), (0, 0, self.n_tokens - 1, 0))  # (N, n_tokens - 1 + T, e)
         windows = padded.unfold(1, self.n_tokens, 1)  # (N, T, e, n_tokens): window k ends at token k
         return self.out(windows.transpose(2, 3).reshape(n, t, -1))  # (N, T, out_features)
 
-
-class TokenHead(nn.Module):
-    """Forecast from each token's own state."""
-
-    def __init__(self, d_model: int, out_features: int):
-        super().__init__()
-        self.out = nn.Linear(d_model, out_features)
-
-    def forward(self, hidden: torch.Tensor, token_real: torch.Tensor) -> torch.Tensor:
-        return self.out(hidden)
+    def last(self, hidden: torch.Tensor, token_real: torch.Tensor) -> torch.Tensor:
+        """The last token's forecast only, equal to forward(...)[:, -1]: (N, T, d) -> (N, out_features)."""
+        n = hidden.shape[0]
+        return self.out(self._reduced(hidden, token_real).reshape(n, -1))  # its window is every token: (N, T*e)
 
 
 class ContextSkip(nn.Module):
@@ -77,7 +74,7 @@ class ContextSkip(nn.Module):
         nn.init.zeros_(self.linear.bias)
 
     def forward(self, series: torch.Tensor, mask: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-        """series (N, T*P, k), mask (N, T*P), mean/std (N, T, k) -> (N, T, H, k) in standardised units."""
+        """Every token's: series (N, T*P, k), mask (N, T*P), mean/std (N, T, k) -> (N, T, H, k), standardised."""
         steps = self.n_tokens * self.patch_len
         lead = steps - self.patch_len
         padded = F.pad(series * mask.unsqueeze(-1).to(series.dtype), (0, 0, lead, 0))  # (N, lead + T*P, k)
@@ -87,6 +84,12 @@ class ContextSkip(nn.Module):
         scaled = (windows - mean.unsqueeze(-1)) / std.unsqueeze(-1) * window_real
         return self.linear(scaled).transpose(2, 3)  # (N, T, H, k)
 
+    def last(self, series: torch.Tensor, mask: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+        """The last token's only, equal to forward(...)[:, -1]: mean/std (N, k) of the last token -> (N, H, k)."""
+        real = mask.unsqueeze(-1).to(series.dtype)  # (N, T*P, 1)
+        scaled = (series * real - mean.unsqueeze(1)) / std.unsqueeze(1) * real  # (N, T*P, k): its window is all
+        return self.linear(scaled.transpose(1, 2)).transpose(1, 2)  # (N, H, k)
+
 
 class Block(nn.Module):
     """Pre-norm residual block; LayerNorm works per token, so it is causal. Output shape = input shape."""
@@ -95,13 +98,24 @@ class Block(nn.Module):
         super().__init__()
         self.norm_attn = nn.LayerNorm(cfg.d_model)
         self.attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout, fused=cfg.attention == "fused")
-        self.attn_dropout = nn.Dropout(cfg.dropout)
+        self.resid_dropout = nn.Dropout(cfg.dropout)  # on the attention branch's output
         self.norm_ff = nn.LayerNorm(cfg.d_model)
         self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn_dropout(self.attn(self.norm_attn(x), mask))
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        x = x + self.resid_dropout(self.attn(self.norm_attn(x), mask))
         return x + self.ff(self.norm_ff(x))
+
+
+class Encoded(NamedTuple):
+    """What the heads read: the padded sequences, their statistics and the final token states."""
+
+    series: torch.Tensor  # (N, T*P, k) pads zeroed
+    mask: torch.Tensor  # (N, T*P) bool, True = observed
+    mean: torch.Tensor  # (N, T, k) each token's prefix statistics
+    std: torch.Tensor  # (N, T, k)
+    hidden: torch.Tensor  # (N, T, d) after the final LayerNorm
+    token_real: torch.Tensor  # (N, T) bool, the token holds an observed step
 
 
 class Forecaster(nn.Module):
@@ -119,8 +133,7 @@ class Forecaster(nn.Module):
         self.n_tokens = cfg.n_tokens
         self.pad_len = self.n_tokens * cfg.patch_len - cfg.context_len  # left pad to whole patches
         self.token_channels = 1 if cfg.channel_independent else n_series
-        self.stats_features = cfg.stats_features and cfg.norm != "none"
-        n_extra = 2 * self.token_channels if self.stats_features else 0
+        n_extra = 2 * self.token_channels if cfg.stats_features else 0
         self.projection = PatchProjection(cfg.patch_len, self.token_channels, cfg.d_model, n_extra)
         self.register_buffer("positional_encoding", sinusoidal_encoding(self.n_tokens, cfg.d_model), persistent=False)
         self.input_dropout = nn.Dropout(cfg.dropout)
@@ -128,44 +141,65 @@ class Forecaster(nn.Module):
         self.final_norm = nn.LayerNorm(cfg.d_model)
         self.context_skip = ContextSkip(self.n_tokens, cfg.patch_len, cfg.horizon) if cfg.context_skip else None
         out_features = cfg.horizon * self.token_channels
-        if cfg.head == "flatten":
-            self.head = FlattenHead(cfg.d_model, self.n_tokens, cfg.head_dim, out_features)
-        else:
-            self.head = TokenHead(cfg.d_model, out_features)
+        self.head = FlattenHead(cfg.d_model, self.n_tokens, cfg.head_token_width, out_features)
 
     def token_ends(self) -> list[int]:
         """Exclusive end, in context steps, of each token's patch: output k sees steps < end k only."""
         p = self.cfg.patch_len
         return [(k + 1) * p - self.pad_len for k in range(self.n_tokens)]
 
-    def forecast_tokens(self, x: torch.Tensor, pad_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x (B, context_len, n_series), pad_mask (B, context_len) bool, True = real -> (B, T, horizon, n_series)."""
+    def token_targets(self, window: torch.Tensor) -> torch.Tensor:
+        """The horizon after each token's patch: window (B, context_len + horizon, C) -> (B, T, H, C)."""
+        span = window[:, self.token_ends()[0] :]  # (B, (T-1)*P + H, C): from the end of the first token
+        return span.unfold(1, self.cfg.horizon, self.cfg.patch_len).permute(0, 1, 3, 2)  # (B, T, H, C)
+
+    def forecast_tokens(self, x: torch.Tensor, observed: torch.Tensor | None = None) -> torch.Tensor:
+        """Every token's forecast: x (B, context_len, n_series), observed (B, context_len) bool -> (B, T, H, C)."""
+        enc = self._encode(x, observed)
+        n, t, h, k = enc.series.shape[0], self.n_tokens, self.cfg.horizon, self.token_channels
+        out = self.head(enc.hidden, enc.token_real).view(n, t, h, k)  # (N, T, H, k), standardised
+        if self.context_skip is not None:
+            out = out + self.context_skip(enc.series, enc.mask, enc.mean, enc.std)
+        return self._to_series(out * enc.std.unsqueeze(2) + enc.mean.unsqueeze(2), x.shape[0])
+
+    def forecast_last(self, x: torch.Tensor, observed: torch.Tensor | None = None) -> torch.Tensor:
+        """The last token's forecast only (heads run on one token): -> (B, H, C), = forecast_tokens(...)[:, -1]."""
+        enc = self._encode(x, observed)
+        n, h, k = enc.series.shape[0], self.cfg.horizon, self.token_channels
+        mean, std = enc.mean[:, -1], enc.std[:, -1]  # (N, k) each
+        out = self.head.last(enc.hidden, enc.token_real).view(n, h, k)  # (N, H, k), standardised
+        if self.context_skip is not None:
+            out = out + self.context_skip.last(enc.series, enc.mask, mean, std)
+        return self._to_series(out * std.unsqueeze(1) + mean.unsqueeze(1), x.shape[0])
+
+    def _encode(self, x: torch.Tensor, observed: torch.Tensor | None) -> Encoded:
+        """Sequences, their causal statistics, and the blocks' output for every token."""
         b, length, c = x.shape
         if length != self.cfg.context_len or c != self.n_series:
             raise ValueError(f"expected (B, {self.cfg.context_len}, {self.n_series}) input, got {tuple(x.shape)}")
-        series, mask = self._sequences(x, pad_mask)  # (N, T*P, k), (N, T*P)
-        n, t, h, k = series.shape[0], self.n_tokens, self.cfg.horizon, self.token_channels
-        mean, std = normalisation.instance_stats(series, mask, self.cfg.patch_len, self.cfg.norm)  # (N, T, k) each
+        series, mask = self._sequences(x, observed)  # (N, T*P, k), (N, T*P)
+        mean, std = normalisation.instance_stats(series, mask, self.cfg.patch_len)  # (N, T, k) each
         hidden, token_real = self._embed(series, mask, mean, std)  # (N, T, d), (N, T)
-        attn_mask = attention_mask(token_real)  # (N, 1, T, T)
+        attn_mask = None if observed is None else attention_mask(token_real)  # (N, 1, T, T); None: causal only
         for block in self.blocks:
             hidden = block(hidden, attn_mask)
-        out = self.head(self.final_norm(hidden), token_real).view(n, t, h, k)  # (N, T, H, k), standardised
-        if self.context_skip is not None:
-            out = out + self.context_skip(series, mask, mean, std)
-        out = out * std.unsqueeze(2) + mean.unsqueeze(2)
-        if self.cfg.channel_independent:
-            out = out.view(b, c, t, h).permute(0, 2, 3, 1)  # (B, T, H, C)
-        return out
+        return Encoded(series, mask, mean, std, self.final_norm(hidden), token_real)
 
-    def _sequences(self, x: torch.Tensor, pad_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _to_series(self, out: torch.Tensor, b: int) -> torch.Tensor:
+        """(N, ..., H, k) -> (B, ..., H, C): channel-independent sequences back to their series."""
+        if not self.cfg.channel_independent:
+            return out
+        return out.view(b, self.n_series, *out.shape[1:-1]).movedim(1, -1)  # (B, ..., H, C)
+
+    def _sequences(self, x: torch.Tensor, observed: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Zero the pads, left-pad to whole patches, split channels if independent: (N, T*P, k), (N, T*P)."""
         b, length, c = x.shape
-        if pad_mask is None:
-            pad_mask = torch.ones(b, length, dtype=torch.bool, device=x.device)
-        x = torch.where(pad_mask.unsqueeze(-1), x, torch.zeros((), dtype=x.dtype, device=x.device))
+        if observed is None:
+            observed = torch.ones(b, length, dtype=torch.bool, device=x.device)
+        else:
+            x = torch.where(observed.unsqueeze(-1), x, torch.zeros((), dtype=x.dtype, device=x.device))
         x = F.pad(x, (0, 0, self.pad_len, 0))  # (B, T*P, C)
-        mask = F.pad(pad_mask, (self.pad_len, 0), value=False)  # (B, T*P)
+        mask = F.pad(observed, (self.pad_len, 0), value=False)  # (B, T*P)
         if not self.cfg.channel_independent:
             return x, mask
         steps = x.shape[1]
@@ -178,36 +212,36 @@ class Forecaster(nn.Module):
         patch_mask = mask.view(n, t, p)  # (N, T, P)
         token_real = patch_mask.any(-1)  # (N, T)
         extra = None
-        if self.stats_features:  # each token's own statistics, so levels stay comparable across tokens
+        if self.cfg.stats_features:  # each token's own statistics, so levels stay comparable across tokens
             extra = torch.cat([mean, std.log()], dim=-1) * token_real.unsqueeze(-1).to(series.dtype)  # (N, T, 2k)
         hidden = self.projection(patches, patch_mask, extra) + self.positional_encoding
         return self.input_dropout(hidden), token_real
 
-    def split_window(self, window: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """window (B, context_len + horizon, C) -> context (B, L, C), every token's target (B, T, H, C)."""
-        p, t, h = self.cfg.patch_len, self.n_tokens, self.cfg.horizon
-        context = window[:, : self.cfg.context_len]
-        first_end = p - self.pad_len
-        span = window[:, first_end : first_end + (t - 1) * p + h]  # (B, (T-1)*P + H, C)
-        targets = span.unfold(1, h, p).permute(0, 1, 3, 2)  # (B, T, H, C)
-        return context, targets
-
     def forward(
-        self, x: torch.Tensor, pad_mask: torch.Tensor | None = None, target: torch.Tensor | None = None
+        self, x: torch.Tensor, observed: torch.Tensor | None = None, target: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """-> (forecast (B, H, C), loss). target is (B, H, C) for the last token or (B, T, H, C) for all."""
-        tokens = self.forecast_tokens(x, pad_mask)
-        forecast = tokens[:, -1]
+        """-> (forecast (B, H, C), loss). target is (B, H, C) for the last token or (B, T, H, C) for all.
+
+        Without a target only the last token's forecast is computed.
+        """
         if target is None:
-            return forecast, None
-        loss = self.loss_fn(tokens if target.dim() == 4 else forecast, target)
-        return forecast, loss
+            return self.forecast_last(x, observed), None
+        tokens = self.forecast_tokens(x, observed)
+        forecast = tokens[:, -1]
+        return forecast, self.loss_fn(tokens if target.dim() == 4 else forecast, target)
 
     @torch.no_grad()
-    def predict(self, x: torch.Tensor, pad_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def predict(self, x: torch.Tensor, observed: torch.Tensor | None = None) -> torch.Tensor:
         """Forecast in eval mode: (B, context_len, C) -> (B, horizon, C)."""
         was_training = self.training
         self.eval()
-        forecast, _ = self(x, pad_mask)
+        forecast, _ = self(x, observed)
         self.train(was_training)
         return forecast
+
+    def predict_batches(self, contexts: torch.Tensor, batch_size: int = PREDICT_BATCH) -> Iterator[torch.Tensor]:
+        """`predict` over many contexts (N, L, C), batch by batch: yields (batch_size, H, C) forecasts in order,
+        on the model's device, so a caller can keep them all (torch.cat) or reduce them as they come."""
+        device = self.positional_encoding.device
+        for start in range(0, len(contexts), batch_size):
+            yield self.predict(contexts[start : start + batch_size].to(device))

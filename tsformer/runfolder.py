@@ -1,0 +1,140 @@
+"""One writer per run folder, and no half-made run after a failure.
+
+`claim` takes an exclusive lock beside the folder (`.NAME.lock`, held with flock, so a killed
+owner releases it), then a new run is written into a hidden staging sibling (`.NAME.staging`).
+`publish` moves it into place once its first epoch is saved, replacing an old run only then.
+So after any failure the folder is the old run, a resumable run, or absent.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tsformer.errors import ConfigError
+from tsformer.files import remove_temp_files
+
+RUN_MARKERS = ("config.yaml", "model.pt", "last.pt")  # a folder holding one of these is a tsformer run
+
+
+@dataclass
+class RunFolder:
+    final: Path  # the folder the user named (--out)
+    path: Path  # where files go now: the staging sibling until `publish`, then `final`
+    lock_fd: int | None = None
+    notes: list[str] = field(default_factory=list)  # things the user should hear about (a stale lock)
+
+    @property
+    def published(self) -> bool:
+        return self.path == self.final
+
+    def publish(self) -> None:
+        """Move the staged run into place (the old run, if any, goes only now)."""
+        if self.published:
+            return
+        old = _sibling(self.final, "replaced")
+        if self.final.exists():
+            os.replace(self.final, old)
+        os.replace(self.path, self.final)
+        shutil.rmtree(old, ignore_errors=True)
+        self.path = self.final
+
+    def release(self) -> None:
+        """Drop an unpublished staging folder and the lock."""
+        if not self.published:
+            shutil.rmtree(self.path, ignore_errors=True)
+            self.path = self.final
+        if self.lock_fd is not None:
+            _sibling(self.final, "lock").unlink(missing_ok=True)  # unlink before unlocking: see _lock
+            os.close(self.lock_fd)
+            self.lock_fd = None
+
+
+def claim(out_dir: Path, overwrite: bool, resume: bool) -> RunFolder:
+    """Lock `out_dir` for this process and say where to write; refuse a second writer or a folder in the way."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out {out_dir} is a file; give a folder for the run")
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ConfigError(f"--out {out_dir}: {out_dir.parent} is a file, not a folder; choose another --out") from None
+    folder = RunFolder(final=out_dir, path=out_dir)
+    folder.lock_fd, stale_owner = _lock(out_dir)
+    if stale_owner:
+        folder.notes.append(
+            f"note: took over the lock of {out_dir} left by process {stale_owner}, which is no longer running"
+        )
+    try:
+        for leftover in ("staging", "replaced"):  # from a run killed before it could clean up
+            shutil.rmtree(_sibling(out_dir, leftover), ignore_errors=True)
+        if resume and out_dir.is_dir():
+            remove_temp_files(out_dir)  # of checkpoint writes a kill interrupted
+        if not resume:
+            _check_replaceable(out_dir, overwrite)
+            folder.path = _sibling(out_dir, "staging")
+            folder.path.mkdir()
+    except BaseException:
+        folder.release()
+        raise
+    return folder
+
+
+def _check_replaceable(out_dir: Path, overwrite: bool) -> None:
+    if not out_dir.is_dir() or not any(out_dir.iterdir()):
+        return
+    if not overwrite:
+        raise ConfigError(
+            f"run folder {out_dir} already exists and is not empty; pass --overwrite to replace it, "
+            f"--resume to continue it, or choose another --out"
+        )
+    if not any((out_dir / marker).exists() for marker in RUN_MARKERS):
+        raise ConfigError(
+            f"{out_dir} is not a tsformer run folder (it has no {', '.join(RUN_MARKERS)}), so --overwrite "
+            "will not replace it; choose another --out"
+        )
+
+
+def _sibling(out_dir: Path, kind: str) -> Path:
+    return out_dir.parent / f".{out_dir.name}.{kind}"
+
+
+def _lock(out_dir: Path) -> tuple[int, int]:
+    """An exclusive flock on `.NAME.lock`, holding our pid; returns (fd, pid of a killed previous owner or 0).
+
+    The owner unlinks the file before unlocking, so a waiter may lock an unlinked file: it checks
+    that the path still names the file it locked, and tries again if not.
+    """
+    path = _sibling(out_dir, "lock")
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = _read_pid(fd)
+            os.close(fd)
+            raise ConfigError(
+                f"run folder {out_dir} is being written by another tsformer (process {owner or 'unknown'}); "
+                "wait for it to finish, or choose another --out"
+            ) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    stale = _read_pid(fd)  # a pid in a file nobody holds: its owner was killed before it could unlink it
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd, stale
+
+
+def _read_pid(fd: int) -> int:
+    try:
+        return int(os.pread(fd, 32, 0).decode().strip() or 0)
+    except (ValueError, UnicodeDecodeError, OSError):
+        return 0
