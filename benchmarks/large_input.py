@@ -144,7 +144,8 @@ def measure_inference(n_windows: int = 4096, repeats: int = 5, threads: int = 2)
     """Windows per second of `Forecaster.predict_batches` for the ETTh1 default model, per batch size.
 
     Random weights and contexts (the cost does not depend on the values); best and median of
-    `repeats` passes over `n_windows` windows after a warm-up pass.
+    `repeats` passes over `n_windows` windows after a warm-up pass, the batch sizes taking turns
+    so that a busy spell on a shared machine does not favour one of them.
     """
     import torch
 
@@ -156,15 +157,16 @@ def measure_inference(n_windows: int = 4096, repeats: int = 5, threads: int = 2)
     cfg = ModelConfig()
     model = Forecaster(cfg, N_SERIES).eval()
     contexts = torch.randn(n_windows, cfg.context_len, N_SERIES)
-    by_batch = {}
-    for batch in sorted({*INFERENCE_BATCHES, PREDICT_BATCH}):
-        rates = []
-        for _ in range(repeats + 1):
+    rates: dict[int, list[float]] = {batch: [] for batch in sorted({*INFERENCE_BATCHES, PREDICT_BATCH})}
+    for _ in range(repeats + 1):
+        for batch, batch_rates in rates.items():
             started = time.perf_counter()
             for _ in model.predict_batches(contexts, batch):
                 pass
-            rates.append(n_windows / (time.perf_counter() - started))
-        by_batch[str(batch)] = {"best": round(max(rates[1:])), "median": round(statistics.median(rates[1:]))}
+            batch_rates.append(n_windows / (time.perf_counter() - started))
+    by_batch = {
+        str(batch): {"best": round(max(r[1:])), "median": round(statistics.median(r[1:]))} for batch, r in rates.items()
+    }
     return {
         "model": f"ModelConfig defaults, {N_SERIES} columns",
         "context_len": cfg.context_len,
