@@ -193,3 +193,44 @@ def test_fill_check_catches_interpolation_across_the_origin(tmp_path, monkeypatc
     monkeypatch.setattr(leakage, "fill_column", interpolate)
     result = check_fill(_holey_frame(tmp_path, "ffill"), "ffill")
     assert not result.passed and result.max_change > 1.0
+
+
+def test_a_leak_in_the_untrained_context_skip_is_caught_through_random_weights(monkeypatch):
+    """An untrained skip has zero weights, so a leak there is silent on the model's own weights."""
+    original = forecaster.ContextSkip.forward
+
+    def reads_the_next_patch(self, series, mask, mean, std):  # window k ends at token k + 1's end
+        shifted = torch.cat([series[:, self.patch_len :], series[:, -self.patch_len :]], dim=1)
+        return original(self, shifted, mask, mean, std)
+
+    monkeypatch.setattr(forecaster.ContextSkip, "forward", reads_the_next_patch)
+    model = model_for(patch_len=4)
+    assert model.context_skip.linear.weight.abs().max() == 0  # untrained: the leak contributes nothing yet
+    results = by_name(check_model(model))
+    assert not results["model/forward"].passed and not results["model/gradient"].passed
+
+
+def test_an_inference_path_that_differs_from_the_probed_one_fails():
+    """predict computes the last token only; it must be the forward pass the other checks probed."""
+    model = model_for(patch_len=4)
+    model.context_skip.last = lambda series, mask, mean, std: (
+        torch.zeros_like(mean).unsqueeze(1).expand(-1, model.cfg.horizon, -1)
+    )  # the last token's skip dropped at inference
+    results = by_name(check_model(model))
+    assert not results["model/inference"].passed
+    assert results["model/forward"].passed  # only the new check sees it
+
+
+@pytest.mark.parametrize("shift", [-1, 1])
+def test_token_targets_misaligned_by_one_step_fail(monkeypatch, shift):
+    """A token trained on the horizon one step early (it would see its first target) or late must fail."""
+    model = model_for(patch_len=4)
+    assert by_name(check_model(model))["model/targets"].passed
+    aligned = forecaster.Forecaster.token_targets
+
+    def misaligned(self, window):
+        return aligned(self, torch.roll(window, shift, dims=1))
+
+    monkeypatch.setattr(forecaster.Forecaster, "token_targets", misaligned)
+    result = by_name(check_model(model))["model/targets"]
+    assert not result.passed and result.max_change >= 1.0

@@ -15,12 +15,13 @@ from helpers import hourly_series, start_tsformer, wait_for
 from typer.testing import CliRunner
 
 import tsformer.checkpoint as checkpoint_module
+import tsformer.train as train_module
 from tsformer.checkpoint import LAST_FILE, MODEL_FILE, load_checkpoint, save_checkpoint
 from tsformer.cli import app
 from tsformer.config import load_config
 from tsformer.data import prepare
 from tsformer.errors import TrainingError
-from tsformer.model import Forecaster
+from tsformer.model import PREDICT_BATCH, Forecaster
 from tsformer.train import train
 
 EPOCHS = 6
@@ -155,7 +156,7 @@ def test_ctrl_c_before_any_epoch_says_nothing_was_saved(series_csv, tmp_path, mo
     def interrupted(self, *args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Forecaster, "token_targets", interrupted)  # the first training step
+    monkeypatch.setattr(train_module, "lr_at", interrupted)  # the first training step
     run = tmp_path / "run"
     result = CliRunner().invoke(app, [*_train_argv(series_csv, run), "--quiet"])
     assert result.exit_code == 130
@@ -216,7 +217,7 @@ def test_nan_validation_loss_does_not_overwrite_last_good_checkpoint(
 ):
     cfg = _tiny_config(series_csv)
     run = tmp_path / "run"
-    _nan_from(monkeypatch, "predict", call=_n_batches(cfg, "val", 4 * cfg.train.batch_size) + 1)  # epoch 2
+    _nan_from(monkeypatch, "predict", call=_n_batches(cfg, "val", PREDICT_BATCH) + 1)  # epoch 2
     with pytest.raises(TrainingError, match="validation loss became nan at epoch 2"):
         train(cfg, run, show_progress=False)
     assert load_checkpoint(run / LAST_FILE).train_state["loop"]["epoch"] == 1

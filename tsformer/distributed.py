@@ -54,6 +54,7 @@ def wrap(model: torch.nn.Module, ctx: Dist) -> torch.nn.Module:
 
 
 def teardown() -> None:
-    """Leave the process group, if one was joined, so ranks exit cleanly."""
+    """Leave the process group, if one was joined, together, so no rank exits while another still uses it."""
     if dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()

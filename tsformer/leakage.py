@@ -54,21 +54,28 @@ def _positions(n_tokens: int, n_checks: int) -> list[int]:
 
 
 def check_model(model: Forecaster, n_checks: int = 16, seed: int = 0) -> list[CheckResult]:
-    """Forward, gradient and padding checks on a float64 copy of `model` in eval mode.
+    """Forward, gradient, padding, inference-path and target checks on a float64 copy of `model` in eval mode.
 
-    The forward and gradient checks run on fully observed contexts (attention's causal-only path)
-    and again with a short history in one of them (the masked path that padding takes).
+    Each probe runs on the model's own weights and on a copy with every weight drawn at random, so a
+    piece that starts at zero (the context skip of an untrained model) is probed too. The forward and
+    gradient probes run on fully observed contexts (attention's causal-only path) and again with a
+    short history in one of them (the masked path that padding takes).
     """
-    probe = copy.deepcopy(model).double().eval()
-    cfg = probe.cfg
     generator = torch.Generator().manual_seed(seed)
-    x = torch.randn(2, cfg.context_len, probe.n_series, generator=generator, dtype=torch.float64)
+    own = copy.deepcopy(model).double().eval()
+    models = (own, _randomised(own, generator))
+    cfg = own.cfg
+    x = torch.randn(2, cfg.context_len, own.n_series, generator=generator, dtype=torch.float64)
     short_history = torch.ones(2, cfg.context_len, dtype=torch.bool)
     short_history[1, : cfg.context_len // 3] = False
-    positions = _positions(probe.n_tokens, n_checks)
-    probes = [_probe_future(probe, x, observed, positions, generator) for observed in (None, short_history)]
+    positions = _positions(own.n_tokens, n_checks)
+    probes = [
+        _probe_future(probe, x, observed, positions, generator)
+        for probe in models
+        for observed in (None, short_history)
+    ]
     worst_forward, worst_grad, moved_later = (max(values) for values in zip(*probes, strict=True))
-    where = f"over {len(positions)} of {probe.n_tokens} positions"
+    where = f"over {len(positions)} of {own.n_tokens} positions, own and random weights"
     results = [
         CheckResult(
             "model/forward",
@@ -84,7 +91,52 @@ def check_model(model: Forecaster, n_checks: int = 16, seed: int = 0) -> list[Ch
             "later outputs do respond to those inputs (the probe is not vacuous)",
         ),
     ]
-    return results + [check_padding(probe, generator)]
+    padding = [check_padding(probe, generator) for probe in models]
+    results.append(max(padding, key=lambda r: r.max_change))
+    inference = [_check_inference_path(probe, x, short_history) for probe in models]
+    return results + [max(inference, key=lambda r: r.max_change), check_targets(own)]
+
+
+def _randomised(model: Forecaster, generator: torch.Generator) -> Forecaster:
+    """A copy with every weight drawn from N(0, 1/fan_in), so no piece of it is silent."""
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        for weight in other.parameters():
+            fan_in = weight.shape[-1] if weight.dim() > 1 else 1
+            weight.copy_(torch.randn(weight.shape, generator=generator, dtype=weight.dtype) / fan_in**0.5)
+    return other
+
+
+def _check_inference_path(model: Forecaster, x: torch.Tensor, observed: torch.Tensor) -> CheckResult:
+    """`predict` (last token only, for speed) must equal the last token of the audited all-token forward."""
+    with torch.no_grad():
+        change = max(
+            (model.predict(x, mask) - model.forecast_tokens(x, mask)[:, -1]).abs().max().item()
+            for mask in (None, observed)
+        )
+    return CheckResult(
+        "model/inference",
+        change <= TOLERANCE,
+        change,
+        "forecast of predict vs the last token of the probed forward, own and random weights",
+    )
+
+
+def check_targets(model: Forecaster) -> CheckResult:
+    """Every token is trained on the `horizon` steps right after its patch: token_targets on row numbers."""
+    cfg = model.cfg
+    rows = torch.arange(cfg.context_len + cfg.horizon, dtype=torch.float64)  # (L + H,) row ids as values
+    window = rows[None, :, None].expand(1, -1, model.n_series)  # (1, L + H, C)
+    targets = model.token_targets(window)[0]  # (T, H, C)
+    ends = torch.tensor(model.token_ends(), dtype=torch.float64)  # (T,) first step after each token
+    expected = (ends[:, None] + torch.arange(cfg.horizon, dtype=torch.float64))[..., None]  # (T, H, 1)
+    change = (targets - expected).abs().max().item()
+    return CheckResult(
+        "model/targets",
+        change == 0,
+        change,
+        f"steps between each of the {model.n_tokens} tokens' training targets and the horizon after its patch",
+    )
 
 
 def _probe_future(
