@@ -31,13 +31,13 @@ def main() -> None:
     seen: dict = {"contexts": [], "model": None}
     forward = Forecaster.forward
 
-    def recording_forward(self, x, observed=None, target=None):
+    def recording_forward(self, x, observed=None, target=None, **kwargs):
         if target is not None:  # a training step: validation and the leakage checks pass no target
             seen["contexts"].append(x.detach().cpu().clone())
             seen["model"] = self
             if len(seen["contexts"]) == stop_at:
                 raise KeyboardInterrupt
-        return forward(self, x, observed, target)
+        return forward(self, x, observed, target, **kwargs)
 
     Forecaster.forward = recording_forward
     if os.environ.get("PROBE_NO_DDP"):

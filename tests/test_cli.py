@@ -147,9 +147,9 @@ def _spy_first_training_step(monkeypatch) -> dict:
     first: dict = {}
     forward = Forecaster.forward
 
-    def recording_forward(self, x, observed=None, target=None):
+    def recording_forward(self, x, observed=None, target=None, target_observed=None):
         state = copy.deepcopy(self.state_dict()) if target is not None and not first else None
-        out = forward(self, x, observed, target)
+        out = forward(self, x, observed, target, target_observed)
         if state is not None:
             first.update(state=state, context=x.detach().clone(), target=target.detach().clone(), loss=out[1].item())
         return out

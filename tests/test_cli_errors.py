@@ -235,16 +235,24 @@ def test_sort_accepts_unsorted_rows(tmp_path):
 
 def test_irregular_spacing_names_the_gap(tmp_path):
     rows = hourly_rows()
-    del rows[50]
+    rows[50] = "2024-01-03 02:30:00" + rows[50][len("2024-01-03 02:00:00") :]  # off the hourly grid
     csv = write_csv(tmp_path / "gap.csv", rows)
     train_error(tmp_path, csv, "irregular spacing", "2024-01-03 01:00:00 (line 51)", "(line 52)", "--freq")
 
 
-def test_freq_accepts_irregular_spacing(tmp_path):
+def test_a_missing_hour_is_an_unobserved_row(tmp_path):
     rows = hourly_rows()
     del rows[50]
-    frame = read_series(write_csv(tmp_path / "gap.csv", rows), DataConfig(freq="h"))
-    assert frame.freq == "h" and frame.n_rows == 199
+    for freq in ("", "h"):
+        frame = read_series(write_csv(tmp_path / "gap.csv", rows), DataConfig(freq=freq))
+        assert frame.freq == "h" and frame.n_rows == 200 and not frame.observed[50].any()
+
+
+def test_freq_accepts_irregular_spacing(tmp_path):
+    rows = hourly_rows()
+    rows[50] = "2024-01-03 02:30:00" + rows[50][len("2024-01-03 02:00:00") :]
+    frame = read_series(write_csv(tmp_path / "odd.csv", rows), DataConfig(freq="h"))
+    assert frame.freq == "h" and frame.n_rows == 200 and frame.observed.all()  # rows taken as consecutive steps
 
 
 def test_unknown_freq(tmp_path):
@@ -260,13 +268,15 @@ def test_freq_that_contradicts_regular_data(tmp_path):
 # --- values -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("cell", "kind"),
-    [("", "a missing"), ("nan", "a missing"), ("NA", "a missing"), ("inf", "an infinite"), ("-inf", "an infinite")],
-)
-def test_missing_or_infinite_target_cell(tmp_path, cell, kind):
+@pytest.mark.parametrize("cell", ["", "nan", "NA", "inf", "-inf"])
+def test_a_missing_or_infinite_cell_is_unobserved(tmp_path, cell):
     csv = write_csv(tmp_path / "holes.csv", with_row(30, f"2024-01-02 06:00:00,{cell},1"))
-    train_error(tmp_path, csv, f"column 'load' has {kind} value at line 32", "(1 cell in all)", "--fill")
+    result = invoke("train", csv, "--out", tmp_path / "run", *TINY)
+    assert result.exit_code == 0, result.output
+    assert result.stderr.strip() == (
+        "1 missing or infinite cells of 'load' are unobserved: masked in the inputs, the loss and the metrics "
+        "(or pass --fill ffill or zero)"
+    )
 
 
 def test_value_too_large_for_float32(tmp_path):
@@ -404,10 +414,18 @@ def test_predict_csv_with_another_frequency(tmp_path, run):
     predict_error(tmp_path, run, csv, "rows are D apart", "trained on h", "training frequency")
 
 
-def test_predict_csv_with_a_gap(tmp_path, run):
+def test_predict_csv_off_the_training_grid(tmp_path, run):
+    rows = hourly_rows(40)
+    rows[20] = rows[20].replace(":00:00,", ":30:00,", 1)
+    predict_error(tmp_path, run, write_csv(tmp_path / "odd.csv", rows), "irregular spacing", "(line 22)", "h apart")
+
+
+def test_predict_csv_with_a_gap_treats_it_as_unobserved(tmp_path, run):
     rows = hourly_rows(40)
     del rows[20]
-    predict_error(tmp_path, run, write_csv(tmp_path / "gap.csv", rows), "irregular spacing", "(line 22)", "h apart")
+    result = invoke("predict", run, write_csv(tmp_path / "gap.csv", rows))
+    assert result.exit_code == 0, result.output
+    assert "1 timestamp missing from the h grid (first 2024-01-01 20:00:00) became unobserved steps" in result.stderr
 
 
 def test_predict_csv_with_bad_values(tmp_path, run):

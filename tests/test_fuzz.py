@@ -192,7 +192,8 @@ def time_limit(seconds: int):
 
 def check_frame(frame) -> None:
     assert frame.values.dtype == np.float32 and frame.values.shape == (frame.n_rows, len(frame.columns))
-    assert np.isfinite(frame.values).all()
+    assert frame.observed.shape == frame.values.shape
+    assert np.isfinite(frame.values[frame.observed]).all()  # unobserved cells: NaN, or filled by --fill
     assert frame.timestamps.is_monotonic_increasing and frame.timestamps.is_unique
     assert frame.freq
 

@@ -90,7 +90,7 @@ def test_ignoring_the_observed_mask_fails_the_padding_check(monkeypatch):
     real_sequences = Forecaster._sequences
     monkeypatch.setattr(Forecaster, "_sequences", lambda self, x, observed: real_sequences(self, x, None))
     results = by_name(check_model(model))
-    assert not results["model/padding"].passed and results["model/padding"].max_change > 1e-3
+    assert not results["model/masked"].passed and results["model/masked"].max_change > 1e-3
     assert results["model/forward"].passed  # the other checks do not see this bug
 
 

@@ -165,7 +165,7 @@ def test_forward_returns_forecast_and_loss():
 
 
 INFERENCE_CONFIGS = [
-    dict(),  # the ETTh1 default: context 336, patch 24, channel-independent
+    dict(context_len=336, patch_len=24),  # the ETTh1 default (chosen from its length): channel-independent
     dict(context_len=30, horizon=5, patch_len=4),  # a left-padded first token
     dict(context_len=30, horizon=5, patch_len=4, channel_independent=False, attention="explicit"),
     dict(context_len=30, horizon=5, patch_len=4, context_skip=False, stats_features=False),

@@ -95,10 +95,10 @@ def test_a_step_trains_every_token_or_the_last(tiny_csv, tmp_path, monkeypatch, 
     seen = []
     real_forward = Forecaster.forward
 
-    def recording(self, x, observed=None, target=None):
+    def recording(self, x, observed=None, target=None, target_observed=None):
         if target is not None:
             seen.append((x, target))
-        return real_forward(self, x, observed, target)
+        return real_forward(self, x, observed, target, target_observed)
 
     monkeypatch.setattr(Forecaster, "forward", recording)
     train(cfg, tmp_path / "run", show_progress=False)

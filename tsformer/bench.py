@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from tsformer.check import check_run
+from tsformer.checkpoint import MODEL_FILE, load_checkpoint
 from tsformer.config import load_config, to_dict, with_data_path
 from tsformer.datasets import resolve_data_path
 from tsformer.errors import DataError
@@ -48,6 +49,7 @@ def run_benchmark(
     started = time.monotonic()
     trained = train(cfg, run_dir, overwrite=True, show_progress=show_progress)
     train_wall = time.monotonic() - started
+    cfg = load_checkpoint(run_dir / MODEL_FILE).config  # as trained: automatic values resolved
     report = evaluate(run_dir)
     checks, _ = check_run(run_dir)
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -70,7 +70,9 @@ def train(
         [], "--target", "-t", help="Column to forecast (repeatable); default: all numeric."
     ),
     time_col: str | None = typer.Option(None, "--time-col", help="Time column (default: found by name)."),
-    context_len: int | None = typer.Option(None, "--context-len", help="Input steps the model sees."),
+    context_len: int | None = typer.Option(
+        None, "--context-len", help="Input steps the model sees (default: chosen from the data's length and frequency)."
+    ),
     horizon: int | None = typer.Option(None, "--horizon", help="Steps to forecast."),
     epochs: int | None = typer.Option(None, "--epochs", help="Maximum epochs."),
     seed: int | None = typer.Option(None, "--seed", help="Random seed (exactly reproducible on CPU)."),

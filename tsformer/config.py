@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from tsformer.errors import ConfigError
+from tsformer.errors import ConfigError, DataError
 from tsformer.files import atomic_write_text
 
 FILL_METHODS = ("", "ffill", "zero")
@@ -25,6 +25,9 @@ MAX_SEED = 2**63 - 1  # torch.manual_seed takes a signed 64-bit integer
 MAX_COUNT = 2**31 - 1  # sizes, strides and counts beyond this are typos, not settings
 ATTENTIONS = ("fused", "explicit")
 LOSSES = ("mse", "mae")
+AUTO_MAX_CONTEXT = 336  # the longest automatic context_len: two weeks of hourly data, the ETTh1 setting
+AUTO_MAX_PATCH = 24  # the longest automatic patch_len: a day of hourly data
+AUTO_PATCH_NO_SEASON = 4  # the automatic patch_len for a frequency with no known season (yearly, 2-day, ...)
 
 
 def _require(ok: bool, message: str) -> None:
@@ -78,9 +81,9 @@ class DataConfig:
 class ModelConfig:
     """The causal Transformer's shape."""
 
-    context_len: int = 336  # input steps the model sees
+    context_len: int = 0  # input steps the model sees; 0 = chosen from the data at train time (`resolve_auto`)
     horizon: int = 96  # steps forecast after the context
-    patch_len: int = 24  # steps per token (1 = one token per step; 24 = a day of hourly data)
+    patch_len: int = 0  # steps per token (1 = one per step; 24 = a day of hourly data); 0 = from the data
     d_model: int = 64
     n_heads: int = 4  # each head has d_model / n_heads dimensions
     n_layers: int = 2
@@ -95,23 +98,39 @@ class ModelConfig:
     context_skip: bool = True  # add a linear map of the normalised context before each token to its forecast
 
     def __post_init__(self) -> None:
-        for name in ("context_len", "horizon", "patch_len", "d_model", "n_heads", "n_layers", "d_ff"):
+        _check_finite(self, "model")
+        for name in ("context_len", "patch_len"):
+            value = getattr(self, name)
+            _require(value >= 0, f"model.{name} must be at least 1 (or 0 to choose it from the data), got {value}")
+        for name in ("horizon", "d_model", "n_heads", "n_layers", "d_ff"):
             _require(getattr(self, name) >= 1, f"model.{name} must be at least 1, got {getattr(self, name)}")
         _require(
             self.d_model % self.n_heads == 0,
             f"model.n_heads ({self.n_heads}) must divide model.d_model ({self.d_model})",
         )
+        context = self.context_len or AUTO_MAX_CONTEXT  # an automatic context is at most AUTO_MAX_CONTEXT
         _require(
-            self.patch_len <= self.context_len,
-            f"model.patch_len ({self.patch_len}) must not exceed model.context_len ({self.context_len})",
+            self.patch_len <= context,
+            f"model.patch_len ({self.patch_len}) must not exceed model.context_len "
+            f"({self.context_len or f'automatic, at most {AUTO_MAX_CONTEXT}; set --context-len'})",
         )
         _require(0 <= self.dropout < 1, f"model.dropout must be in [0, 1), got {self.dropout}")
         _require(self.head_token_width >= 1, f"model.head_token_width must be at least 1, got {self.head_token_width}")
         _require(self.attention in ATTENTIONS, f"model.attention must be one of {ATTENTIONS}, got {self.attention!r}")
 
     @property
+    def resolved(self) -> bool:
+        """Whether context_len and patch_len are set (not 0 = chosen from the data by `resolve_auto`)."""
+        return self.context_len > 0 and self.patch_len > 0
+
+    @property
     def n_tokens(self) -> int:
         """Tokens per context: the context is left-padded to a whole number of patches."""
+        if not self.resolved:
+            raise ConfigError(
+                f"model.context_len ({self.context_len}) and model.patch_len ({self.patch_len}) must be chosen "
+                "before a model is built: 0 means 'from the data', which `resolve_auto` does at train time"
+            )
         return -(-self.context_len // self.patch_len)
 
 
@@ -161,6 +180,59 @@ class Config:
 
 
 SECTIONS: dict[str, type] = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig}
+
+
+def resolve_auto(cfg: Config, n_train_rows: int, season: int, freq: str = "") -> tuple[Config, str]:
+    """Choose an automatic (0) model.patch_len and model.context_len from the data; given values are kept.
+
+    - patch_len: the largest divisor of the season (steps per natural cycle, `metrics.season_length`) up
+      to 24, so the season itself when it is 2..24 (24 hourly, 7 daily, 12 monthly, 4 quarterly); 24 for
+      15-minute data (season 96), 13 for weekly (52); 4 when the frequency has no known season. Never
+      more than a given context_len.
+    - context_len: the longest multiple of patch_len, up to 336, that leaves at least as many training
+      windows as context steps (n_train_rows - context_len - horizon + 1 >= context_len); so 336 from
+      767 training rows for horizon 96 (ETTh1 has 8640). If no multiple does, one patch, as long as that
+      leaves a window; otherwise a "too few rows" DataError that names the numbers.
+
+    Returns the resolved config and one line saying what was chosen ("" when nothing was automatic).
+    """
+    model = cfg.model
+    if model.resolved:
+        return cfg, ""
+    patch_len = model.patch_len or min(_auto_patch_len(season), model.context_len or AUTO_MAX_CONTEXT)
+    context_len = model.context_len or _auto_context_len(n_train_rows, model.horizon, patch_len)
+    chosen = dataclasses.replace(model, context_len=context_len, patch_len=patch_len)
+    auto = [name for name in ("context_len", "patch_len") if not getattr(model, name)]
+    flags = {"context_len": "--context-len", "patch_len": "--set model.patch_len=N"}
+    note = (
+        f"{' and '.join(f'{name} {getattr(chosen, name)}' for name in auto)} chosen for {n_train_rows} training "
+        f"rows of {freq + ' ' if freq else ''}data (season {season}) and horizon {model.horizon}; set "
+        f"{'them' if len(auto) > 1 else 'it'} with {' / '.join(flags[name] for name in auto)}"
+    )
+    return dataclasses.replace(cfg, model=chosen), note
+
+
+def _auto_patch_len(season: int) -> int:
+    """The largest divisor of `season` up to AUTO_MAX_PATCH, or AUTO_PATCH_NO_SEASON when that is 1."""
+    season = max(season, 1)
+    divisor = max(d for d in range(1, min(season, AUTO_MAX_PATCH) + 1) if season % d == 0)
+    return divisor if divisor >= 2 else AUTO_PATCH_NO_SEASON
+
+
+def _auto_context_len(n_train_rows: int, horizon: int, patch_len: int) -> int:
+    """The longest multiple of patch_len up to AUTO_MAX_CONTEXT with windows >= context_len, else one patch."""
+    usable = n_train_rows - horizon + 1  # training windows there would be with no context at all
+    patches = min(AUTO_MAX_CONTEXT, usable // 2) // patch_len
+    if patches >= 1:
+        return patches * patch_len
+    if usable - patch_len >= 1:  # one patch still leaves a window
+        return patch_len
+    need = patch_len + horizon
+    raise DataError(
+        f"too few rows: the train split has {n_train_rows} rows but needs at least {need} for the shortest "
+        f"automatic context (patch_len + horizon = {patch_len} + {horizon}); provide more rows or lower "
+        "--horizon or model.patch_len"
+    )
 
 
 def to_dict(cfg: Config) -> dict[str, dict[str, Any]]:

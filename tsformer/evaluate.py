@@ -16,7 +16,7 @@ from tsformer.data import Prepared, prepare, split_window
 from tsformer.errors import DataError
 from tsformer.files import atomic_write_text
 from tsformer.leakage import check_scaler
-from tsformer.metrics import mase_scale, repeat_last, score, season_length, seasonal_naive, usable_season
+from tsformer.metrics import forward_fill, mase_scale, repeat_last, score, season_length, seasonal_naive, usable_season
 
 
 @dataclass(frozen=True)
@@ -64,15 +64,19 @@ def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True)
     context_len, horizon = ckpt.config.model.context_len, ckpt.config.model.horizon
     windows = data.windows("test", context_len, horizon)  # (N, L + H, C)
     contexts, truth = split_window(windows, context_len)
+    observed = data.observed_windows("test", context_len, horizon)  # None: every cell observed
+    contexts_observed, truth_observed = (None, None) if observed is None else split_window(observed, context_len)
     season = usable_season(season_length(ckpt.freq), context_len)
+    naive_history = forward_fill(contexts, contexts_observed)
     forecasts = {
-        "model": torch.cat(list(model.predict_batches(contexts))),  # (N, H, C); a split has a window
-        "repeat_last": repeat_last(contexts, horizon),
-        "seasonal_naive": seasonal_naive(contexts, horizon, season),
+        "model": torch.cat(list(model.predict_batches(contexts, contexts_observed))),  # (N, H, C)
+        "repeat_last": repeat_last(naive_history, horizon),
+        "seasonal_naive": seasonal_naive(naive_history, horizon, season),
     }
     denominator = mase_scale(data.frame.values[: data.borders.train_end], season)
+    truth_mask = None if truth_observed is None else truth_observed.numpy()
     scores = {
-        name: score(f.numpy(), truth.numpy(), data.scaler.std, data.frame.columns, denominator)
+        name: score(f.numpy(), truth.numpy(), data.scaler.std, data.frame.columns, denominator, truth_mask)
         for name, f in forecasts.items()
     }
     report = EvalReport(len(windows), context_len, horizon, season, data.frame.columns, scores)

@@ -163,21 +163,24 @@ def _probe_future(
 
 
 def check_padding(model: Forecaster, generator: torch.Generator) -> CheckResult:
-    """Values placed in padded (missing-history) positions must not change the forecast."""
+    """Values in masked cells (left padding, and unobserved cells inside the history) change no forecast."""
     cfg = model.cfg
-    x = torch.randn(2, cfg.context_len, model.n_series, generator=generator, dtype=torch.float64)
+    shape = (2, cfg.context_len, model.n_series)
+    x = torch.randn(shape, generator=generator, dtype=torch.float64)
     history = max(1, cfg.context_len // 3)
-    observed = torch.zeros(2, cfg.context_len, dtype=torch.bool)
-    observed[:, -history:] = True
-    other = x.clone()
-    other[:, :-history] = 1e3 * torch.randn(other[:, :-history].shape, generator=generator, dtype=torch.float64)
+    observed = torch.rand(shape, generator=generator) > 0.2  # (2, L, C): a fifth of the cells unobserved
+    observed[:, :-history] = False  # and the left padding of a short history
+    other = torch.where(observed, x, 1e3 * torch.randn(shape, generator=generator, dtype=torch.float64))
     with torch.no_grad():
-        change = (model.predict(x, observed) - model.predict(other, observed)).abs().max().item()
+        change = max(
+            (model.predict(x, observed) - model.predict(other, observed)).abs().max().item(),
+            (model.forecast_tokens(x, observed) - model.forecast_tokens(other, observed)).abs().max().item(),
+        )
     return CheckResult(
-        "model/padding",
+        "model/masked",
         change <= TOLERANCE,
         change,
-        f"forecast after changing the {cfg.context_len - history} padded steps",
+        f"forecasts after changing the {int((~observed).sum())} padded or unobserved cells",
     )
 
 
@@ -228,8 +231,9 @@ def check_windows(
 def check_fill(frame: SeriesFrame, method: str, n_origins: int = 32) -> CheckResult:
     """Filled cells come from earlier rows only: refilling after changing every observed value from an
     origin on must leave all rows before the origin as the loader filled them."""
-    if frame.observed.all():
-        return CheckResult("data/fill", True, 0.0, "no cell was filled")
+    if frame.observed.all() or not method:
+        detail = "no cell was filled" if method else "no cell was filled: unobserved cells are masked"
+        return CheckResult("data/fill", True, 0.0, detail)
     raw = np.where(frame.observed, frame.values, np.nan).astype(np.float64)  # (n_rows, n_series)
 
     def refill(values: np.ndarray) -> np.ndarray:

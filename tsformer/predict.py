@@ -8,6 +8,7 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 from pandas.tseries.frequencies import to_offset
@@ -71,12 +72,12 @@ def read_history(ckpt: Checkpoint, csv: str | Path) -> tuple[pd.DataFrame, tuple
 def forecast_frame(ckpt: Checkpoint, history: pd.DataFrame) -> pd.DataFrame:
     cfg = ckpt.config.model
     model = ckpt.build_model()
-    recent = history.to_numpy()[-cfg.context_len :]  # (<= L, C)
+    recent = history.to_numpy()[-cfg.context_len :]  # (<= L, C), NaN where a cell is unobserved
     n_real = len(recent)
     context = torch.zeros(1, cfg.context_len, len(ckpt.columns))
-    context[0, cfg.context_len - n_real :] = torch.from_numpy(ckpt.scaler.transform(recent))
-    observed = torch.zeros(1, cfg.context_len, dtype=torch.bool)
-    observed[0, cfg.context_len - n_real :] = True
+    context[0, cfg.context_len - n_real :] = torch.from_numpy(np.nan_to_num(ckpt.scaler.transform(recent)))
+    observed = torch.zeros(1, cfg.context_len, len(ckpt.columns), dtype=torch.bool)  # left padding unobserved
+    observed[0, cfg.context_len - n_real :] = torch.from_numpy(~np.isnan(recent))
     scaled = model.predict(context, observed)[0].numpy()  # (H, C)
     offset = to_offset(ckpt.freq)
     timestamps = pd.date_range(history.index[-1] + offset, periods=cfg.horizon, freq=offset, name=ckpt.time_col)

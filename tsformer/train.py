@@ -60,7 +60,7 @@ class LoopState:
 
 
 def resolve(cfg: Config) -> Config:
-    """The config as saved in the run: the CSV path made absolute."""
+    """The config as saved in the run: the CSV path made absolute (`prepare` then chooses automatic sizes)."""
     if not cfg.data.path:
         raise ConfigError("no CSV given; pass a CSV path or set data.path in the config")
     return with_data_path(cfg, Path(cfg.data.path).resolve())
@@ -94,16 +94,17 @@ def _train(
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     data = prepare(cfg)
+    cfg = data.config  # automatic sizes chosen
     if folder is not None:
-        for note in folder.notes + list(data.frame.notes):
+        for note in folder.notes + list(data.notes):
             print(note, file=sys.stderr)
     if previous is not None:
         _require_same_data(previous, data, out_dir)
     torch.manual_seed(cfg.train.seed)
     model = Forecaster(cfg.model, len(data.frame.columns), cfg.train.loss)
     _run_leakage_checks(model, data, cfg)
-    train_windows = data.windows("train", cfg.model.context_len, cfg.model.horizon)[:: cfg.train.train_stride]
-    val_windows = data.windows("val", cfg.model.context_len, cfg.model.horizon)
+    train_windows = _Windows.of(data, "train", cfg)
+    val_windows = _Windows.of(data, "val", cfg)
     model.to(ctx.device)
     optimizer = _optimizer(model, cfg)
     state = _restore(previous, model, optimizer) if previous is not None else LoopState()
@@ -186,6 +187,28 @@ def _restore(previous: Checkpoint, model: Forecaster, optimizer: torch.optim.Opt
         ) from None
 
 
+@dataclass(frozen=True)
+class _Windows:
+    """A split's stride-1 windows (views of the scaled series) and, when some cells are unobserved, their mask."""
+
+    values: torch.Tensor  # (n_windows, context_len + horizon, n_series)
+    observed: torch.Tensor | None  # same shape, bool; None: every cell observed
+
+    @classmethod
+    def of(cls, data: Prepared, split: str, cfg: Config) -> _Windows:
+        stride = cfg.train.train_stride if split == "train" else 1
+        values = data.windows(split, cfg.model.context_len, cfg.model.horizon)[::stride]
+        observed = data.observed_windows(split, cfg.model.context_len, cfg.model.horizon)
+        return cls(values, None if observed is None else observed[::stride])
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def take(self, index: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+        observed = None if self.observed is None else self.observed[index].to(device)
+        return self.values[index].to(device), observed
+
+
 class _Runner:
     """The epoch loop: one instance per call of `train`."""
 
@@ -206,7 +229,7 @@ class _Runner:
         self.show_progress = show_progress and ctx.is_main
         self.saved_epoch = 0  # the epoch in last.pt, for messages
 
-    def loop(self, state: LoopState, train_windows: torch.Tensor, val_windows: torch.Tensor) -> None:
+    def loop(self, state: LoopState, train_windows: _Windows, val_windows: _Windows) -> None:
         tc = self.cfg.train
         n_windows = len(train_windows)
         per_rank = math.ceil(n_windows / self.ctx.world_size)
@@ -228,7 +251,7 @@ class _Runner:
             ) from None
 
     def _train_epoch(
-        self, state: LoopState, train_windows: torch.Tensor, total_steps: int, started: float, progress: Progress
+        self, state: LoopState, train_windows: _Windows, total_steps: int, started: float, progress: Progress
     ) -> tuple[float, float]:
         """One pass over this rank's share of the windows, in an order fixed by (seed, epoch).
 
@@ -247,9 +270,9 @@ class _Runner:
         self.model.train()
         losses, lr = [], tc.lr
         for i, start in enumerate(range(0, len(order), tc.batch_size), start=1):
-            batch = train_windows[order[start : start + tc.batch_size]].to(self.ctx.device)
+            batch, observed = train_windows.take(order[start : start + tc.batch_size], self.ctx.device)
             lr = lr_at(state.step, total_steps, tc.lr, tc.warmup_frac, tc.min_lr_ratio)
-            losses.append(self._step(batch, lr, epoch, i))
+            losses.append(self._step(batch, observed, lr, epoch, i))
             state.step += 1
             progress.step(epoch, i, losses[-1])
             if tc.max_minutes and time.monotonic() - started > 60 * tc.max_minutes:
@@ -286,13 +309,18 @@ class _Runner:
             return f"no epoch was saved and {self.out_dir} was left as it was, so start again"
         return f"epoch {self.saved_epoch} is saved in {self.out_dir / LAST_FILE}"
 
-    def _step(self, batch: torch.Tensor, lr: float, epoch: int, step: int) -> float:
+    def _step(self, batch: torch.Tensor, observed: torch.Tensor | None, lr: float, epoch: int, step: int) -> float:
+        """One optimiser step on a batch of windows (B, L + H, C) and their observed mask (or None)."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         context, target = split_window(batch, self.cfg.model.context_len)  # target (B, H, C): the last token's
+        context_observed, target_observed = (None, None) if observed is None else split_window(
+            observed, self.cfg.model.context_len
+        )
         if self.cfg.train.all_positions:
             target = self.model.token_targets(batch)  # (B, T, H, C): the horizon after every token
-        _, loss = self.wrapped(context, target=target)
+            target_observed = None if observed is None else self.model.token_targets(observed)
+        _, loss = self.wrapped(context, context_observed, target=target, target_observed=target_observed)
         if not torch.isfinite(loss):
             raise TrainingError(
                 f"the training loss became {loss.item()} at epoch {epoch}, step {step}; {self._kept()}. "
@@ -305,14 +333,20 @@ class _Runner:
         self.optimizer.step()
         return loss.item()
 
-    def _val_loss(self, val_windows: torch.Tensor) -> float:
-        """MSE of the last token's forecast (the real forecast) over every validation window."""
-        contexts, targets = split_window(val_windows, self.cfg.model.context_len)
+    def _val_loss(self, val_windows: _Windows) -> float:
+        """MSE of the last token's forecast (the real forecast) over every observed validation target."""
+        contexts, targets = split_window(val_windows.values, self.cfg.model.context_len)
+        if val_windows.observed is None:
+            context_observed, target_observed = None, torch.ones_like(targets, dtype=torch.bool)
+        else:
+            context_observed, target_observed = split_window(val_windows.observed, self.cfg.model.context_len)
         total, start = 0.0, 0
-        for forecast in self.model.predict_batches(contexts):  # (b, H, C) each, in order, on the model's device
-            total += (forecast - targets[start : start + len(forecast)].to(forecast.device)).square().sum().item()
-            start += len(forecast)
-        return total / targets.numel()
+        for forecast in self.model.predict_batches(contexts, context_observed):  # (b, H, C) each, in order
+            end = start + len(forecast)
+            error = (forecast - targets[start:end].to(forecast.device)).square()
+            total += error[target_observed[start:end].to(forecast.device)].sum().item()
+            start = end
+        return total / max(1, int(target_observed.sum()))
 
     def _checkpoint(self, train_state: dict[str, Any] | None) -> Checkpoint:
         frame = self.data.frame

@@ -58,7 +58,9 @@ def read_series(path: str | Path, cfg: DataConfig, expected_freq: str = "") -> S
     lines = table.index.to_numpy()
     _check_order(timestamps, lines)
     freq, freq_notes = _resolve_freq(timestamps, cfg.freq, expected_freq, lines)
-    values, observed, fill_notes = _numeric_values(table, targets, cfg.fill, delimiter)
+    values = _numeric_values(table, targets, delimiter)  # (n_rows, n_series) float64, NaN where missing
+    timestamps, values, gap_notes = _fill_the_grid(timestamps, values, freq)
+    values, observed, value_notes = _complete(values, targets, cfg.fill, lines)
     return SeriesFrame(
         timestamps=timestamps,
         values=values,
@@ -66,7 +68,7 @@ def read_series(path: str | Path, cfg: DataConfig, expected_freq: str = "") -> S
         time_col=time_col,
         freq=freq,
         observed=observed,
-        notes=time_notes + freq_notes + fill_notes,
+        notes=time_notes + freq_notes + gap_notes + value_notes,
     )
 
 
@@ -226,6 +228,9 @@ def _resolve_freq(
         return offset.freqstr, ()
     inferred = _infer_freq(timestamps)
     if inferred is None:
+        step = offset or _guess_step(timestamps)
+        if _mostly_on_grid(timestamps, step):  # gaps: the missing timestamps become unobserved steps
+            return step.freqstr, ()
         if stated:
             return offset.freqstr, ()
         raise _irregular(timestamps, lines, expected)
@@ -265,16 +270,57 @@ def _fits(timestamps: pd.DatetimeIndex, offset: pd.DateOffset) -> bool:
         return False
 
 
+def _guess_step(timestamps: pd.DatetimeIndex) -> pd.DateOffset:
+    """The spacing of the first (or last) three rows, else the most common step."""
+    step = _infer_freq(timestamps[:3]) or _infer_freq(timestamps[-3:])
+    if step is None:
+        steps = pd.Series(np.diff(timestamps.asi8))
+        step = to_offset(pd.Timedelta(int(steps.mode().iloc[0]), unit=timestamps.unit))
+    return step
+
+
+def _grid(timestamps: pd.DatetimeIndex, step: pd.DateOffset) -> pd.DatetimeIndex | None:
+    """Every `step` from the first timestamp to the last, or None if `step` cannot lay one out."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return pd.date_range(timestamps[0], timestamps[-1], freq=step, name=timestamps.name)
+    except (ValueError, OverflowError):
+        return None
+
+
+def _mostly_on_grid(timestamps: pd.DatetimeIndex, step: pd.DateOffset) -> bool:
+    """Every timestamp lies on the `step` grid, which the data fills at least half: a series with gaps."""
+    grid = _grid(timestamps, step)
+    return grid is not None and len(grid) <= 2 * len(timestamps) and bool(timestamps.isin(grid).all())
+
+
+def _fill_the_grid(
+    timestamps: pd.DatetimeIndex, values: np.ndarray, freq: str
+) -> tuple[pd.DatetimeIndex, np.ndarray, tuple[str, ...]]:
+    """Insert the timestamps missing from the regular grid as rows of NaN (unobserved steps)."""
+    if len(timestamps) < 3:
+        return timestamps, values, ()
+    grid = _grid(timestamps, to_offset(freq))
+    if grid is None or len(grid) == len(timestamps) or not timestamps.isin(grid).all():
+        return timestamps, values, ()  # regular already, or a stated --freq trusted for irregular rows
+    full = np.full((len(grid), values.shape[1]), np.nan)
+    full[grid.get_indexer(timestamps)] = values
+    missing = grid[~grid.isin(timestamps)]
+    note = (
+        f"{len(missing)} timestamp{'s' * (len(missing) > 1)} missing from the {freq} grid (first {missing[0]}) "
+        "became unobserved steps"
+    )
+    return grid, full, (note,)
+
+
 def _irregular(timestamps: pd.DatetimeIndex, lines: np.ndarray, expected: str) -> DataError:
     """Name the first gap: a step that differs from the spacing of the first (or last) rows."""
     if expected:
         fix = f"fill the gap so rows are {expected} apart as in training"
     else:
         fix = "fill the gap or state the frequency with --freq"
-    step = _infer_freq(timestamps[:3]) or _infer_freq(timestamps[-3:])
-    if step is None:
-        steps = pd.Series(np.diff(timestamps.to_numpy()))
-        step = to_offset(pd.Timedelta(steps.mode().iloc[0]))
+    step = _guess_step(timestamps)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # offsets without a vectorised add
@@ -325,13 +371,9 @@ def _is_numeric_like(column: pd.Series) -> bool:
     return bool(len(sample)) and sample.str.contains(r"\d").mean() > 0.5
 
 
-def _numeric_values(
-    table: pd.DataFrame, targets: list[str], fill: str, delimiter: str
-) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
-    """(n_rows, n_series) float32 values, the mask of cells the CSV gave (True) and notes on filled cells."""
-    values = np.empty((len(table), len(targets)), dtype=np.float32)
-    observed = np.ones((len(table), len(targets)), dtype=bool)
-    notes = []
+def _numeric_values(table: pd.DataFrame, targets: list[str], delimiter: str) -> np.ndarray:
+    """(n_rows, n_series) float64 values, NaN where a cell is missing or infinite."""
+    values = np.empty((len(table), len(targets)))
     lines = table.index
     for j, name in enumerate(targets):
         column = _to_float(table[name], name, delimiter)
@@ -342,27 +384,38 @@ def _numeric_values(
                 f"column {name!r} has a value too large for float32 ({column[row]:g} at line {lines[row]}); "
                 "rescale the column, for example to thousands"
             )
-        bad = ~np.isfinite(column)
-        if bad.any():
-            _check_fillable(column, bad, fill, name, lines)
-            column = fill_column(np.where(bad, np.nan, column), fill)
-            observed[:, j] = ~bad
-            notes.append(f"filled {int(bad.sum())} missing or infinite cells of {name!r} with --fill {fill}")
-        values[:, j] = column
-    return values, observed, tuple(notes)
+        values[:, j] = np.where(np.isfinite(column), column, np.nan)
+    return values
 
 
-def _check_fillable(column: np.ndarray, bad: np.ndarray, fill: str, name: str, lines: pd.Index) -> None:
-    row = int(np.flatnonzero(bad)[0])
-    kind = "a missing" if np.isnan(column[row]) else "an infinite"
-    count = f"{int(bad.sum())} cell{'s' if bad.sum() > 1 else ''}"
-    if not fill:
-        raise DataError(
-            f"column {name!r} has {kind} value at line {lines[row]} ({count} in all); "
-            "fix the data or pass --fill ffill or --fill zero"
-        )
-    if fill == "ffill" and row == 0:
-        n_leading = int(np.argmin(bad)) if not bad.all() else len(bad)
+def _complete(
+    values: np.ndarray, targets: list[str], fill: str, lines: pd.Index
+) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+    """float32 values, the mask of cells the data gave (True), and notes: missing cells are filled with
+    --fill, or else stay NaN as unobserved cells (masked in the model's inputs, the loss and the metrics)."""
+    observed = ~np.isnan(values)
+    notes = []
+    for j, name in enumerate(targets):
+        missing = ~observed[:, j]
+        if not missing.any():
+            continue
+        if missing.all():
+            raise DataError(f"column {name!r} has no value at all; drop it or choose other --target columns")
+        if fill:
+            _check_fillable(missing, fill, name, lines)
+            values[:, j] = fill_column(values[:, j], fill)
+            notes.append(f"filled {int(missing.sum())} missing or infinite cells of {name!r} with --fill {fill}")
+        else:
+            notes.append(
+                f"{int(missing.sum())} missing or infinite cells of {name!r} are unobserved: masked in the inputs, "
+                "the loss and the metrics (or pass --fill ffill or zero)"
+            )
+    return values.astype(np.float32), observed, tuple(notes)
+
+
+def _check_fillable(missing: np.ndarray, fill: str, name: str, lines: pd.Index) -> None:
+    if fill == "ffill" and missing[0]:
+        n_leading = int(np.argmin(missing))
         raise DataError(
             f"column {name!r} starts with {n_leading} missing or infinite value{'s' * (n_leading > 1)} (from line "
             f"{lines[0]}); --fill ffill fills only from earlier rows: drop those rows, or pass --fill zero"

@@ -9,19 +9,23 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tsformer.config import Config
+from tsformer.config import Config, resolve_auto
 from tsformer.data.loader import SeriesFrame, read_series
 from tsformer.data.split import Scaler, SplitBorders, make_windows, split_borders, window_target_starts
 from tsformer.errors import DataError
+from tsformer.metrics import season_length
 
 
 @dataclass(frozen=True)
 class Prepared:
+    config: Config  # as given, with automatic (0) context_len/patch_len chosen from the data
     frame: SeriesFrame
     borders: SplitBorders
     scaler: Scaler
-    scaled: torch.Tensor  # (n_rows, n_series) float32, standardised with the train-only scaler
+    scaled: torch.Tensor  # (n_rows, n_series) float32, standardised with the train-only scaler; 0 where unobserved
+    observed: torch.Tensor | None  # (n_rows, n_series) bool, False where a cell is unobserved; None: all observed
     fingerprint: dict[str, str | int]  # what a resumed run checks it still reads: see `data_fingerprint`
+    notes: tuple[str, ...]  # how the data was read and what was chosen, for the user
 
     def target_starts(self, split: str, context_len: int, horizon: int):
         return window_target_starts(split, self.borders, context_len, horizon)
@@ -30,22 +34,43 @@ class Prepared:
         """(n_windows, context_len + horizon, n_series), a view of `scaled`."""
         return make_windows(self.scaled, self.target_starts(split, context_len, horizon), context_len, horizon)
 
+    def observed_windows(self, split: str, context_len: int, horizon: int) -> torch.Tensor | None:
+        """The observed mask of each window, (n_windows, context_len + horizon, n_series); None: all observed."""
+        if self.observed is None:
+            return None
+        return make_windows(self.observed, self.target_starts(split, context_len, horizon), context_len, horizon)
+
 
 def prepare(cfg: Config, scaler: Scaler | None = None, columns: tuple[str, ...] = (), freq: str = "") -> Prepared:
-    """Read cfg.data.path, split it and scale it.
+    """Read cfg.data.path, choose automatic model sizes, split it and scale it.
 
-    Training passes no scaler (one is fit on the training rows); evaluate/check pass the run's
-    scaler, columns and frequency, and the CSV must match them.
+    Training passes no scaler (one is fit on the observed training cells); evaluate/check pass the
+    run's scaler, columns and frequency, and the CSV must match them.
     """
     if not cfg.data.path:
         raise DataError("no CSV given; pass a CSV path or set data.path in the config")
     data_cfg = cfg.data if not columns else dataclasses.replace(cfg.data, targets=columns)
     frame = read_series(data_cfg.path, data_cfg, expected_freq=freq)
+    notes = frame.notes
+    if not cfg.model.resolved:  # the split's room is checked for the horizon alone, then for the chosen context
+        train_rows = split_borders(cfg.data, frame.timestamps, 0, cfg.model.horizon).train_end
+        cfg, note = resolve_auto(cfg, train_rows, season_length(frame.freq), frame.freq)
+        notes += (note,)
     borders = split_borders(cfg.data, frame.timestamps, cfg.model.context_len, cfg.model.horizon)
     if scaler is None:
         scaler = Scaler.fit(frame.values[: borders.train_end])
     scaled = torch.from_numpy(_scale(frame, scaler))
-    return Prepared(frame=frame, borders=borders, scaler=scaler, scaled=scaled, fingerprint=data_fingerprint(frame))
+    masked = not cfg.data.fill and not frame.observed.all()
+    return Prepared(
+        config=cfg,
+        frame=frame,
+        borders=borders,
+        scaler=scaler,
+        scaled=scaled,
+        observed=torch.from_numpy(frame.observed) if masked else None,
+        fingerprint=data_fingerprint(frame),
+        notes=notes,
+    )
 
 
 def data_fingerprint(frame: SeriesFrame) -> dict[str, str | int]:
@@ -67,7 +92,7 @@ MAX_STANDARD_DEVIATIONS = 1e6
 def _scale(frame: SeriesFrame, scaler: Scaler) -> np.ndarray:
     """Standardised float32 values; a value absurdly far from the training rows is a data error."""
     scaled = (frame.values.astype(np.float64) - scaler.mean) / scaler.std
-    far = ~(np.abs(scaled) <= MAX_STANDARD_DEVIATIONS)
+    far = ~(np.abs(scaled) <= MAX_STANDARD_DEVIATIONS) & ~np.isnan(scaled)  # NaN: an unobserved cell
     if far.any():
         row, j = (int(i[0]) for i in np.nonzero(far))
         raise DataError(
@@ -75,4 +100,4 @@ def _scale(frame: SeriesFrame, scaler: Scaler) -> np.ndarray:
             f"{MAX_STANDARD_DEVIATIONS:g} standard deviations from the training rows (mean {scaler.mean[j]:g}, "
             f"std {scaler.std[j]:g}); fix the value or rescale the column"
         )
-    return scaled.astype(np.float32)
+    return np.nan_to_num(scaled, nan=0.0).astype(np.float32)

@@ -83,7 +83,7 @@ def _check_room(borders: SplitBorders, context_len: int, horizon: int) -> None:
     for split in SPLITS:
         first, end = borders.target_range(split)
         if end - first < need[split]:
-            what = "context_len + horizon" if split == "train" else "horizon"
+            what = "context_len + horizon" if split == "train" and context_len else "horizon"
             raise DataError(
                 f"too few rows: the {split} split has {end - first} rows but needs at least "
                 f"{need[split]} ({what} = {need[split]}); provide more rows or lower --context-len/--horizon"
@@ -99,8 +99,17 @@ class Scaler:
 
     @classmethod
     def fit(cls, train_values: np.ndarray) -> Scaler:
-        mean = train_values.mean(axis=0, dtype=np.float64)
-        std = train_values.std(axis=0, dtype=np.float64)
+        """Mean and std of each column's observed (not NaN) training cells."""
+        observed = ~np.isnan(train_values)
+        if not observed.any(axis=0).all():
+            j = int(np.flatnonzero(~observed.any(axis=0))[0])
+            raise DataError(f"column {j + 1} has no observed value in the training rows; give it data or drop it")
+        if observed.all():
+            mean = train_values.mean(axis=0, dtype=np.float64)
+            std = train_values.std(axis=0, dtype=np.float64)
+        else:
+            mean = np.nanmean(train_values.astype(np.float64), axis=0)
+            std = np.nanstd(train_values.astype(np.float64), axis=0)
         std = np.where(std > 1e-12, std, 1.0)
         return cls(mean=mean.astype(np.float32), std=std.astype(np.float32))
 

@@ -197,13 +197,19 @@ class Forecaster(nn.Module):
         if observed is None:
             observed = torch.ones(b, length, dtype=torch.bool, device=x.device)
         else:
-            x = torch.where(observed.unsqueeze(-1), x, torch.zeros((), dtype=x.dtype, device=x.device))
+            cells = observed if observed.dim() == 3 else observed.unsqueeze(-1)  # (B, L, C or 1)
+            x = torch.where(cells, x, torch.zeros((), dtype=x.dtype, device=x.device))
         x = F.pad(x, (0, 0, self.pad_len, 0))  # (B, T*P, C)
-        mask = F.pad(observed, (self.pad_len, 0), value=False)  # (B, T*P)
         if not self.cfg.channel_independent:
-            return x, mask
+            steps_observed = observed.all(-1) if observed.dim() == 3 else observed  # a step: every series observed
+            return x, F.pad(steps_observed, (self.pad_len, 0), value=False)  # (B, T*P, C), (B, T*P)
         steps = x.shape[1]
-        return x.permute(0, 2, 1).reshape(b * c, steps, 1), mask.repeat_interleave(c, dim=0)  # (B*C, T*P, 1)
+        sequences = x.permute(0, 2, 1).reshape(b * c, steps, 1)  # (B*C, T*P, 1)
+        if observed.dim() == 3:  # each series its own mask
+            mask = F.pad(observed.permute(0, 2, 1).reshape(b * c, length), (self.pad_len, 0), value=False)
+        else:
+            mask = F.pad(observed, (self.pad_len, 0), value=False).repeat_interleave(c, dim=0)  # (B*C, T*P)
+        return sequences, mask
 
     def _embed(self, series: torch.Tensor, mask: torch.Tensor, mean: torch.Tensor, std: torch.Tensor):
         """X = projection(standardised patches, their pad mask[, token statistics]) + PE: (N, T, d), (N, T)."""
@@ -218,17 +224,28 @@ class Forecaster(nn.Module):
         return self.input_dropout(hidden), token_real
 
     def forward(
-        self, x: torch.Tensor, observed: torch.Tensor | None = None, target: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        observed: torch.Tensor | None = None,
+        target: torch.Tensor | None = None,
+        target_observed: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """-> (forecast (B, H, C), loss). target is (B, H, C) for the last token or (B, T, H, C) for all.
 
+        observed: (B, L) or (B, L, C) bool, False where an input step or cell is padding or unobserved;
+        target_observed: target's shape, the loss averages over True cells only (None: every cell).
         Without a target only the last token's forecast is computed.
         """
         if target is None:
             return self.forecast_last(x, observed), None
         tokens = self.forecast_tokens(x, observed)
         forecast = tokens[:, -1]
-        return forecast, self.loss_fn(tokens if target.dim() == 4 else forecast, target)
+        predicted = tokens if target.dim() == 4 else forecast
+        if target_observed is None:
+            return forecast, self.loss_fn(predicted, target)
+        weights = target_observed.to(predicted.dtype)
+        loss = (self.loss_fn(predicted, target, reduction="none") * weights).sum() / weights.sum().clamp(min=1.0)
+        return forecast, loss
 
     @torch.no_grad()
     def predict(self, x: torch.Tensor, observed: torch.Tensor | None = None) -> torch.Tensor:
@@ -239,9 +256,13 @@ class Forecaster(nn.Module):
         self.train(was_training)
         return forecast
 
-    def predict_batches(self, contexts: torch.Tensor, batch_size: int = PREDICT_BATCH) -> Iterator[torch.Tensor]:
-        """`predict` over many contexts (N, L, C), batch by batch: yields (batch_size, H, C) forecasts in order,
-        on the model's device, so a caller can keep them all (torch.cat) or reduce them as they come."""
+    def predict_batches(
+        self, contexts: torch.Tensor, observed: torch.Tensor | None = None, batch_size: int = PREDICT_BATCH
+    ) -> Iterator[torch.Tensor]:
+        """`predict` over many contexts (N, L, C) (and their observed mask), batch by batch: yields
+        (batch_size, H, C) forecasts in order, on the model's device, so a caller can keep them all
+        (torch.cat) or reduce them as they come."""
         device = self.positional_encoding.device
         for start in range(0, len(contexts), batch_size):
-            yield self.predict(contexts[start : start + batch_size].to(device))
+            mask = None if observed is None else observed[start : start + batch_size].to(device)
+            yield self.predict(contexts[start : start + batch_size].to(device), mask)
