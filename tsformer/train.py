@@ -314,8 +314,8 @@ class _Runner:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         context, target = split_window(batch, self.cfg.model.context_len)  # target (B, H, C): the last token's
-        context_observed, target_observed = (None, None) if observed is None else split_window(
-            observed, self.cfg.model.context_len
+        context_observed, target_observed = (
+            (None, None) if observed is None else split_window(observed, self.cfg.model.context_len)
         )
         if self.cfg.train.all_positions:
             target = self.model.token_targets(batch)  # (B, T, H, C): the horizon after every token
