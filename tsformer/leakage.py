@@ -232,7 +232,7 @@ def check_fill(frame: SeriesFrame, method: str, n_origins: int = 32) -> CheckRes
     """Filled cells come from earlier rows only: refilling after changing every observed value from an
     origin on must leave all rows before the origin as the loader filled them."""
     if frame.observed.all() or not method:
-        detail = "no cell was filled" if method else "no cell was filled: unobserved cells are masked"
+        detail = "no cell was missing" if frame.observed.all() else "no cell was filled: unobserved cells are masked"
         return CheckResult("data/fill", True, 0.0, detail)
     raw = np.where(frame.observed, frame.values, np.nan).astype(np.float64)  # (n_rows, n_series)
 
