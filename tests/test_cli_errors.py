@@ -655,3 +655,15 @@ def test_resume_refuses_options_it_would_ignore(tmp_path, run):
     for extra in (["--sort"], ["--data-dir", str(tmp_path)], ["--dayfirst"], ["--overwrite"]):
         result = invoke("train", "--resume", "--out", run, *extra)
         assert_error(result, f"--resume continues {run} with its saved config and data; drop")
+
+
+def test_dayfirst_leaves_iso_dates_alone(tmp_path):
+    csv = write_csv(tmp_path / "iso.csv", hourly_rows())
+    assert read_series(csv, DataConfig(dayfirst=True)).timestamps.equals(read_series(csv, DataConfig()).timestamps)
+
+
+def test_ambiguous_dates_with_a_missing_month_are_read_with_a_gap(tmp_path):
+    months = [m for m in pd.date_range("2020-01-01", periods=30, freq="MS") if m.month != 6 or m.year != 2021]
+    rows = [f"{m:%d/%m/%Y},{i},{i % 3}" for i, m in enumerate(months)]  # 01/01/2020, 01/02/2020, ...
+    frame = read_series(write_csv(tmp_path / "monthly.csv", rows), DataConfig())
+    assert frame.freq == "MS" and frame.n_rows == 30 and not frame.observed[17].any()

@@ -57,3 +57,12 @@ def test_output_paths_are_checked_before_any_work(tmp_path):
     with pytest.raises(ConfigError, match="folder .*missing does not exist"):
         check_output_path(tmp_path / "missing" / "f.csv", "--plot")
     check_output_path(tmp_path / "f.csv", "--out")
+
+
+def test_an_error_that_is_not_the_file_systems_passes_through(tmp_path):
+    def network_down(handle):
+        raise TimeoutError("timed out")  # an OSError without an errno
+
+    with pytest.raises(TimeoutError, match="timed out"):
+        atomic_write(tmp_path / "download.csv", network_down)
+    assert list(tmp_path.iterdir()) == []

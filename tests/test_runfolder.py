@@ -182,3 +182,25 @@ def test_claim_publish_release(tmp_path):
     assert (run / "config.yaml").read_text() == "x" and folder.published
     folder.release()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_out_dot_trains_into_the_current_empty_folder(tmp_path, monkeypatch):
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    folder = claim(Path("."), overwrite=False, resume=False)
+    assert folder.path == tmp_path / ".here.staging" and (tmp_path / ".here.lock").exists()
+    folder.release()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["here"]
+
+
+def test_a_kill_between_publishs_renames_is_recovered_by_the_next_claim(tmp_path):
+    run = tmp_path / "run"
+    staged = tmp_path / ".run.staging"
+    staged.mkdir()
+    (staged / LAST_FILE).write_bytes(b"epoch 1")  # the new run had saved an epoch; the old one was moved aside
+    (tmp_path / ".run.replaced").mkdir()
+    folder = claim(run, overwrite=False, resume=True)
+    assert (run / LAST_FILE).read_bytes() == b"epoch 1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".run.lock", "run"]
+    folder.release()

@@ -58,3 +58,9 @@ def teardown() -> None:
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
+
+
+def abandon() -> None:
+    """Leave the process group, if still in it, without a barrier (a failed rank's peers may be gone)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()

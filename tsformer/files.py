@@ -42,9 +42,11 @@ def atomic_open(path: str | Path) -> Iterator[BinaryIO]:
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, target)
-    except OSError as exc:  # name the user's path, not the hidden temp file
+    except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
-        raise OSError(exc.errno, exc.strerror, str(path)) from None
+        if exc.errno is None:  # not the file system's (a network error inside the block, say): as it is
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from None  # the user's path, not the temp file
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

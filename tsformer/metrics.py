@@ -80,6 +80,8 @@ def score(
     for j, name in enumerate(columns):
         keep = np.ones(error.shape[:-1], dtype=bool) if observed is None else observed[..., j]
         e, eo = error[..., j][keep], error_orig[..., j][keep]
+        if not len(e):  # no observed truth in this column's test windows: nothing to score
+            continue
         per_column[name] = {
             "mse": float(np.mean(e**2)),
             "mae": float(np.mean(np.abs(e))),
@@ -87,6 +89,6 @@ def score(
             "rmse_original": float(np.sqrt(np.mean(eo**2))),
             "mase": float(np.mean(np.abs(eo)) / mase_denominator[j]),
         }
-    keys = next(iter(per_column.values())).keys()
-    average = {k: float(np.mean([m[k] for m in per_column.values()])) for k in keys}
+    keys = ("mse", "mae", "mae_original", "rmse_original", "mase")
+    average = {k: float(np.mean([m[k] for m in per_column.values()])) if per_column else None for k in keys}
     return {"mean": average, "per_column": per_column}

@@ -22,7 +22,6 @@ from tsformer.files import atomic_open, check_output_path
 @dataclass(frozen=True)
 class Forecast:
     frame: pd.DataFrame  # indexed by the future timestamps (named like the time column), one column per target
-    history: pd.DataFrame  # the CSV's target columns, indexed by timestamp
     notes: tuple[str, ...]  # how the CSV was read (date order, frequency), for the user
 
     def to_csv(self) -> str:
@@ -40,7 +39,7 @@ def predict(run: str | Path, csv: str | Path, out: Path | None = None, plot: Pat
             check_output_path(path, flag)
     ckpt = load_checkpoint(resolve_checkpoint(run))
     history, notes = read_history(ckpt, csv)
-    forecast = Forecast(forecast_frame(ckpt, history), history, notes)
+    forecast = Forecast(forecast_frame(ckpt, history), notes)
     with contextlib.ExitStack() as stack:  # every file is renamed into place only after all were written
         if out is not None:
             stack.enter_context(atomic_open(out)).write(forecast.to_csv().encode("utf-8"))

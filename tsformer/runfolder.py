@@ -38,9 +38,14 @@ class RunFolder:
         old = _sibling(self.final, "replaced")
         if self.final.exists():
             os.replace(self.final, old)
-        os.replace(self.path, self.final)
-        shutil.rmtree(old, ignore_errors=True)
+        try:
+            os.replace(self.path, self.final)
+        except BaseException:  # put the old run back; the staged one stays staged
+            if old.exists():
+                os.replace(old, self.final)
+            raise
         self.path = self.final
+        shutil.rmtree(old, ignore_errors=True)
 
     def release(self) -> None:
         """Drop an unpublished staging folder and the lock."""
@@ -55,7 +60,7 @@ class RunFolder:
 
 def claim(out_dir: Path, overwrite: bool, resume: bool) -> RunFolder:
     """Lock `out_dir` for this process and say where to write; refuse a second writer or a folder in the way."""
-    out_dir = Path(out_dir)
+    out_dir = Path(os.path.abspath(out_dir))  # "." has no name to put a sibling beside
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"--out {out_dir} is a file; give a folder for the run")
     try:
@@ -69,6 +74,7 @@ def claim(out_dir: Path, overwrite: bool, resume: bool) -> RunFolder:
             f"note: took over the lock of {out_dir} left by process {stale_owner}, which is no longer running"
         )
     try:
+        _recover(out_dir)
         for leftover in ("staging", "replaced"):  # from a run killed before it could clean up
             shutil.rmtree(_sibling(out_dir, leftover), ignore_errors=True)
         if resume and out_dir.is_dir():
@@ -81,6 +87,18 @@ def claim(out_dir: Path, overwrite: bool, resume: bool) -> RunFolder:
         folder.release()
         raise
     return folder
+
+
+def _recover(out_dir: Path) -> None:
+    """A kill between publish's two renames leaves no run in place: put back the new run if it saved an
+    epoch, else the old one."""
+    if out_dir.exists():
+        return
+    staged, replaced = _sibling(out_dir, "staging"), _sibling(out_dir, "replaced")
+    if (staged / "last.pt").is_file():
+        os.replace(staged, out_dir)
+    elif replaced.is_dir():
+        os.replace(replaced, out_dir)
 
 
 def _check_replaceable(out_dir: Path, overwrite: bool) -> None:

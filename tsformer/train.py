@@ -78,11 +78,13 @@ def train(
     folder = runfolder.claim(out_dir, overwrite, resume) if distributed.is_main_process() else None
     try:
         with _terminate_as_interrupt():
-            return _train(cfg, out_dir, folder, resume, show_progress)
+            result = _train(cfg, out_dir, folder, resume, show_progress)
+        distributed.teardown()  # every rank got here: leave the process group together
+        return result
     finally:
         if folder is not None:
             folder.release()
-        distributed.teardown()
+        distributed.abandon()  # after a failure, without waiting for ranks that may never arrive
 
 
 def _train(

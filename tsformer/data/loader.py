@@ -102,7 +102,7 @@ def _parse_timestamps(column: pd.Series, name: str, cfg: DataConfig) -> tuple[pd
         raise DataError(f"empty timestamp in time column {name!r} at line {line}; every row needs a timestamp")
     text = column.astype(str).str.strip()
     readings = _date_orders(text.iloc[0], cfg.dayfirst)
-    parsed = {order: _to_datetime(text, fmt) for order, fmt in readings.items()}
+    parsed = {order: _to_datetime(text, fmt, dayfirst=order == "day-first") for order, fmt in readings.items()}
     order, notes = _pick_date_order(parsed, name, cfg)
     timestamps = parsed[order]
     bad = timestamps.isna().to_numpy() if timestamps is not None else np.ones(len(text), dtype=bool)
@@ -123,9 +123,11 @@ def _date_orders(sample: str, dayfirst: bool) -> dict[str, str | None]:
         warnings.simplefilter("ignore")
         month_first = guess_datetime_format(sample, dayfirst=False)
         day_first = guess_datetime_format(sample, dayfirst=True)
+    if month_first and month_first.startswith("%Y"):  # year first (ISO): no day/month question
+        return {"month-first": month_first}
     if dayfirst:
         return {"day-first": day_first}
-    if month_first and day_first and month_first != day_first and not month_first.startswith("%Y"):
+    if month_first and day_first and month_first != day_first:
         return {"month-first": month_first, "day-first": day_first}
     return {"month-first": None}  # one unambiguous reading: let pandas infer the format
 
@@ -162,18 +164,20 @@ def _regular(timestamps: pd.DatetimeIndex, cfg: DataConfig) -> bool:
         timestamps = timestamps.sort_values()
     if not (np.diff(timestamps.asi8) > 0).all():
         return False
-    return bool(cfg.freq) or len(timestamps) < 3 or _infer_freq(timestamps) is not None
+    if bool(cfg.freq) or len(timestamps) < 3 or _infer_freq(timestamps) is not None:
+        return True
+    return _mostly_on_grid(timestamps, _guess_step(timestamps))  # regular but for gaps
 
 
-def _to_datetime(text: pd.Series, fmt: str | None) -> pd.Series | None:
+def _to_datetime(text: pd.Series, fmt: str | None, dayfirst: bool = False) -> pd.Series | None:
     """Every cell in `fmt` (else one inferred format, then cell by cell); mixed UTC offsets become UTC."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # pandas' "could not infer format" notes
         for utc in (False, True):
             try:
-                parsed = pd.to_datetime(text, errors="coerce", utc=utc, format=fmt)
+                parsed = pd.to_datetime(text, errors="coerce", utc=utc, format=fmt, dayfirst=dayfirst)
                 if parsed.isna().any() and fmt is None:
-                    parsed = pd.to_datetime(text, errors="coerce", format="mixed", utc=utc)
+                    parsed = pd.to_datetime(text, errors="coerce", format="mixed", utc=utc, dayfirst=dayfirst)
                 if isinstance(parsed.dtype, pd.DatetimeTZDtype | np.dtypes.DateTime64DType):
                     return parsed
             except (ValueError, TypeError, OverflowError):
@@ -280,7 +284,14 @@ def _guess_step(timestamps: pd.DatetimeIndex) -> pd.DateOffset:
 
 
 def _grid(timestamps: pd.DatetimeIndex, step: pd.DateOffset) -> pd.DatetimeIndex | None:
-    """Every `step` from the first timestamp to the last, or None if `step` cannot lay one out."""
+    """Every `step` from the first timestamp to the last, or None if `step` cannot lay one out, or if
+    the grid would be over twice as long as the data (then the data are irregular, not gappy)."""
+    try:
+        span = (timestamps[-1] - timestamps[0]) / pd.Timedelta(step.nanos, unit="ns")
+        if span + 1 > 2 * len(timestamps):
+            return None
+    except ValueError:  # a calendar step (months, business days): its grid is never long
+        pass
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -302,7 +313,7 @@ def _fill_the_grid(
     if len(timestamps) < 3:
         return timestamps, values, ()
     grid = _grid(timestamps, to_offset(freq))
-    if grid is None or len(grid) == len(timestamps) or not timestamps.isin(grid).all():
+    if grid is None or len(grid) == len(timestamps) or not _mostly_on_grid(timestamps, to_offset(freq)):
         return timestamps, values, ()  # regular already, or a stated --freq trusted for irregular rows
     full = np.full((len(grid), values.shape[1]), np.nan)
     full[grid.get_indexer(timestamps)] = values

@@ -58,6 +58,13 @@ def prepare(cfg: Config, scaler: Scaler | None = None, columns: tuple[str, ...] 
         notes += (note,)
     borders = split_borders(cfg.data, frame.timestamps, cfg.model.context_len, cfg.model.horizon)
     if scaler is None:
+        train_observed = frame.observed[: borders.train_end].any(axis=0)
+        if not train_observed.all():
+            name = frame.columns[int(np.flatnonzero(~train_observed)[0])]
+            raise DataError(
+                f"column {name!r} has no value in the {borders.train_end} training rows, so it cannot be "
+                "scaled or learned; give it training data or choose other --target columns"
+            )
         scaler = Scaler.fit(frame.values[: borders.train_end])
     scaled = torch.from_numpy(_scale(frame, scaler))
     masked = not cfg.data.fill and not frame.observed.all()
