@@ -49,13 +49,13 @@ def write_csv(path: Path, frame: pd.DataFrame) -> Path:
     return path
 
 
-def tiny_config(csv: Path | str = "", **model) -> Config:
+def tiny_config(csv: Path | str = "", fallback: bool = True, **model) -> Config:
     model_cfg = dict(context_len=16, horizon=4, patch_len=4, d_model=8, n_heads=2, n_layers=1, d_ff=16, dropout=0.0)
     model_cfg.update(model)
     return Config(
         data=DataConfig(path=str(csv)),
         model=ModelConfig(**model_cfg),
-        train=TrainConfig(epochs=2, batch_size=32, num_threads=1, patience=5),
+        train=TrainConfig(epochs=2, batch_size=32, num_threads=1, patience=5, fallback=fallback),
     )
 
 

@@ -47,7 +47,7 @@ def test_one_season_rule_for_the_baseline_the_scale_and_the_report():
 
 
 def test_evaluate_scores_every_test_window(tiny_csv, tmp_path):
-    train(tiny_config(tiny_csv), tmp_path / "run", show_progress=False)
+    train(tiny_config(tiny_csv, fallback=False), tmp_path / "run", show_progress=False)  # the model's own scores
     report = evaluate(tmp_path / "run")
     assert report.n_windows == 240 - 192 - 4 + 1  # test targets are rows 192..239 (70/10/20 split)
     assert report.season == 1  # hourly: 24, more than the 16-step context

@@ -23,6 +23,7 @@ from tsformer import __version__
 from tsformer.config import Config, config_from_dict, to_dict
 from tsformer.data import Scaler, SplitBorders, parse_freq
 from tsformer.errors import CheckpointError, TsformerError
+from tsformer.fallback import FORECASTERS
 from tsformer.files import atomic_write
 from tsformer.model import Forecaster
 
@@ -42,6 +43,7 @@ class Checkpoint:
     borders: SplitBorders
     model_state: dict[str, torch.Tensor]
     data_fingerprint: dict[str, str | int] = field(default_factory=dict)  # the data it was trained on
+    fallback: tuple[str, ...] = ()  # per column, the forecaster chosen on validation (tsformer.fallback); () = model
     train_state: dict[str, Any] | None = None  # optimizer, epoch, RNG, history; only in last.pt
     package_version: str = __version__
 
@@ -74,6 +76,7 @@ def save_checkpoint(ckpt: Checkpoint, path: str | Path) -> None:
         "scaler": ckpt.scaler.to_dict(),
         "borders": ckpt.borders.to_list(),
         "data_fingerprint": dict(ckpt.data_fingerprint),
+        "fallback": list(ckpt.fallback),
         "model_state": {k: v.detach().cpu() for k, v in ckpt.model_state.items()},
         "train_state": ckpt.train_state,
     }
@@ -127,6 +130,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             borders=SplitBorders(*payload["borders"]),
             model_state=payload["model_state"],
             data_fingerprint=payload["data_fingerprint"],
+            fallback=tuple(payload.get("fallback") or ()),  # () = the model for every column
             train_state=payload.get("train_state"),
             package_version=str(payload.get("package_version", "")),
         )
@@ -160,6 +164,8 @@ def _validate(ckpt: Checkpoint) -> None:
     fingerprint = ckpt.data_fingerprint
     if not isinstance(fingerprint, dict) or set(fingerprint) != {"rows", "first", "last", "sha256"}:
         raise ValueError("data fingerprint must hold rows, first, last and sha256")
+    if ckpt.fallback and (len(ckpt.fallback) != len(columns) or not set(ckpt.fallback) <= set(FORECASTERS)):
+        raise ValueError(f"fallback {list(ckpt.fallback)} must name one of {', '.join(FORECASTERS)} per column")
     state = ckpt.model_state
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ValueError("model weights must be a mapping of names to tensors")

@@ -91,6 +91,9 @@ def train(
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its last checkpoint."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing run folder."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
+    no_fallback: bool = typer.Option(
+        False, "--no-fallback", help="Always forecast with the model, even where a naive forecaster did better."
+    ),
 ) -> None:
     """Train a model on a CSV into a run folder.
 
@@ -111,7 +114,7 @@ def train(
             "targets": list(target) or None,
         },
         "model": {"context_len": context_len, "horizon": horizon},
-        "train": {"epochs": epochs, "seed": seed},
+        "train": {"epochs": epochs, "seed": seed, "fallback": False if no_fallback else None},
     }
     if resume:
         given = [f"{s}.{k}" for s, values in given_flags(flags).items() for k in values]
@@ -134,6 +137,8 @@ def train(
         f"{result.train_seconds:.0f} s; best validation MSE {result.best_val_loss:.4f} at epoch "
         f"{result.best_epoch} of {result.epochs_run}\nrun folder: {result.run_dir}"
     )
+    for line in result.fallback_lines:
+        typer.echo(line)
 
 
 @app.command()

@@ -153,6 +153,7 @@ class TrainConfig:
     seed: int = 0
     num_threads: int = 0  # torch CPU threads (0 = torch's default)
     device: str = "cpu"  # cpu, cuda or auto
+    fallback: bool = True  # per column, forecast with a naive forecaster that beat the model on validation
 
     def __post_init__(self) -> None:
         _check_finite(self, "train")

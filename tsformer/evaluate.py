@@ -14,9 +14,10 @@ from tsformer.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint
 from tsformer.config import with_data_path
 from tsformer.data import Prepared, prepare, split_window
 from tsformer.errors import DataError
+from tsformer.fallback import all_forecasts, apply, season_for
 from tsformer.files import atomic_write_text
 from tsformer.leakage import check_scaler
-from tsformer.metrics import forward_fill, mase_scale, repeat_last, score, season_length, seasonal_naive, usable_season
+from tsformer.metrics import mase_scale, score
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,8 @@ class EvalReport:
     horizon: int
     season: int
     columns: tuple[str, ...]
-    scores: dict[str, dict]  # "model", "repeat_last", "seasonal_naive" -> score()
+    scores: dict[str, dict]  # "model" (with its fallback), "repeat_last", "seasonal_naive" -> score()
+    fallback: tuple[str, ...] = ()  # per column, the forecaster chosen on validation
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -66,20 +68,16 @@ def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True)
     contexts, truth = split_window(windows, context_len)
     observed = data.observed_windows("test", context_len, horizon)  # None: every cell observed
     contexts_observed, truth_observed = (None, None) if observed is None else split_window(observed, context_len)
-    season = usable_season(season_length(ckpt.freq), context_len)
-    naive_history = forward_fill(contexts, contexts_observed)
-    forecasts = {
-        "model": torch.cat(list(model.predict_batches(contexts, contexts_observed))),  # (N, H, C)
-        "repeat_last": repeat_last(naive_history, horizon),
-        "seasonal_naive": seasonal_naive(naive_history, horizon, season),
-    }
+    season = season_for(ckpt.freq, context_len)
+    forecasts = all_forecasts(model, contexts, contexts_observed, season)  # (N, H, C) each
+    forecasts["model"] = apply(ckpt.fallback, forecasts)  # what predict gives: the validation choice per column
     denominator = mase_scale(data.frame.values[: data.borders.train_end], season)
     truth_mask = None if truth_observed is None else truth_observed.numpy()
     scores = {
         name: score(f.numpy(), truth.numpy(), data.scaler.std, data.frame.columns, denominator, truth_mask)
         for name, f in forecasts.items()
     }
-    report = EvalReport(len(windows), context_len, horizon, season, data.frame.columns, scores)
+    report = EvalReport(len(windows), context_len, horizon, season, data.frame.columns, scores, ckpt.fallback)
     if write:
         run_dir = path.parent
         atomic_write_text(run_dir / "metrics.json", json.dumps(report.to_dict(), indent=2))
@@ -123,6 +121,10 @@ def format_report(report: EvalReport) -> str:
             f"{name:<16}{m['mse']:>9.4f}{m['mae']:>9.4f}{m['mae_original']:>12.4g}"
             f"{m['rmse_original']:>12.4g}{m['mase']:>8.3f}"
         )
+    pairs = zip(report.columns, report.fallback, strict=False)  # no fallback recorded: ()
+    fallen_back = [f"{column} uses {name}" for column, name in pairs if name != "model"]
+    if fallen_back:
+        lines.append(f"model row with the fallback chosen on validation: {', '.join(fallen_back)}")
     lines += ["", "model per column:"]
     for column, m in report.scores["model"]["per_column"].items():
         lines.append(

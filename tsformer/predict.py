@@ -16,6 +16,7 @@ from pandas.tseries.frequencies import to_offset
 from tsformer.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint
 from tsformer.data import read_series
 from tsformer.errors import DataError
+from tsformer.fallback import all_forecasts, apply, season_for
 from tsformer.files import atomic_open, check_output_path
 
 
@@ -77,7 +78,8 @@ def forecast_frame(ckpt: Checkpoint, history: pd.DataFrame) -> pd.DataFrame:
     context[0, cfg.context_len - n_real :] = torch.from_numpy(np.nan_to_num(ckpt.scaler.transform(recent)))
     observed = torch.zeros(1, cfg.context_len, len(ckpt.columns), dtype=torch.bool)  # left padding unobserved
     observed[0, cfg.context_len - n_real :] = torch.from_numpy(~np.isnan(recent))
-    scaled = model.predict(context, observed)[0].numpy()  # (H, C)
+    forecasts = all_forecasts(model, context, observed, season_for(ckpt.freq, cfg.context_len))
+    scaled = apply(ckpt.fallback, forecasts)[0].numpy()  # (H, C): per column, the forecaster chosen on validation
     offset = to_offset(ckpt.freq)
     timestamps = pd.date_range(history.index[-1] + offset, periods=cfg.horizon, freq=offset, name=ckpt.time_col)
     return pd.DataFrame(ckpt.scaler.inverse(scaled), index=timestamps, columns=list(ckpt.columns))

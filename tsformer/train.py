@@ -26,6 +26,7 @@ from tsformer.checkpoint import LAST_FILE, MODEL_FILE, Checkpoint, load_checkpoi
 from tsformer.config import MAX_SEED, Config, save_config, with_data_path
 from tsformer.data import Prepared, prepare, split_window
 from tsformer.errors import CheckpointError, ConfigError, DataError, Interrupted, TrainingError
+from tsformer.fallback import Decision, all_forecasts, decide, season_for
 from tsformer.files import atomic_write_text
 from tsformer.leakage import check_data, check_model, require_passed
 from tsformer.model import Forecaster
@@ -43,6 +44,7 @@ class TrainResult:
     n_parameters: int
     n_train_windows: int
     n_val_windows: int
+    fallback_lines: tuple[str, ...] = ()  # per column: model vs naive on validation, and what is used
 
 
 @dataclass
@@ -115,10 +117,12 @@ def _train(
     runner = _Runner(cfg, data, model, optimizer, out_dir, folder, ctx, show_progress)
     if not state.finished:
         runner.loop(state, train_windows, val_windows)
+    decision = None
     if folder is not None:
         from tsformer.plots import plot_history
 
         plot_history(pd.DataFrame(state.history), folder.path / "loss.png")
+        decision = _decide_fallback(folder.path / MODEL_FILE, val_windows, cfg)
     return TrainResult(
         run_dir=out_dir,
         best_epoch=state.best_epoch,
@@ -128,7 +132,21 @@ def _train(
         n_parameters=sum(p.numel() for p in model.parameters()),
         n_train_windows=len(train_windows),
         n_val_windows=len(val_windows),
+        fallback_lines=tuple(decision.lines()) if decision else (),
     )
+
+
+def _decide_fallback(model_file: Path, val_windows: _Windows, cfg: Config) -> Decision:
+    """Score the best model and the naive forecasters on the validation windows; store the choice in model.pt."""
+    best = load_checkpoint(model_file)
+    contexts, truth = split_window(val_windows.values, cfg.model.context_len)
+    observed, truth_observed = (None, None)
+    if val_windows.observed is not None:
+        observed, truth_observed = split_window(val_windows.observed, cfg.model.context_len)
+    forecasts = all_forecasts(best.build_model(), contexts, observed, season_for(best.freq, cfg.model.context_len))
+    decision = decide(forecasts, truth, truth_observed, best.columns, enabled=cfg.train.fallback)
+    save_checkpoint(dataclasses.replace(best, fallback=decision.choice), model_file)
+    return decision
 
 
 @contextlib.contextmanager

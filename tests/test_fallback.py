@@ -1,0 +1,77 @@
+"""Never worse than naive on validation: each column keeps the forecaster that did best there."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from helpers import TINY_FLAGS
+from typer.testing import CliRunner
+
+from tsformer.checkpoint import load_checkpoint
+from tsformer.cli import app
+from tsformer.evaluate import evaluate
+from tsformer.fallback import apply, decide
+from tsformer.predict import predict
+
+
+def test_each_column_keeps_its_best_forecaster_on_validation():
+    truth = torch.zeros(4, 2, 3)  # (N, H, C)
+    forecasts = {
+        "model": torch.tensor([0.1, 1.0, 0.5]).expand(4, 2, 3),
+        "repeat_last": torch.tensor([0.2, 0.3, 0.5]).expand(4, 2, 3),
+        "seasonal_naive": torch.tensor([0.3, 0.4, 0.5]).expand(4, 2, 3),
+    }
+    decision = decide(forecasts, truth, None, ("a", "b", "c"))
+    assert decision.choice == ("model", "repeat_last", "model")  # a tie keeps the model
+    assert decision.val_mse["model"] == pytest.approx((0.01, 1.0, 0.25))
+    assert decision.lines()[1] == "b: model 1 vs repeat-last 0.09 on validation: using repeat-last"
+    assert decide(forecasts, truth, None, ("a", "b", "c"), enabled=False).choice == ("model",) * 3
+    combined = apply(decision.choice, forecasts)
+    assert combined[0, 0].tolist() == pytest.approx([0.1, 0.3, 0.5])
+
+
+def test_unobserved_validation_cells_do_not_count():
+    truth = torch.tensor([[[0.0], [100.0]]])  # (1, 2, 1): the second cell is unobserved
+    observed = torch.tensor([[[True], [False]]])
+    forecasts = {"model": torch.zeros(1, 2, 1), "repeat_last": torch.full((1, 2, 1), 100.0)}
+    forecasts["seasonal_naive"] = forecasts["repeat_last"]
+    assert decide(forecasts, truth, observed, ("y",)).choice == ("model",)
+
+
+def _train(tmp_path, values: np.ndarray, *extra: str):
+    csv = tmp_path / "series.csv"
+    dates = pd.date_range("2024-01-01", periods=len(values), freq="h").strftime("%Y-%m-%d %H:%M:%S")
+    pd.DataFrame({"date": dates, "y": values}).to_csv(csv, index=False)
+    run = tmp_path / "run"
+    result = CliRunner().invoke(app, ["train", str(csv), "--out", str(run), "--quiet", *TINY_FLAGS, *extra])
+    assert result.exit_code == 0, result.output
+    return csv, run, result.stdout
+
+
+def test_a_random_walk_falls_back_to_repeat_last_everywhere_it_is_used(tmp_path):
+    walk = np.cumsum(np.random.default_rng(0).normal(size=600)) + 100
+    csv, run, output = _train(tmp_path, walk)
+    assert load_checkpoint(run / "model.pt").fallback == ("repeat_last",)
+    assert output.strip().splitlines()[-1].endswith("on validation: using repeat-last")
+    forecast = predict(run, csv).frame["y"].to_numpy()
+    np.testing.assert_allclose(forecast, walk[-1], rtol=1e-5)  # the last value, repeated, in the CSV's units
+    report = evaluate(run, write=False)
+    assert report.scores["model"]["mean"] == report.scores["repeat_last"]["mean"]
+
+
+def test_a_seasonal_series_with_a_trend_keeps_the_model(tmp_path):
+    t = np.arange(600)
+    series = 0.05 * t + 3 * np.sin(2 * np.pi * t / 24) + np.random.default_rng(0).normal(0, 0.1, len(t))
+    _, run, output = _train(tmp_path, series, "--epochs", "6")
+    decision = load_checkpoint(run / "model.pt").fallback
+    assert decision == ("model",), output
+    assert output.strip().splitlines()[-1].endswith("on validation: using the model")
+
+
+def test_no_fallback_always_uses_the_model(tmp_path):
+    walk = np.cumsum(np.random.default_rng(0).normal(size=600)) + 100
+    _, run, output = _train(tmp_path, walk, "--no-fallback")
+    assert load_checkpoint(run / "model.pt").fallback == ("model",)
+    assert output.strip().splitlines()[-1].endswith("using the model")
