@@ -34,7 +34,7 @@ def test_train_evaluate_predict_check(tiny_csv, tmp_path):
     )
     assert result.exit_code == 0, result.output
     forecast = pd.read_csv(out)
-    assert list(forecast.columns) == ["date", "a", "b"] and len(forecast) == 4
+    assert list(forecast.columns)[:2] == ["date", "a"] and "b_upper_95" in forecast.columns and len(forecast) == 4
     assert forecast["date"][0] == "2024-01-11 00:00:00"
     assert (tmp_path / "f.png").stat().st_size > 1000
 
@@ -48,7 +48,8 @@ def test_predict_to_stdout(tiny_csv, tmp_path):
     runner.invoke(app, ["train", str(tiny_csv), "--out", str(run), "--quiet", *TINY_FLAGS, "--target", "b"])
     result = runner.invoke(app, ["predict", str(run), str(tiny_csv)])
     assert result.exit_code == 0
-    assert result.stdout.splitlines()[0] == "date,b" and len(result.stdout.splitlines()) == 5
+    assert result.stdout.splitlines()[0] == "date,b,b_lower_80,b_upper_80,b_lower_95,b_upper_95"
+    assert len(result.stdout.splitlines()) == 5
 
 
 def test_config_file_with_flag_and_set_overrides(tiny_csv, tmp_path):

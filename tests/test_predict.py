@@ -19,14 +19,17 @@ def run(tmp_path_factory):
 
 def test_forecast_continues_the_timestamps(run, tmp_path):
     forecast = predict(run, write_csv(tmp_path / "h.csv", make_frame(100))).frame
-    assert list(forecast.columns) == ["a", "b"]
+    bands = [f"{side}_{level}" for level in ("80", "95") for side in ("lower", "upper")]
+    assert list(forecast.columns) == ["a", *(f"a_{b}" for b in bands), "b", *(f"b_{b}" for b in bands)]
+    assert (forecast["a_lower_95"] <= forecast["a_lower_80"]).all() and (forecast["a_lower_80"] <= forecast["a"]).all()
+    assert (forecast["a"] <= forecast["a_upper_80"]).all() and (forecast["a_upper_80"] <= forecast["a_upper_95"]).all()
     assert forecast.index[0] == pd.Timestamp("2024-01-05 04:00") and len(forecast) == 4
     assert (forecast.index.to_series().diff().dropna() == pd.Timedelta("1h")).all()
 
 
 def test_history_shorter_than_the_context_is_padded(run, tmp_path):
     forecast = predict(run, write_csv(tmp_path / "short.csv", make_frame(5))).frame
-    assert forecast.shape == (4, 2) and np.isfinite(forecast.to_numpy()).all()
+    assert forecast.shape == (4, 10) and np.isfinite(forecast.to_numpy()).all()  # 2 columns, each with 2 intervals
 
 
 def test_columns_must_match_the_checkpoint(run, tmp_path):
@@ -58,8 +61,11 @@ def test_forecast_is_the_models_scaled_output_back_in_the_csvs_units(tmp_path):
     context = torch.from_numpy(ckpt.scaler.transform(values[-16:])).float().unsqueeze(0)  # (1, L, C), scaled
     scaled = ckpt.build_model().predict(context)[0].numpy()  # (H, C)
     assert np.abs(scaled).max() < 5  # the model works on standardised values
-    np.testing.assert_allclose(forecast.to_numpy(), ckpt.scaler.inverse(scaled), rtol=1e-6)  # float32 round-off
-    assert (values.min(0) <= forecast.to_numpy()).all() and (forecast.to_numpy() <= values.max(0)).all()
+    point = forecast[["a", "b"]].to_numpy()
+    np.testing.assert_allclose(point, ckpt.scaler.inverse(scaled), rtol=1e-6)  # float32 round-off
+    assert (values.min(0) <= point).all() and (point <= values.max(0)).all()
+    width = ckpt.interval_widths[0].numpy() * ckpt.scaler.std  # (H, C): the 80 % half-width in the CSV's units
+    np.testing.assert_allclose(forecast[["a_upper_80", "b_upper_80"]].to_numpy() - point, width, rtol=1e-4)
 
 
 def test_predict_matches_evaluate_on_the_first_test_window(run, tmp_path, monkeypatch):
@@ -88,4 +94,4 @@ def test_predict_matches_evaluate_on_the_first_test_window(run, tmp_path, monkey
     cut.write_text("".join(lines[: 1 + origin]))  # the header and rows 0 .. origin - 1, byte for byte
     forecast = predict(run, cut).frame
     assert list(forecast.index.strftime("%Y-%m-%d %H:%M:%S")) == list(future["date"])
-    np.testing.assert_allclose(forecast.to_numpy(), ckpt.scaler.inverse(model_forecast[0]), rtol=1e-5)
+    np.testing.assert_allclose(forecast[["a", "b"]].to_numpy(), ckpt.scaler.inverse(model_forecast[0]), rtol=1e-5)

@@ -44,6 +44,8 @@ class Checkpoint:
     model_state: dict[str, torch.Tensor]
     data_fingerprint: dict[str, str | int] = field(default_factory=dict)  # the data it was trained on
     fallback: tuple[str, ...] = ()  # per column, the forecaster chosen on validation (tsformer.fallback); () = model
+    interval_levels: tuple[float, ...] = ()  # conformal interval levels (tsformer.intervals)
+    interval_widths: torch.Tensor | None = None  # (n_levels, H, C) half-widths in scaled units
     train_state: dict[str, Any] | None = None  # optimizer, epoch, RNG, history; only in last.pt
     package_version: str = __version__
 
@@ -77,6 +79,8 @@ def save_checkpoint(ckpt: Checkpoint, path: str | Path) -> None:
         "borders": ckpt.borders.to_list(),
         "data_fingerprint": dict(ckpt.data_fingerprint),
         "fallback": list(ckpt.fallback),
+        "interval_levels": list(ckpt.interval_levels),
+        "interval_widths": ckpt.interval_widths,
         "model_state": {k: v.detach().cpu() for k, v in ckpt.model_state.items()},
         "train_state": ckpt.train_state,
     }
@@ -131,6 +135,8 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             model_state=payload["model_state"],
             data_fingerprint=payload["data_fingerprint"],
             fallback=tuple(payload.get("fallback") or ()),  # () = the model for every column
+            interval_levels=tuple(float(level) for level in payload.get("interval_levels") or ()),
+            interval_widths=payload.get("interval_widths"),
             train_state=payload.get("train_state"),
             package_version=str(payload.get("package_version", "")),
         )
@@ -166,6 +172,11 @@ def _validate(ckpt: Checkpoint) -> None:
         raise ValueError("data fingerprint must hold rows, first, last and sha256")
     if ckpt.fallback and (len(ckpt.fallback) != len(columns) or not set(ckpt.fallback) <= set(FORECASTERS)):
         raise ValueError(f"fallback {list(ckpt.fallback)} must name one of {', '.join(FORECASTERS)} per column")
+    widths, horizon = ckpt.interval_widths, ckpt.config.model.horizon
+    if ckpt.interval_levels and not (
+        isinstance(widths, torch.Tensor) and widths.shape == (len(ckpt.interval_levels), horizon, len(columns))
+    ):
+        raise ValueError(f"interval widths must be (levels, horizon, columns) for levels {list(ckpt.interval_levels)}")
     state = ckpt.model_state
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ValueError("model weights must be a mapping of names to tensors")

@@ -154,9 +154,14 @@ class TrainConfig:
     num_threads: int = 0  # torch CPU threads (0 = torch's default)
     device: str = "cpu"  # cpu, cuda or auto
     fallback: bool = True  # per column, forecast with a naive forecaster that beat the model on validation
+    intervals: tuple[float, ...] = (0.8, 0.95)  # conformal interval levels, calibrated on validation windows
 
     def __post_init__(self) -> None:
         _check_finite(self, "train")
+        _require(
+            all(0 < level < 1 for level in self.intervals) and len(set(self.intervals)) == len(self.intervals),
+            f"train.intervals must be distinct levels in (0, 1), got {list(self.intervals)}",
+        )
         for name in ("epochs", "batch_size", "patience", "train_stride"):
             _require(getattr(self, name) >= 1, f"train.{name} must be at least 1, got {getattr(self, name)}")
         _require(self.lr > 0, f"train.lr must be positive, got {self.lr}")

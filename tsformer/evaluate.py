@@ -16,6 +16,7 @@ from tsformer.data import Prepared, prepare, split_window
 from tsformer.errors import DataError
 from tsformer.fallback import all_forecasts, apply, season_for
 from tsformer.files import atomic_write_text
+from tsformer.intervals import coverage, label
 from tsformer.leakage import check_scaler
 from tsformer.metrics import mase_scale, score
 
@@ -29,6 +30,7 @@ class EvalReport:
     columns: tuple[str, ...]
     scores: dict[str, dict]  # "model" (with its fallback), "repeat_last", "seasonal_naive" -> score()
     fallback: tuple[str, ...] = ()  # per column, the forecaster chosen on validation
+    intervals: dict[str, dict] = dataclasses.field(default_factory=dict)  # level label -> coverage and width
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -77,12 +79,37 @@ def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True)
         name: score(f.numpy(), truth.numpy(), data.scaler.std, data.frame.columns, denominator, truth_mask)
         for name, f in forecasts.items()
     }
-    report = EvalReport(len(windows), context_len, horizon, season, data.frame.columns, scores, ckpt.fallback)
+    intervals = _interval_scores(ckpt, forecasts["model"], truth, truth_observed, data)
+    report = EvalReport(
+        len(windows), context_len, horizon, season, data.frame.columns, scores, ckpt.fallback, intervals
+    )
     if write:
         run_dir = path.parent
         atomic_write_text(run_dir / "metrics.json", json.dumps(report.to_dict(), indent=2))
         _plot_windows(contexts, truth, forecasts["model"], data, run_dir / "test_windows.png")
     return report
+
+
+def _interval_scores(
+    ckpt: Checkpoint, forecast: torch.Tensor, truth: torch.Tensor, observed: torch.Tensor | None, data: Prepared
+) -> dict[str, dict]:
+    """Per calibrated level: the share of observed test truth inside the interval (nominal: the level) and its
+    mean width in the CSV's units, per column and averaged over columns."""
+    out = {}
+    widths = [] if ckpt.interval_widths is None else ckpt.interval_widths  # (n_levels, H, C), scaled
+    for level, width in zip(ckpt.interval_levels, widths, strict=True):
+        share, _ = coverage(forecast, truth, observed, width)
+        width_units = 2 * width.mean(dim=0).numpy() * data.scaler.std  # (C,)
+        per_column = {
+            name: {"coverage": float(share[j]), "width": float(width_units[j])} for j, name in enumerate(ckpt.columns)
+        }
+        out[label(level)] = {
+            "nominal": level,
+            "coverage": float(np.mean(share)),
+            "width": float(np.mean(width_units)),
+            "per_column": per_column,
+        }
+    return out
 
 
 def _plot_windows(contexts, truth, forecast, data: Prepared, path: Path) -> None:
@@ -125,6 +152,11 @@ def format_report(report: EvalReport) -> str:
     fallen_back = [f"{column} uses {name}" for column, name in pairs if name != "model"]
     if fallen_back:
         lines.append(f"model row with the fallback chosen on validation: {', '.join(fallen_back)}")
+    for tag, interval in report.intervals.items():
+        lines.append(
+            f"{tag} % interval (conformal, calibrated on validation): coverage {100 * interval['coverage']:.1f} % "
+            f"of test points, mean width {interval['width']:.4g} (original units, averaged over columns)"
+        )
     lines += ["", "model per column:"]
     for column, m in report.scores["model"]["per_column"].items():
         lines.append(

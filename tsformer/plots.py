@@ -58,13 +58,20 @@ def plot_windows(
 
 
 def plot_forecast(history: pd.DataFrame, forecast: pd.DataFrame, path: Path | BinaryIO) -> None:
-    """Recent history and the forecast, one panel per column; both indexed by timestamp."""
-    columns = list(forecast.columns)
+    """Recent history and the forecast, one panel per column of `history`, with the forecast's intervals
+    (columns NAME_lower_L / NAME_upper_L) as a fan; both frames indexed by timestamp."""
+    columns = list(history.columns)
     fig, axes = plt.subplots(
         len(columns), 1, figsize=(9, 2.2 * len(columns)), squeeze=False, sharex=True, constrained_layout=True
     )
     for ax, name in zip(axes[:, 0], columns, strict=True):
         ax.plot(history.index, history[name], color="black", linewidth=0.8, label="history")
+        levels = sorted(
+            (c[len(f"{name}_lower_") :] for c in forecast.columns if c.startswith(f"{name}_lower_")), key=float
+        )
+        for shade, level in zip(np.linspace(0.35, 0.15, len(levels)), levels, strict=True):
+            lower, upper = forecast[f"{name}_lower_{level}"], forecast[f"{name}_upper_{level}"]
+            ax.fill_between(forecast.index, lower, upper, color="tab:red", alpha=shade, linewidth=0, label=f"{level} %")
         ax.plot(forecast.index, forecast[name], color="tab:red", label="forecast")
         ax.set_ylabel(name, fontsize=8)
     axes[0, 0].legend(fontsize=8)

@@ -18,6 +18,7 @@ from tsformer.data import read_series
 from tsformer.errors import DataError
 from tsformer.fallback import all_forecasts, apply, season_for
 from tsformer.files import atomic_open, check_output_path
+from tsformer.intervals import label
 
 
 @dataclass(frozen=True)
@@ -82,4 +83,15 @@ def forecast_frame(ckpt: Checkpoint, history: pd.DataFrame) -> pd.DataFrame:
     scaled = apply(ckpt.fallback, forecasts)[0].numpy()  # (H, C): per column, the forecaster chosen on validation
     offset = to_offset(ckpt.freq)
     timestamps = pd.date_range(history.index[-1] + offset, periods=cfg.horizon, freq=offset, name=ckpt.time_col)
-    return pd.DataFrame(ckpt.scaler.inverse(scaled), index=timestamps, columns=list(ckpt.columns))
+    point = ckpt.scaler.inverse(scaled)
+    widths = [] if ckpt.interval_widths is None else ckpt.interval_widths.numpy()  # (n_levels, H, C), scaled
+    bands = [
+        (label(level), ckpt.scaler.inverse(scaled - width), ckpt.scaler.inverse(scaled + width))
+        for level, width in zip(ckpt.interval_levels, widths, strict=True)
+    ]
+    columns = {}
+    for j, name in enumerate(ckpt.columns):  # each target, then its intervals: OT, OT_lower_80, OT_upper_80, ...
+        columns[name] = point[:, j]
+        for tag, lower, upper in bands:
+            columns[f"{name}_lower_{tag}"], columns[f"{name}_upper_{tag}"] = lower[:, j], upper[:, j]
+    return pd.DataFrame(columns, index=timestamps)

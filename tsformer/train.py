@@ -26,8 +26,9 @@ from tsformer.checkpoint import LAST_FILE, MODEL_FILE, Checkpoint, load_checkpoi
 from tsformer.config import MAX_SEED, Config, save_config, with_data_path
 from tsformer.data import Prepared, prepare, split_window
 from tsformer.errors import CheckpointError, ConfigError, DataError, Interrupted, TrainingError
-from tsformer.fallback import Decision, all_forecasts, decide, season_for
+from tsformer.fallback import Decision, all_forecasts, apply, decide, season_for
 from tsformer.files import atomic_write_text
+from tsformer.intervals import calibrate
 from tsformer.leakage import check_data, check_model, require_passed
 from tsformer.model import Forecaster
 from tsformer.progress import Progress
@@ -122,7 +123,7 @@ def _train(
         from tsformer.plots import plot_history
 
         plot_history(pd.DataFrame(state.history), folder.path / "loss.png")
-        decision = _decide_fallback(folder.path / MODEL_FILE, val_windows, cfg)
+        decision = _calibrate(folder.path / MODEL_FILE, val_windows, cfg)
     return TrainResult(
         run_dir=out_dir,
         best_epoch=state.best_epoch,
@@ -136,8 +137,9 @@ def _train(
     )
 
 
-def _decide_fallback(model_file: Path, val_windows: _Windows, cfg: Config) -> Decision:
-    """Score the best model and the naive forecasters on the validation windows; store the choice in model.pt."""
+def _calibrate(model_file: Path, val_windows: _Windows, cfg: Config) -> Decision:
+    """On the validation windows: score the best model and the naive forecasters, choose per column, and
+    calibrate conformal intervals around the chosen forecast; store both in model.pt."""
     best = load_checkpoint(model_file)
     contexts, truth = split_window(val_windows.values, cfg.model.context_len)
     observed, truth_observed = (None, None)
@@ -145,7 +147,11 @@ def _decide_fallback(model_file: Path, val_windows: _Windows, cfg: Config) -> De
         observed, truth_observed = split_window(val_windows.observed, cfg.model.context_len)
     forecasts = all_forecasts(best.build_model(), contexts, observed, season_for(best.freq, cfg.model.context_len))
     decision = decide(forecasts, truth, truth_observed, best.columns, enabled=cfg.train.fallback)
-    save_checkpoint(dataclasses.replace(best, fallback=decision.choice), model_file)
+    levels = cfg.train.intervals
+    widths = calibrate(apply(decision.choice, forecasts), truth, truth_observed, levels)  # (n_levels, H, C)
+    save_checkpoint(
+        dataclasses.replace(best, fallback=decision.choice, interval_levels=levels, interval_widths=widths), model_file
+    )
     return decision
 
 

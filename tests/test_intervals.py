@@ -1,0 +1,60 @@
+"""Conformal intervals: calibrated on validation windows only, reaching their stated coverage."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from helpers import make_frame, tiny_config, write_csv
+
+from tsformer.checkpoint import load_checkpoint
+from tsformer.evaluate import evaluate, format_report
+from tsformer.intervals import calibrate, coverage, label
+from tsformer.train import train
+
+
+def test_the_half_width_is_the_conformal_rank_of_the_validation_errors():
+    errors = torch.arange(1.0, 10.0).view(9, 1, 1)  # n = 9 absolute errors 1..9
+    widths = calibrate(torch.zeros(9, 1, 1), errors, None, (0.5, 0.8, 0.95))
+    assert widths[:, 0, 0].tolist() == [5.0, 8.0, 9.0]  # ceil(10 a)-th smallest: 5th, 8th, 10th -> the largest
+
+
+def test_unobserved_validation_cells_are_left_out():
+    truth = torch.tensor([1.0, 2.0, 3.0, 100.0]).view(4, 1, 1)
+    observed = torch.tensor([True, True, True, False]).view(4, 1, 1)
+    assert calibrate(torch.zeros(4, 1, 1), truth, observed, (0.5,)).item() == 2.0  # ceil(4 * 0.5) = 2nd of 1, 2, 3
+
+
+def test_known_noise_reaches_the_nominal_coverage():
+    """Forecast 0, truth N(0, 1): the 80 % half-width is near 1.28 and covers 80 % of fresh draws, within 2 points."""
+    generator = torch.Generator().manual_seed(0)
+    validation = torch.randn(4000, 3, 2, generator=generator)
+    widths = calibrate(torch.zeros_like(validation), validation, None, (0.8, 0.95))
+    assert widths[0].numpy() == pytest.approx(np.full((3, 2), 1.2816), abs=0.08)
+    assert widths[1].numpy() == pytest.approx(np.full((3, 2), 1.96), abs=0.12)
+    test = torch.randn(4000, 3, 2, generator=generator)
+    for level, width in zip((0.8, 0.95), widths, strict=True):
+        share, count = coverage(torch.zeros_like(test), test, None, width)
+        assert share == pytest.approx(np.full(2, level), abs=0.02) and count.tolist() == [12000, 12000]
+
+
+def test_labels():
+    assert [label(level) for level in (0.8, 0.95, 0.975, 0.5)] == ["80", "95", "97.5", "50"]
+
+
+def test_calibration_never_reads_the_test_split(tmp_path):
+    """Test rows changed beyond recognition leave the fallback choice and the intervals exactly as they were."""
+    frame = make_frame()
+    original = write_csv(tmp_path / "original.csv", frame)
+    changed_frame = frame.copy()
+    changed_frame.loc[192:, ["a", "b"]] = changed_frame.loc[192:, ["a", "b"]] * 50 + 7  # the test targets (70/10/20)
+    changed = write_csv(tmp_path / "changed.csv", changed_frame)
+    train(tiny_config(original), tmp_path / "a", show_progress=False)
+    train(tiny_config(changed), tmp_path / "b", show_progress=False)
+    a, b = load_checkpoint(tmp_path / "a" / "model.pt"), load_checkpoint(tmp_path / "b" / "model.pt")
+    assert a.interval_levels == b.interval_levels == (0.8, 0.95)
+    assert torch.equal(a.interval_widths, b.interval_widths) and a.fallback == b.fallback
+    report = evaluate(tmp_path / "a", write=False)
+    assert set(report.intervals) == {"80", "95"} and 0 <= report.intervals["80"]["coverage"] <= 1
+    assert report.intervals["80"]["width"] < report.intervals["95"]["width"]
+    assert "80 % interval (conformal, calibrated on validation): coverage" in format_report(report)
