@@ -12,7 +12,7 @@ import torch
 
 from tsformer.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint
 from tsformer.config import with_data_path
-from tsformer.data import Prepared, prepare, split_window
+from tsformer.data import Prepared, prepare
 from tsformer.errors import DataError
 from tsformer.fallback import all_forecasts, apply, season_for
 from tsformer.files import atomic_write_text
@@ -66,10 +66,8 @@ def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True)
     data = load_run_data(ckpt, csv)
     model = ckpt.build_model()
     context_len, horizon = ckpt.config.model.context_len, ckpt.config.model.horizon
-    windows = data.windows("test", context_len, horizon)  # (N, L + H, C)
-    contexts, truth = split_window(windows, context_len)
-    observed = data.observed_windows("test", context_len, horizon)  # None: every cell observed
-    contexts_observed, truth_observed = (None, None) if observed is None else split_window(observed, context_len)
+    windows = data.split_windows("test", context_len, horizon)
+    contexts, truth, contexts_observed, truth_observed = windows.split(context_len)  # masks None: all observed
     season = season_for(ckpt.freq, context_len)
     forecasts = all_forecasts(model, contexts, contexts_observed, season)  # (N, H, C) each
     forecasts["model"] = apply(ckpt.fallback, forecasts)  # what predict gives: the validation choice per column

@@ -24,7 +24,7 @@ import torch
 from tsformer import distributed, runfolder
 from tsformer.checkpoint import LAST_FILE, MODEL_FILE, Checkpoint, load_checkpoint, save_checkpoint
 from tsformer.config import MAX_SEED, Config, save_config, with_data_path
-from tsformer.data import Prepared, prepare, split_window
+from tsformer.data import Prepared, Windows, prepare, split_window
 from tsformer.errors import CheckpointError, ConfigError, DataError, Interrupted, TrainingError
 from tsformer.fallback import Decision, all_forecasts, apply, decide, season_for
 from tsformer.files import atomic_write_text
@@ -108,8 +108,8 @@ def _train(
     torch.manual_seed(cfg.train.seed)
     model = Forecaster(cfg.model, len(data.frame.columns), cfg.train.loss)
     _run_leakage_checks(model, data, cfg)
-    train_windows = _Windows.of(data, "train", cfg)
-    val_windows = _Windows.of(data, "val", cfg)
+    train_windows = data.split_windows("train", cfg.model.context_len, cfg.model.horizon, cfg.train.train_stride)
+    val_windows = data.split_windows("val", cfg.model.context_len, cfg.model.horizon)
     model.to(ctx.device)
     optimizer = _optimizer(model, cfg)
     state = _restore(previous, model, optimizer) if previous is not None else LoopState()
@@ -137,14 +137,11 @@ def _train(
     )
 
 
-def _calibrate(model_file: Path, val_windows: _Windows, cfg: Config) -> Decision:
+def _calibrate(model_file: Path, val_windows: Windows, cfg: Config) -> Decision:
     """On the validation windows: score the best model and the naive forecasters, choose per column, and
     calibrate conformal intervals around the chosen forecast; store both in model.pt."""
     best = load_checkpoint(model_file)
-    contexts, truth = split_window(val_windows.values, cfg.model.context_len)
-    observed, truth_observed = (None, None)
-    if val_windows.observed is not None:
-        observed, truth_observed = split_window(val_windows.observed, cfg.model.context_len)
+    contexts, truth, observed, truth_observed = val_windows.split(cfg.model.context_len)
     forecasts = all_forecasts(best.build_model(), contexts, observed, season_for(best.freq, cfg.model.context_len))
     decision = decide(forecasts, truth, truth_observed, best.columns, enabled=cfg.train.fallback)
     levels = cfg.train.intervals
@@ -213,28 +210,6 @@ def _restore(previous: Checkpoint, model: Forecaster, optimizer: torch.optim.Opt
         ) from None
 
 
-@dataclass(frozen=True)
-class _Windows:
-    """A split's stride-1 windows (views of the scaled series) and, when some cells are unobserved, their mask."""
-
-    values: torch.Tensor  # (n_windows, context_len + horizon, n_series)
-    observed: torch.Tensor | None  # same shape, bool; None: every cell observed
-
-    @classmethod
-    def of(cls, data: Prepared, split: str, cfg: Config) -> _Windows:
-        stride = cfg.train.train_stride if split == "train" else 1
-        values = data.windows(split, cfg.model.context_len, cfg.model.horizon)[::stride]
-        observed = data.observed_windows(split, cfg.model.context_len, cfg.model.horizon)
-        return cls(values, None if observed is None else observed[::stride])
-
-    def __len__(self) -> int:
-        return len(self.values)
-
-    def take(self, index: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
-        observed = None if self.observed is None else self.observed[index].to(device)
-        return self.values[index].to(device), observed
-
-
 class _Runner:
     """The epoch loop: one instance per call of `train`."""
 
@@ -255,7 +230,7 @@ class _Runner:
         self.show_progress = show_progress and ctx.is_main
         self.saved_epoch = 0  # the epoch in last.pt, for messages
 
-    def loop(self, state: LoopState, train_windows: _Windows, val_windows: _Windows) -> None:
+    def loop(self, state: LoopState, train_windows: Windows, val_windows: Windows) -> None:
         tc = self.cfg.train
         n_windows = len(train_windows)
         per_rank = math.ceil(n_windows / self.ctx.world_size)
@@ -277,7 +252,7 @@ class _Runner:
             ) from None
 
     def _train_epoch(
-        self, state: LoopState, train_windows: _Windows, total_steps: int, started: float, progress: Progress
+        self, state: LoopState, train_windows: Windows, total_steps: int, started: float, progress: Progress
     ) -> tuple[float, float]:
         """One pass over this rank's share of the windows, in an order fixed by (seed, epoch).
 
@@ -359,13 +334,11 @@ class _Runner:
         self.optimizer.step()
         return loss.item()
 
-    def _val_loss(self, val_windows: _Windows) -> float:
+    def _val_loss(self, val_windows: Windows) -> float:
         """MSE of the last token's forecast (the real forecast) over every observed validation target."""
-        contexts, targets = split_window(val_windows.values, self.cfg.model.context_len)
-        if val_windows.observed is None:
-            context_observed, target_observed = None, torch.ones_like(targets, dtype=torch.bool)
-        else:
-            context_observed, target_observed = split_window(val_windows.observed, self.cfg.model.context_len)
+        contexts, targets, context_observed, target_observed = val_windows.split(self.cfg.model.context_len)
+        if target_observed is None:
+            target_observed = torch.ones_like(targets, dtype=torch.bool)
         total, start = 0.0, 0
         for forecast in self.model.predict_batches(contexts, context_observed):  # (b, H, C) each, in order
             end = start + len(forecast)

@@ -1,7 +1,7 @@
 """Reading, validating, splitting, scaling and windowing series."""
 
 from tsformer.data.loader import SeriesFrame, fill_column, parse_freq, read_series
-from tsformer.data.prepare import Prepared, data_fingerprint, prepare
+from tsformer.data.prepare import Prepared, Windows, data_fingerprint, prepare
 from tsformer.data.split import (
     SPLITS,
     Scaler,
@@ -22,6 +22,7 @@ __all__ = [
     "Scaler",
     "SeriesFrame",
     "SplitBorders",
+    "Windows",
     "make_windows",
     "read_series",
     "split_borders",

@@ -11,9 +11,39 @@ import torch
 
 from tsformer.config import Config, resolve_auto
 from tsformer.data.loader import SeriesFrame, read_series
-from tsformer.data.split import Scaler, SplitBorders, make_windows, split_borders, window_target_starts
+from tsformer.data.split import (
+    Scaler,
+    SplitBorders,
+    make_windows,
+    split_borders,
+    split_window,
+    window_target_starts,
+)
 from tsformer.errors import DataError
 from tsformer.metrics import season_length
+
+
+@dataclass(frozen=True)
+class Windows:
+    """Stride-1 windows (views of the scaled series) and, when some cells are unobserved, their mask."""
+
+    values: torch.Tensor  # (n_windows, context_len + horizon, n_series)
+    observed: torch.Tensor | None  # same shape, bool; None: every cell observed
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def take(self, index: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The windows at `index` and their mask, on `device`."""
+        observed = None if self.observed is None else self.observed[index].to(device)
+        return self.values[index].to(device), observed
+
+    def split(self, context_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """(contexts (N, L, C), targets (N, H, C), their masks or None)."""
+        contexts, targets = split_window(self.values, context_len)
+        if self.observed is None:
+            return contexts, targets, None, None
+        return contexts, targets, *split_window(self.observed, context_len)
 
 
 @dataclass(frozen=True)
@@ -39,6 +69,13 @@ class Prepared:
         if self.observed is None:
             return None
         return make_windows(self.observed, self.target_starts(split, context_len, horizon), context_len, horizon)
+
+    def split_windows(self, split: str, context_len: int, horizon: int, stride: int = 1) -> Windows:
+        """Every `stride`-th window of `split` with its mask."""
+        observed = self.observed_windows(split, context_len, horizon)
+        return Windows(
+            self.windows(split, context_len, horizon)[::stride], None if observed is None else observed[::stride]
+        )
 
 
 def prepare(cfg: Config, scaler: Scaler | None = None, columns: tuple[str, ...] = (), freq: str = "") -> Prepared:
