@@ -58,3 +58,17 @@ def test_calibration_never_reads_the_test_split(tmp_path):
     assert set(report.intervals) == {"80", "95"} and 0 <= report.intervals["80"]["coverage"] <= 1
     assert report.intervals["80"]["width"] < report.intervals["95"]["width"]
     assert "80 % interval (conformal, calibrated on validation): coverage" in format_report(report)
+
+
+def test_interval_levels_from_the_command_line(tiny_csv, tmp_path):
+    from helpers import TINY_FLAGS
+    from typer.testing import CliRunner
+
+    from tsformer.cli import app
+
+    run = tmp_path / "run"
+    argv = ["train", str(tiny_csv), "--out", str(run), "--quiet", *TINY_FLAGS, "--interval", "0.5", "--interval", "0.9"]
+    assert CliRunner().invoke(app, argv).exit_code == 0
+    assert load_checkpoint(run / "model.pt").interval_levels == (0.5, 0.9)
+    bad = CliRunner().invoke(app, ["train", str(tiny_csv), "--out", str(tmp_path / "x"), "--interval", "1.5"])
+    assert bad.exit_code == 2 and "train.intervals must be distinct levels in (0, 1), got [1.5]" in bad.stderr

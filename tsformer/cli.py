@@ -91,6 +91,9 @@ def train(
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its last checkpoint."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing run folder."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
+    interval: list[float] = typer.Option(
+        [], "--interval", help="Prediction interval level (repeatable; default 0.8 and 0.95), calibrated on validation."
+    ),
     no_fallback: bool = typer.Option(
         False, "--no-fallback", help="Always forecast with the model, even where a naive forecaster did better."
     ),
@@ -114,7 +117,12 @@ def train(
             "targets": list(target) or None,
         },
         "model": {"context_len": context_len, "horizon": horizon},
-        "train": {"epochs": epochs, "seed": seed, "fallback": False if no_fallback else None},
+        "train": {
+            "epochs": epochs,
+            "seed": seed,
+            "fallback": False if no_fallback else None,
+            "intervals": list(interval) or None,
+        },
     }
     if resume:
         given = [f"{s}.{k}" for s, values in given_flags(flags).items() for k in values]
