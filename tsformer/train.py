@@ -24,7 +24,7 @@ import torch
 from tsformer import distributed, runfolder
 from tsformer.checkpoint import LAST_FILE, MODEL_FILE, Checkpoint, load_checkpoint, save_checkpoint
 from tsformer.config import MAX_SEED, Config, save_config, with_data_path
-from tsformer.data import Prepared, Windows, prepare, split_window
+from tsformer.data import Prepared, Windows, prepare
 from tsformer.errors import CheckpointError, ConfigError, DataError, Interrupted, TrainingError
 from tsformer.fallback import Decision, all_forecasts, apply, decide, season_for
 from tsformer.files import atomic_write_text
@@ -271,9 +271,9 @@ class _Runner:
         self.model.train()
         losses, lr = [], tc.lr
         for i, start in enumerate(range(0, len(order), tc.batch_size), start=1):
-            batch, observed = train_windows.take(order[start : start + tc.batch_size], self.ctx.device)
+            batch = train_windows.take(order[start : start + tc.batch_size], self.ctx.device)
             lr = lr_at(state.step, total_steps, tc.lr, tc.warmup_frac, tc.min_lr_ratio)
-            losses.append(self._step(batch, observed, lr, epoch, i))
+            losses.append(self._step(batch, lr, epoch, i))
             state.step += 1
             progress.step(epoch, i, losses[-1])
             if tc.max_minutes and time.monotonic() - started > 60 * tc.max_minutes:
@@ -310,17 +310,14 @@ class _Runner:
             return f"no epoch was saved and {self.out_dir} was left as it was, so start again"
         return f"epoch {self.saved_epoch} is saved in {self.out_dir / LAST_FILE}"
 
-    def _step(self, batch: torch.Tensor, observed: torch.Tensor | None, lr: float, epoch: int, step: int) -> float:
+    def _step(self, batch: Windows, lr: float, epoch: int, step: int) -> float:
         """One optimiser step on a batch of windows (B, L + H, C) and their observed mask (or None)."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        context, target = split_window(batch, self.cfg.model.context_len)  # target (B, H, C): the last token's
-        context_observed, target_observed = (
-            (None, None) if observed is None else split_window(observed, self.cfg.model.context_len)
-        )
+        context, target, context_observed, target_observed = batch.split(self.cfg.model.context_len)  # the last token's
         if self.cfg.train.all_positions:
-            target = self.model.token_targets(batch)  # (B, T, H, C): the horizon after every token
-            target_observed = None if observed is None else self.model.token_targets(observed)
+            target = self.model.token_targets(batch.values)  # (B, T, H, C): the horizon after every token
+            target_observed = None if batch.observed is None else self.model.token_targets(batch.observed)
         _, loss = self.wrapped(context, context_observed, target=target, target_observed=target_observed)
         if not torch.isfinite(loss):
             raise TrainingError(

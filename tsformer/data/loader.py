@@ -300,20 +300,25 @@ def _grid(timestamps: pd.DatetimeIndex, step: pd.DateOffset) -> pd.DatetimeIndex
         return None
 
 
-def _mostly_on_grid(timestamps: pd.DatetimeIndex, step: pd.DateOffset) -> bool:
-    """Every timestamp lies on the `step` grid, which the data fills at least half: a series with gaps."""
+def _gappy_grid(timestamps: pd.DatetimeIndex, step: pd.DateOffset) -> pd.DatetimeIndex | None:
+    """The `step` grid when every timestamp lies on it and the data fill at least half of it, else None."""
     grid = _grid(timestamps, step)
-    return grid is not None and len(grid) <= 2 * len(timestamps) and bool(timestamps.isin(grid).all())
+    if grid is None or len(grid) > 2 * len(timestamps) or not timestamps.isin(grid).all():
+        return None
+    return grid
+
+
+def _mostly_on_grid(timestamps: pd.DatetimeIndex, step: pd.DateOffset) -> bool:
+    """Every timestamp lies on the `step` grid, which the data fill at least half: a series with gaps."""
+    return _gappy_grid(timestamps, step) is not None
 
 
 def _fill_the_grid(
     timestamps: pd.DatetimeIndex, values: np.ndarray, freq: str
 ) -> tuple[pd.DatetimeIndex, np.ndarray, tuple[str, ...]]:
     """Insert the timestamps missing from the regular grid as rows of NaN (unobserved steps)."""
-    if len(timestamps) < 3:
-        return timestamps, values, ()
-    grid = _grid(timestamps, to_offset(freq))
-    if grid is None or len(grid) == len(timestamps) or not _mostly_on_grid(timestamps, to_offset(freq)):
+    grid = _gappy_grid(timestamps, to_offset(freq)) if len(timestamps) >= 3 else None
+    if grid is None or len(grid) == len(timestamps):
         return timestamps, values, ()  # regular already, or a stated --freq trusted for irregular rows
     full = np.full((len(grid), values.shape[1]), np.nan)
     full[grid.get_indexer(timestamps)] = values

@@ -33,10 +33,10 @@ class Windows:
     def __len__(self) -> int:
         return len(self.values)
 
-    def take(self, index: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The windows at `index` and their mask, on `device`."""
+    def take(self, index: torch.Tensor, device: torch.device) -> Windows:
+        """The windows at `index` (a batch) and their mask, on `device`."""
         observed = None if self.observed is None else self.observed[index].to(device)
-        return self.values[index].to(device), observed
+        return Windows(self.values[index].to(device), observed)
 
     def split(self, context_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """(contexts (N, L, C), targets (N, H, C), their masks or None)."""
