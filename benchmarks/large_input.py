@@ -55,7 +55,7 @@ del frame
 started = time.perf_counter()
 data = prepare(cfg)
 prepare_s = time.perf_counter() - started
-windows = data.windows("train", 96, 24)
+windows = data.windows("train")
 strided = windows[::100]
 base = data.scaled.untyped_storage().data_ptr()
 print(json.dumps({

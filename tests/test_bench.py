@@ -26,11 +26,11 @@ needs_etth1 = pytest.mark.skipif(
 def test_standard_protocol_borders_windows_and_scaler():
     cfg = with_data_path(load_config(REPO / "configs" / "etth1_96.yaml"), ETTH1)
     data = prepare(cfg)
-    assert data.borders.to_list() == [8640, 11520, 14400]
-    assert len(data.windows("test", cfg.model.context_len, 96)) == 2880 - 96 + 1
+    assert data.borders.to_list() == [[8640], [11520], [14400]]
+    assert len(data.windows("test")) == 2880 - 96 + 1
     raw = pd.read_csv(ETTH1).drop(columns="date").to_numpy()
-    np.testing.assert_allclose(data.scaler.mean, raw[:8640].mean(0), rtol=1e-5)
-    np.testing.assert_allclose(data.scaler.std, raw[:8640].std(0), rtol=1e-5)
+    np.testing.assert_allclose(data.scaler.mean[0], raw[:8640].mean(0), rtol=1e-5)
+    np.testing.assert_allclose(data.scaler.std[0], raw[:8640].std(0), rtol=1e-5)
 
 
 @needs_etth1
@@ -46,9 +46,9 @@ def test_benchmark_pipeline_on_a_slice(tmp_path):
     assert result["n_test_windows"] == 120 - 24 + 1
     assert result["leakage_checks_passed"]
     ckpt = load_checkpoint(tmp_path / "runs" / "slice_24" / "model.pt")
-    assert ckpt.borders.to_list() == [360, 480, 600]
+    assert ckpt.borders.to_list() == [[360], [480], [600]]
     raw = pd.read_csv(tmp_path / "etth1_slice.csv").drop(columns="date").to_numpy()
-    np.testing.assert_allclose(ckpt.scaler.mean, raw[:360].mean(0), rtol=1e-5)
+    np.testing.assert_allclose(ckpt.scaler.mean[0], raw[:360].mean(0), rtol=1e-5)
     saved = json.loads((tmp_path / "results" / "slice_24.json").read_text())
     assert saved["test"]["model"]["mse"] == result["test"]["model"]["mse"]
     table = (tmp_path / "results" / "etth1_slice.md").read_text()

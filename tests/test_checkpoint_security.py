@@ -35,8 +35,8 @@ def _valid_checkpoint() -> Checkpoint:
     model = Forecaster(cfg.model, 2, cfg.train.loss)
     return Checkpoint(
         config=cfg, columns=("load", "temp"), time_col="date", freq="h",
-        scaler=Scaler(mean=np.zeros(2, np.float32), std=np.ones(2, np.float32)),
-        borders=SplitBorders(70, 80, 100), model_state=model.state_dict(),
+        scaler=Scaler(mean=np.zeros((1, 2), np.float32), std=np.ones((1, 2), np.float32)),
+        borders=SplitBorders.from_list([[70], [80], [100]]), model_state=model.state_dict(),
         data_fingerprint={"rows": 100, "first": "2024-01-01 00:00:00", "last": "2024-01-05 03:00:00", "sha256": "0"},
     )  # fmt: skip
 

@@ -177,7 +177,7 @@ def test_training_loss_is_the_mse_of_the_forecasts_the_setting_names(all_positio
 
     cfg = load_checkpoint(tmp_path / "run" / "model.pt").config
     assert cfg.train.all_positions is all_positions
-    windows = prepare(cfg).windows("train", 16, 4)  # (149, 20, 2): context 16, horizon 4
+    windows = prepare(cfg).windows("train")  # (149, 20, 2): context 16, horizon 4
     index = {w[:16].numpy().tobytes(): i for i, w in enumerate(windows)}
     batch = windows[[index[c.numpy().tobytes()] for c in first["context"]]]  # the step's whole windows
     model = Forecaster(cfg.model, 2)
@@ -195,7 +195,7 @@ def test_training_loss_is_the_mse_of_the_forecasts_the_setting_names(all_positio
     all_tokens = (tokens - torch.stack([batch[:, 4 * k + 4 : 4 * k + 8] for k in range(4)], dim=1)).square().mean()
     assert abs(last_only - all_tokens.item()) > 1e-3  # the two settings really train on different losses
 
-    val = prepare(cfg).windows("val", 16, 4)
+    val = prepare(cfg).windows("val")
     best = load_checkpoint(tmp_path / "run" / "model.pt").build_model()
     val_mse = [(m.predict(val[:, :16]) - val[:, 16:]).square().mean().item() for m in (model, best)]
     assert val_mse[1] < 0.9 * val_mse[0]  # and each trains: validation MSE well below the starting weights'

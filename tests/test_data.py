@@ -5,7 +5,7 @@ import torch
 from helpers import make_frame, tiny_config, write_csv
 
 from tsformer.config import DataConfig
-from tsformer.data import Scaler, make_windows, prepare, read_series, split_borders, window_target_starts
+from tsformer.data import Scaler, SeriesFrame, make_windows, prepare, read_series, split_borders, window_target_starts
 from tsformer.errors import DataError
 
 
@@ -32,31 +32,37 @@ def test_semicolon_delimiter_is_sniffed(tmp_path):
     assert read_series(path, DataConfig()).columns == ("a", "b")
 
 
+def one_series(stamps: pd.DatetimeIndex) -> SeriesFrame:
+    values = np.zeros((len(stamps), 1), dtype=np.float32)
+    return SeriesFrame(stamps, values, ("a",), "date", "h", np.ones_like(values, dtype=bool))
+
+
 def test_ratio_borders_and_too_few_rows():
     stamps = pd.date_range("2024", periods=100, freq="h")
-    borders = split_borders(DataConfig(), stamps, context_len=20, horizon=5)
-    assert borders.to_list() == [70, 80, 100]
+    borders = split_borders(DataConfig(), one_series(stamps), context_len=20, horizon=5)
+    assert borders.to_list() == [[70], [80], [100]]
     with pytest.raises(
         DataError, match=r"the train split has 70 rows but needs at least 80 \(context_len \+ horizon = 80\)"
     ):
-        split_borders(DataConfig(), stamps, context_len=75, horizon=5)
+        split_borders(DataConfig(), one_series(stamps), context_len=75, horizon=5)
 
 
 def test_explicit_row_and_date_borders():
-    stamps = pd.date_range("2024-01-01", periods=100, freq="h")
-    rows = split_borders(DataConfig(split_borders=(60, 80, 95)), stamps, 10, 5)
-    dates = split_borders(DataConfig(split_borders=("2024-01-03 12:00", "2024-01-04 08:00", 95)), stamps, 10, 5)
-    assert rows.to_list() == [60, 80, 95]
-    assert dates.to_list() == [60, 80, 95]
+    frame = one_series(pd.date_range("2024-01-01", periods=100, freq="h"))
+    rows = split_borders(DataConfig(split_borders=(60, 80, 95)), frame, 10, 5)
+    dates = split_borders(DataConfig(split_borders=("2024-01-03 12:00", "2024-01-04 08:00", 95)), frame, 10, 5)
+    assert rows.to_list() == [[60], [80], [95]]
+    assert dates.to_list() == [[60], [80], [95]]
 
 
 def test_scaler_uses_training_rows_only(tiny_csv):
     data = prepare(tiny_config(tiny_csv))
-    train = data.frame.values[: data.borders.train_end]
-    np.testing.assert_allclose(data.scaler.mean, train.mean(0), rtol=1e-5)
-    np.testing.assert_allclose(data.scaler.std, train.std(0), rtol=1e-5)
-    assert not np.allclose(data.scaler.mean, data.frame.values.mean(0), rtol=1e-3)
-    np.testing.assert_allclose(data.scaled[: data.borders.train_end].mean(0).numpy(), 0, atol=1e-5)
+    train_end = int(data.borders.train_end[0])
+    train = data.frame.values[:train_end]
+    np.testing.assert_allclose(data.scaler.mean[0], train.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(data.scaler.std[0], train.std(0), rtol=1e-5)
+    assert not np.allclose(data.scaler.mean[0], data.frame.values.mean(0), rtol=1e-3)
+    np.testing.assert_allclose(data.scaled[:train_end].mean(0).numpy(), 0, atol=1e-5)
 
 
 def test_windows_are_stride_one_views_with_the_right_rows():
@@ -71,20 +77,21 @@ def test_windows_are_stride_one_views_with_the_right_rows():
 
 def test_window_targets_stay_in_their_split(tiny_csv):
     data = prepare(tiny_config(tiny_csv))
-    b = data.borders
-    counts = {s: len(window_target_starts(s, b, 16, 4)) for s in ("train", "val", "test")}
+    train_end, val_end, test_end = (int(e[0]) for e in data.borders.to_list())
+    bounds = data.frame.bounds
+    counts = {s: len(window_target_starts(s, data.borders, bounds, 16, 4)[0]) for s in ("train", "val", "test")}
     assert counts == {
-        "train": b.train_end - 16 - 4 + 1,
-        "val": b.val_end - b.train_end - 4 + 1,
-        "test": b.test_end - b.val_end - 4 + 1,
+        "train": train_end - 16 - 4 + 1,
+        "val": val_end - train_end - 4 + 1,
+        "test": test_end - val_end - 4 + 1,
     }
-    test_starts = window_target_starts("test", b, 16, 4)
-    assert test_starts[0] == b.val_end and test_starts[-1] + 4 == b.test_end
+    test_starts, floors = window_target_starts("test", data.borders, bounds, 16, 4)
+    assert test_starts[0] == val_end and test_starts[-1] + 4 == test_end and (floors == 0).all()
 
 
 def test_scaler_round_trip():
     scaler = Scaler.fit(np.array([[1.0, 10.0], [3.0, 10.0]], dtype=np.float32))
-    assert scaler.std.tolist() == [1.0, 1.0]  # a constant column keeps std 1
+    assert scaler.std.tolist() == [[1.0, 1.0]]  # a constant column keeps std 1
     x = np.array([[2.0, 11.0]], dtype=np.float32)
     np.testing.assert_allclose(scaler.inverse(scaler.transform(x)), x)
     assert Scaler.from_dict(scaler.to_dict()).mean.tolist() == scaler.mean.tolist()

@@ -56,7 +56,7 @@ def two_ranks(tmp_path_factory):
 def _window_index(csv: Path, run: Path) -> tuple[dict[bytes, int], int]:
     """Each training window's context (as bytes) -> its index; and the number of training windows."""
     cfg = load_checkpoint(run / MODEL_FILE).config
-    windows = prepare(cfg).windows("train", cfg.model.context_len, cfg.model.horizon)[:: cfg.train.train_stride]
+    windows = prepare(cfg).windows("train")[:: cfg.train.train_stride]
     contexts = windows[:, : cfg.model.context_len].contiguous()
     index = {c.numpy().tobytes(): i for i, c in enumerate(contexts)}
     assert len(index) == len(contexts)  # every context is distinct, so a context names its window

@@ -22,12 +22,14 @@ def test_baselines():
 def test_score_against_hand_computed_values():
     forecast = np.array([[[1.0, 0.0], [2.0, 0.0]]])  # (N=1, H=2, C=2)
     truth = np.array([[[0.0, 0.0], [0.0, 1.0]]])
-    std = np.array([2.0, 10.0])
-    result = score(forecast, truth, std, ("x", "y"), mase_denominator=np.array([1.0, 5.0]))
+    mean, std = np.array([[10.0, 0.0]]), np.array([[2.0, 10.0]])  # (1, C)
+    result = score(forecast, truth, mean, std, ("x", "y"), mase_denominator=np.array([[1.0, 5.0]]))
     x, y = result["per_column"]["x"], result["per_column"]["y"]
     assert x["mse"] == pytest.approx(2.5) and x["mae"] == pytest.approx(1.5)
     assert x["mae_original"] == pytest.approx(3.0) and x["rmse_original"] == pytest.approx(np.sqrt(10))
     assert y["mse"] == pytest.approx(0.5) and y["mase"] == pytest.approx(5.0 / 5.0)
+    # sMAPE in original units: x forecasts 12, 14 for truth 10, 10 -> 200*2/22, 200*4/24; y: 0 vs 0 -> 0, 0 vs 10 -> 200
+    assert x["smape"] == pytest.approx((400 / 22 + 800 / 24) / 2) and y["smape"] == pytest.approx(100.0)
     assert result["mean"]["mse"] == pytest.approx(1.5)
 
 
@@ -52,7 +54,7 @@ def test_evaluate_scores_every_test_window(tiny_csv, tmp_path):
     assert report.n_windows == 240 - 192 - 4 + 1  # test targets are rows 192..239 (70/10/20 split)
     assert report.season == 1  # hourly: 24, more than the 16-step context
     cfg = load_checkpoint(tmp_path / "run" / "model.pt").config
-    context, truth = split_window(prepare(cfg).windows("test", 16, 4), 16)
+    context, truth = split_window(prepare(cfg).windows("test"), 16)
     model = load_checkpoint(tmp_path / "run" / "model.pt").build_model()
     by_hand = (model.predict(context) - truth).square().mean().item()  # one batch, every window
     assert report.scores["model"]["mean"]["mse"] == pytest.approx(by_hand, rel=1e-5)

@@ -1,3 +1,5 @@
+import importlib
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -124,45 +126,50 @@ def test_non_causal_normalisation_fails(monkeypatch):
 
 def test_scaler_fit_on_all_rows_fails(tiny_csv):
     data = prepare(tiny_config(tiny_csv))
-    assert check_scaler(data.frame.values, data.borders, data.scaler).passed
+    assert check_scaler(data.frame, data.borders, data.scaler).passed
     leaky = Scaler.fit(data.frame.values)
-    result = check_scaler(data.frame.values, data.borders, leaky)
+    result = check_scaler(data.frame, data.borders, leaky)
     assert not result.passed and result.max_change > 1e-4
 
 
 def test_window_checks_pass_and_catch_a_shifted_window(tiny_csv, monkeypatch):
     data = prepare(tiny_config(tiny_csv))
-    assert all(r.passed for r in check_windows(data.frame.timestamps, data.borders, 16, 4))
+    assert all(r.passed for r in check_windows(data))
 
-    import tsformer.leakage as leakage
+    prepare_module = importlib.import_module(
+        "tsformer.data.prepare"
+    )  # not the function
 
-    def overlapping_targets(split_name, borders, context_len, horizon):
-        first, end = borders.target_range(split_name)
-        first = max(first, context_len) - (2 if split_name != "train" else 0)  # starts inside the previous split
-        return np.arange(first, end - horizon + 1)
+    def overlapping_targets(split_name, borders, bounds, min_history, horizon):
+        first, end = (int(e[0]) for e in borders.target_range(split_name))
+        first = max(first, min_history) - (2 if split_name != "train" else 0)  # starts inside the previous split
+        starts = np.arange(first, end - horizon + 1)
+        return starts, np.zeros_like(starts)
 
-    monkeypatch.setattr(leakage, "window_target_starts", overlapping_targets)
-    results = by_name(check_windows(data.frame.timestamps, data.borders, 16, 4))
+    monkeypatch.setattr(prepare_module, "window_target_starts", overlapping_targets)
+    results = by_name(check_windows(data))
     assert not results["data/splits"].passed
     # Borders 168/192/240: validation targets now start at row 166 and test targets at 190, so rows
     # 166-167 and 190-191 are targets of two splits (4), and 2 + 1 target cells per split lie before it (6).
     assert results["data/splits"].max_change == 10.0
-    assert "in two splits (4) or outside their split (6)" in results["data/splits"].detail
+    assert "in two splits (4) or outside their split or series (6)" in results["data/splits"].detail
     assert results["data/window"].passed  # targets still follow their own inputs
 
 
 def test_window_targets_overlapping_inputs_fail(tiny_csv, monkeypatch):
     data = prepare(tiny_config(tiny_csv))
-    import tsformer.leakage as leakage
+    prepare_module = importlib.import_module(
+        "tsformer.data.prepare"
+    )  # not the function
 
-    real_make_windows = leakage.make_windows
+    real_make_windows = prepare_module.make_windows
 
     def inputs_end_at_the_last_target(values, starts, context_len, horizon):
         real = real_make_windows(values, starts, context_len, horizon)  # rows [s - L, s + H)
         return torch.cat([real[:, horizon:], real[:, context_len:]], dim=1)  # inputs [s - L + H, s + H)
 
-    monkeypatch.setattr(leakage, "make_windows", inputs_end_at_the_last_target)
-    results = by_name(check_windows(data.frame.timestamps, data.borders, 16, 4))
+    monkeypatch.setattr(prepare_module, "make_windows", inputs_end_at_the_last_target)
+    results = by_name(check_windows(data))
     assert not results["data/window"].passed
 
 

@@ -65,18 +65,18 @@ def test_a_grid_mostly_missing_is_irregular_data_not_gaps(tmp_path):
 def test_the_scaler_uses_observed_training_cells_only():
     values = np.array([[1.0, 10.0], [np.nan, 20.0], [3.0, np.nan], [5.0, 40.0]], dtype=np.float32)
     scaler = Scaler.fit(values)
-    np.testing.assert_allclose(scaler.mean, [3.0, 70 / 3], rtol=1e-6)
-    np.testing.assert_allclose(scaler.std, [np.std([1, 3, 5]), np.std([10, 20, 40])], rtol=1e-6)
+    np.testing.assert_allclose(scaler.mean, [[3.0, 70 / 3]], rtol=1e-6)
+    np.testing.assert_allclose(scaler.std, [[np.std([1, 3, 5]), np.std([10, 20, 40])]], rtol=1e-6)
 
 
 def test_prepare_zeroes_unobserved_cells_and_carries_their_mask(tmp_path):
     data = prepare(tiny_config(write_csv(tmp_path / "holes.csv", _holey())))
     assert data.observed is not None and not data.observed[30, 0] and data.scaled[30, 0] == 0.0
-    windows, masks = data.windows("train", 16, 4), data.observed_windows("train", 16, 4)
+    windows, masks = data.windows("train"), data.observed_windows("train")
     assert masks.shape == windows.shape and masks.dtype == torch.bool
     assert not masks[30 - 0, 0, 0] and masks[:, :, :].sum() < masks.numel()
     complete = prepare(tiny_config(write_csv(tmp_path / "full.csv", make_frame())))
-    assert complete.observed is None and complete.observed_windows("train", 16, 4) is None
+    assert complete.observed is None and complete.observed_windows("train") is None
 
 
 def test_the_loss_ignores_unobserved_targets():
@@ -110,5 +110,5 @@ def test_naive_forecasters_repeat_the_last_observed_value():
 def test_metrics_leave_unobserved_truth_out():
     forecast, truth = np.zeros((1, 2, 1)), np.array([[[1.0], [100.0]]])
     observed = np.array([[[True], [False]]])
-    scores = score(forecast, truth, np.ones(1), ("a",), np.ones(1), observed)
+    scores = score(forecast, truth, np.zeros((1, 1)), np.ones((1, 1)), ("a",), np.ones((1, 1)), observed)
     assert scores["mean"]["mse"] == 1.0 and scores["mean"]["mae"] == 1.0

@@ -54,7 +54,7 @@ def test_forecast_is_the_models_scaled_output_back_in_the_csvs_units(tmp_path):
     train(tiny_config(csv, fallback=False), tmp_path / "run", show_progress=False)  # the model's own forecast
     ckpt = load_checkpoint(tmp_path / "run" / "model.pt")
     values = pd.read_csv(csv)[["a", "b"]].to_numpy()
-    np.testing.assert_allclose(ckpt.scaler.mean, values[:168].mean(0), rtol=1e-6)  # ~1000
+    np.testing.assert_allclose(ckpt.scaler.mean[0], values[:168].mean(0), rtol=1e-6)  # ~1000
     assert ((40 < ckpt.scaler.std) & (ckpt.scaler.std < 60)).all()
 
     forecast = predict(tmp_path / "run", csv).frame
@@ -84,7 +84,7 @@ def test_predict_matches_evaluate_on_the_first_test_window(run, tmp_path, monkey
     model_forecast, truth = scored[0]
 
     ckpt = load_checkpoint(run / "model.pt")
-    origin = ckpt.borders.to_list()[1]  # the first test target row: the validation split's end
+    origin = int(ckpt.borders.val_end[0])  # the first test target row: the validation split's end
     lines = (run.parent / "data.csv").read_text().splitlines(keepends=True)
     frame = pd.read_csv(run.parent / "data.csv")
     future = frame.iloc[origin : origin + 4]

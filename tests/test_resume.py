@@ -187,7 +187,7 @@ def _nan_from(monkeypatch, method: str, call: int) -> None:
 
 
 def _n_batches(cfg, split: str, batch_size: int) -> int:
-    n_windows = len(prepare(cfg).windows(split, cfg.model.context_len, cfg.model.horizon))
+    n_windows = len(prepare(cfg).windows(split))
     return -(-n_windows // batch_size)
 
 
@@ -282,8 +282,8 @@ def _checkpoint_for(cfg):
         columns=("load", "temp"),
         time_col="date",
         freq="h",
-        scaler=Scaler(mean=np.zeros(2, np.float32), std=np.ones(2, np.float32)),
-        borders=SplitBorders(70, 80, 100),
+        scaler=Scaler(mean=np.zeros((1, 2), np.float32), std=np.ones((1, 2), np.float32)),
+        borders=SplitBorders.from_list([[70], [80], [100]]),
         model_state=model.state_dict(),
         data_fingerprint={"rows": 100, "first": "2024-01-01 00:00:00", "last": "2024-01-05 03:00:00", "sha256": "0"},
     )

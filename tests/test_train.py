@@ -82,7 +82,7 @@ def test_validation_loss_is_the_mse_of_the_last_token_forecast(tiny_csv, tmp_pat
     cfg = tiny_config(tiny_csv)
     result = train(cfg, tmp_path / "run", show_progress=False)
     best = load_checkpoint(tmp_path / "run" / "model.pt").build_model()
-    val = prepare(cfg).windows("val", 16, 4)  # (N, L + H, C)
+    val = prepare(cfg).windows("val")  # (N, L + H, C)
     context, target = split_window(val, 16)
     by_hand = (best.predict(context) - target).square().mean().item()
     assert result.best_val_loss == pytest.approx(by_hand, rel=1e-5)
@@ -109,7 +109,7 @@ def test_a_step_trains_every_token_or_the_last(tiny_csv, tmp_path, monkeypatch, 
         assert torch.equal(target[:, 0], x[:, 4:8]) and torch.equal(target[:, 2, 0], x[:, 12])
     else:
         assert target.shape == (32, 4, 2)
-    n_windows = len(prepare(cfg).windows("train", 16, 4))
+    n_windows = len(prepare(cfg).windows("train"))
     assert len(seen) == -(-n_windows // 32)  # one forward with a target per step
 
 

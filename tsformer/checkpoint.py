@@ -28,7 +28,7 @@ from tsformer.files import atomic_write
 from tsformer.model import Forecaster
 
 FORMAT_NAME = "tsformer-checkpoint"
-FORMAT_VERSION = 2  # 2: data fingerprint; renamed model weights
+FORMAT_VERSION = 3  # 2: data fingerprint; renamed model weights. 3: many series (ids, per-series borders, scaler)
 MODEL_FILE = "model.pt"  # best weights, for evaluate/predict/check
 LAST_FILE = "last.pt"  # latest epoch with optimizer and RNG state, for --resume
 
@@ -39,9 +39,11 @@ class Checkpoint:
     columns: tuple[str, ...]
     time_col: str
     freq: str
-    scaler: Scaler
-    borders: SplitBorders
+    scaler: Scaler  # (n_ids, C) statistics
+    borders: SplitBorders  # per series
     model_state: dict[str, torch.Tensor]
+    id_cols: tuple[str, ...] = ()  # long format's id columns; () for a wide file
+    series: tuple[tuple[str, ...], ...] = ((),)  # each trained series' id values (((),) for a wide file)
     data_fingerprint: dict[str, str | int] = field(default_factory=dict)  # the data it was trained on
     fallback: tuple[str, ...] = ()  # per column, the forecaster chosen on validation (tsformer.fallback); () = model
     interval_levels: tuple[float, ...] = ()  # conformal interval levels (tsformer.intervals)
@@ -75,6 +77,8 @@ def save_checkpoint(ckpt: Checkpoint, path: str | Path) -> None:
         "columns": list(ckpt.columns),
         "time_col": ckpt.time_col,
         "freq": ckpt.freq,
+        "id_cols": list(ckpt.id_cols),
+        "series": [list(key) for key in ckpt.series],
         "scaler": ckpt.scaler.to_dict(),
         "borders": ckpt.borders.to_list(),
         "data_fingerprint": dict(ckpt.data_fingerprint),
@@ -131,7 +135,9 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             time_col=payload["time_col"],
             freq=payload["freq"],
             scaler=Scaler.from_dict(payload["scaler"]),
-            borders=SplitBorders(*payload["borders"]),
+            borders=SplitBorders.from_list(payload["borders"]),
+            id_cols=tuple(payload["id_cols"]),
+            series=tuple(tuple(key) for key in payload["series"]),
             model_state=payload["model_state"],
             data_fingerprint=payload["data_fingerprint"],
             fallback=tuple(payload.get("fallback") or ()),  # () = the model for every column
@@ -159,14 +165,28 @@ def _validate(ckpt: Checkpoint) -> None:
     if not isinstance(ckpt.freq, str):
         raise ValueError(f"frequency {ckpt.freq!r} is not text")
     parse_freq(ckpt.freq, "its frequency")
+    id_cols, series = ckpt.id_cols, ckpt.series
+    if not all(isinstance(c, str) and c for c in id_cols) or set(id_cols) & {*columns, ckpt.time_col}:
+        raise ValueError(f"id columns {list(id_cols)} must be names other than the time and target columns")
+    if not series or not all(
+        isinstance(key, tuple) and len(key) == len(id_cols) and all(isinstance(v, str) for v in key) for key in series
+    ):
+        raise ValueError(f"series ids must be {len(id_cols)} names each")
+    if len(set(series)) != len(series):
+        raise ValueError("series ids must be distinct")
+    shape = (len(series), len(columns))
     mean, std = ckpt.scaler.mean, ckpt.scaler.std
-    if mean.shape != (len(columns),) or std.shape != (len(columns),):
-        raise ValueError(f"scaler has {mean.size} means and {std.size} stds for {len(columns)} columns")
+    if mean.shape != shape or std.shape != shape:
+        raise ValueError(
+            f"scaler has {mean.shape} means and {std.shape} stds for {shape[0]} series x {shape[1]} columns"
+        )
     if not (np.isfinite(mean).all() and np.isfinite(std).all() and (std > 0).all()):
         raise ValueError("scaler statistics must be finite with positive stds")
-    ends = ckpt.borders.to_list()
-    if not all(isinstance(e, int) and not isinstance(e, bool) for e in ends) or not 0 < ends[0] < ends[1] < ends[2]:
-        raise ValueError(f"split borders {ends} must be increasing row numbers")
+    ends = np.stack([ckpt.borders.train_end, ckpt.borders.val_end, ckpt.borders.test_end])  # (3, n_ids)
+    if ends.shape != (3, len(series)) or ends.dtype.kind != "i" or not (np.diff(ends, axis=0) >= 0).all():
+        raise ValueError(f"split borders must be increasing row numbers, one set per series, got {ends.tolist()[:3]}")
+    if not id_cols and not 0 < ends[0, 0] < ends[1, 0] < ends[2, 0]:
+        raise ValueError(f"split borders {ends[:, 0].tolist()} must be increasing row numbers")
     fingerprint = ckpt.data_fingerprint
     if not isinstance(fingerprint, dict) or set(fingerprint) != {"rows", "first", "last", "sha256"}:
         raise ValueError("data fingerprint must hold rows, first, last and sha256")

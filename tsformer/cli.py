@@ -70,6 +70,12 @@ def train(
         [], "--target", "-t", help="Column to forecast (repeatable); default: all numeric."
     ),
     time_col: str | None = typer.Option(None, "--time-col", help="Time column (default: found by name)."),
+    id_col: list[str] = typer.Option(
+        [],
+        "--id-col",
+        help="Long format: the column naming each series (repeatable for a compound id; default: unique_id, "
+        "series_id, item_id, ts_id or id when present).",
+    ),
     context_len: int | None = typer.Option(
         None, "--context-len", help="Input steps the model sees (default: chosen from the data's length and frequency)."
     ),
@@ -110,6 +116,7 @@ def train(
         "data": {
             "path": str(csv) if csv else None,
             "time_col": time_col,
+            "id_cols": list(id_col) or None,
             "freq": freq,
             "fill": fill,
             "sort": sort or None,
@@ -187,7 +194,7 @@ def predict(
         sys.stdout.write(forecast.to_csv())
         sys.stdout.flush()
     else:
-        typer.echo(f"wrote {len(forecast.frame)} steps x {forecast.frame.shape[1]} columns to {out}", err=True)
+        typer.echo(f"wrote {len(forecast.frame)} rows x {forecast.frame.shape[1]} columns to {out}", err=True)
 
 
 @app.command()

@@ -21,6 +21,7 @@ from tsformer.errors import ConfigError, DataError
 from tsformer.files import atomic_write_text
 
 FILL_METHODS = ("", "ffill", "zero")
+DEFAULT_SPLIT_RATIOS = (0.7, 0.1, 0.2)  # train, validation, test of a wide file when data.split_ratios is ()
 MAX_SEED = 2**63 - 1  # torch.manual_seed takes a signed 64-bit integer
 MAX_COUNT = 2**31 - 1  # sizes, strides and counts beyond this are typos, not settings
 ATTENTIONS = ("fused", "explicit")
@@ -51,13 +52,16 @@ class DataConfig:
 
     path: str = ""  # the CSV; stored absolute in a run's resolved config
     time_col: str = ""  # "" finds date/timestamp/time/... by name
+    id_cols: tuple[str, ...] = ()  # long format: the columns naming each series; () finds unique_id/item_id/... by name
     targets: tuple[str, ...] = ()  # () forecasts every numeric column
     freq: str = ""  # pandas offset alias; "" infers it from the timestamps
     sort: bool = False  # accept unsorted rows by sorting them on the time column
     dayfirst: bool = False  # read ambiguous dates such as 01/02/2024 as day/month
     fill: str = ""  # "", ffill or zero: how NaN/inf cells are filled (never from later rows)
-    split_ratios: tuple[float, float, float] = (0.7, 0.1, 0.2)  # train, validation, test
-    split_borders: tuple[int | str, ...] = ()  # ends of train, val, test: row numbers or dates
+    # train, validation, test shares of each series; () = DEFAULT_SPLIT_RATIOS for a wide file, and for
+    # long format (many series) the last `horizon` steps of each series as test, the `horizon` before as validation
+    split_ratios: tuple[float, ...] = ()
+    split_borders: tuple[int | str, ...] = ()  # ends of train, val, test: row numbers (within each series) or dates
 
     def __post_init__(self) -> None:
         _require(
@@ -66,7 +70,9 @@ class DataConfig:
         )
         _require(self.fill in FILL_METHODS, f"data.fill must be one of {FILL_METHODS[1:]}, got {self.fill!r}")
         _check_finite(self, "data")
-        _require(len(self.split_ratios) == 3, "data.split_ratios needs three numbers: train, validation, test")
+        _require(
+            len(self.split_ratios) in (0, 3), "data.split_ratios needs three numbers (train, validation, test), or none"
+        )
         _require(
             all(r > 0 for r in self.split_ratios) and sum(self.split_ratios) <= 1 + 1e-9,
             f"data.split_ratios must be positive and sum to at most 1, got {list(self.split_ratios)}",

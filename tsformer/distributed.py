@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import os
 from dataclasses import dataclass
 
@@ -60,7 +62,15 @@ def teardown() -> None:
         dist.destroy_process_group()
 
 
+ABANDON_WAIT = datetime.timedelta(seconds=10)
+
+
 def abandon() -> None:
-    """Leave the process group, if still in it, without a barrier (a failed rank's peers may be gone)."""
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    """Leave the process group, if still in it, after failing: wait a while for the peers (all ranks stopped
+    by the same Ctrl-C then leave together, as a clean exit needs), but not forever (they may be gone)."""
+    if not dist.is_initialized():
+        return
+    if dist.get_backend() == "gloo":
+        with contextlib.suppress(RuntimeError):
+            dist.monitored_barrier(timeout=ABANDON_WAIT)
+    dist.destroy_process_group()

@@ -8,17 +8,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
 from tsformer.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint
 from tsformer.config import with_data_path
-from tsformer.data import Prepared, prepare
+from tsformer.data import Prepared, SeriesFrame, prepare
 from tsformer.errors import DataError
 from tsformer.fallback import all_forecasts, apply, season_for
 from tsformer.files import atomic_write_text
 from tsformer.intervals import coverage, label
 from tsformer.leakage import check_scaler
-from tsformer.metrics import mase_scale, score
+from tsformer.metrics import mase_scale, score, score_by_series
 
 
 @dataclass(frozen=True)
@@ -31,27 +32,34 @@ class EvalReport:
     scores: dict[str, dict]  # "model" (with its fallback), "repeat_last", "seasonal_naive" -> score()
     fallback: tuple[str, ...] = ()  # per column, the forecaster chosen on validation
     intervals: dict[str, dict] = dataclasses.field(default_factory=dict)  # level label -> coverage and width
+    n_series: int = 1  # series scored (long format); 1 for a wide file
+    worst_series: list[dict] = dataclasses.field(default_factory=list)  # long format: the ten with the highest MASE
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
 def load_run_data(ckpt: Checkpoint, csv: str | Path | None = None) -> Prepared:
-    """The run's CSV (or `csv`), read with the run's columns, frequency, scaler and split borders.
+    """The run's CSV (or `csv`), read with the run's columns, series, frequency, scaler and split borders.
 
-    It must reach the end of the run's test split and hold the training rows the scaler was fit on.
+    It must hold the run's series, reach the end of each one's test split and hold the training rows
+    the scaler was fit on.
     """
     cfg = ckpt.config
     if csv is not None:
         cfg = with_data_path(cfg, csv)
-    data = prepare(cfg, scaler=ckpt.scaler, columns=ckpt.columns, freq=ckpt.freq)
-    if data.frame.n_rows < ckpt.borders.test_end:
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, id_cols=ckpt.id_cols))
+    data = prepare(cfg, scaler=ckpt.scaler, columns=ckpt.columns, freq=ckpt.freq, series=ckpt.series)
+    short = np.flatnonzero(data.frame.lengths < ckpt.borders.test_end)
+    if len(short):
+        i = int(short[0])
+        where = f"series {data.frame.names[i]!r} of " if ckpt.id_cols else ""
         raise DataError(
-            f"{cfg.data.path} has {data.frame.n_rows} rows but the run's test split ends at row "
-            f"{ckpt.borders.test_end}; use the CSV the model was trained on"
+            f"{where}{cfg.data.path} has {data.frame.lengths[i]} rows but the run's test split ends at row "
+            f"{ckpt.borders.test_end[i]}; use the CSV the model was trained on"
         )
     data = dataclasses.replace(data, borders=ckpt.borders)
-    if not check_scaler(data.frame.values, data.borders, data.scaler).passed:
+    if not check_scaler(data.frame, data.borders, data.scaler).passed:
         raise DataError(
             f"the training rows of {cfg.data.path} differ from those the run was trained on; "
             "use the CSV the model was trained on"
@@ -60,44 +68,101 @@ def load_run_data(ckpt: Checkpoint, csv: str | Path | None = None) -> Prepared:
 
 
 def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True) -> EvalReport:
-    """Score the run's best model on every stride-1 test window; write metrics.json and a PNG."""
+    """Score the run's best model on every stride-1 test window; write metrics.json and a PNG (and, for
+    many series, metrics_by_series.csv)."""
     path = resolve_checkpoint(run)
     ckpt = load_checkpoint(path)
     data = load_run_data(ckpt, csv)
     model = ckpt.build_model()
     context_len, horizon = ckpt.config.model.context_len, ckpt.config.model.horizon
-    windows = data.split_windows("test", context_len, horizon)
+    windows = data.split_windows("test")
     contexts, truth, contexts_observed, truth_observed = windows.split(context_len)  # masks None: all observed
     season = season_for(ckpt.freq, context_len)
     forecasts = all_forecasts(model, contexts, contexts_observed, season)  # (N, H, C) each
     forecasts["model"] = apply(ckpt.fallback, forecasts)  # what predict gives: the validation choice per column
-    denominator = mase_scale(data.frame.values[: data.borders.train_end], season)
+    frame = data.frame
+    ids = window_ids(frame, windows.floors.numpy())  # (N,) each window's series
+    per_series = np.stack(
+        [mase_scale(frame.values[frame.rows_of(i)][: data.borders.train_end[i]], season) for i in range(frame.n_ids)]
+    )  # (n_ids, C)
+    stats = (data.scaler.mean[ids], data.scaler.std[ids], per_series[ids])  # (N, C) each
     truth_mask = None if truth_observed is None else truth_observed.numpy()
     scores = {
-        name: score(f.numpy(), truth.numpy(), data.scaler.std, data.frame.columns, denominator, truth_mask)
+        name: score(f.numpy(), truth.numpy(), *stats[:2], frame.columns, stats[2], truth_mask)
         for name, f in forecasts.items()
     }
-    intervals = _interval_scores(ckpt, forecasts["model"], truth, truth_observed, data)
+    intervals = _interval_scores(ckpt, forecasts["model"], truth, truth_observed, data.scaler.std[ids])
+    by_series = None
+    if ckpt.id_cols:
+        by_series = _series_table(forecasts, truth.numpy(), stats, truth_mask, ids, frame)
     report = EvalReport(
-        len(windows), context_len, horizon, season, data.frame.columns, scores, ckpt.fallback, intervals
+        len(windows),
+        context_len,
+        horizon,
+        season,
+        frame.columns,
+        scores,
+        ckpt.fallback,
+        intervals,
+        n_series=len(np.unique(ids)),
+        worst_series=_worst(by_series, ckpt.id_cols) if by_series is not None else [],
     )
     if write:
         run_dir = path.parent
         atomic_write_text(run_dir / "metrics.json", json.dumps(report.to_dict(), indent=2))
-        _plot_windows(contexts, truth, forecasts["model"], data, run_dir / "test_windows.png")
+        if by_series is not None:
+            atomic_write_text(run_dir / "metrics_by_series.csv", by_series.to_csv(index=False))
+        _plot_windows(contexts, truth, forecasts["model"], data, ids, by_series, run_dir / "test_windows.png")
     return report
 
 
+def window_ids(frame: SeriesFrame, floors: np.ndarray) -> np.ndarray:
+    """(N,) the series index of windows whose series start at rows `floors`."""
+    return np.searchsorted(frame.bounds, floors, side="right") - 1
+
+
+def _series_table(
+    forecasts: dict[str, torch.Tensor],
+    truth: np.ndarray,
+    stats: tuple[np.ndarray, np.ndarray, np.ndarray],
+    observed: np.ndarray | None,
+    ids: np.ndarray,
+    frame: SeriesFrame,
+) -> pd.DataFrame:
+    """One row per series and column: the id columns, the column, the model's metrics, and the MASE of the
+    naive forecasters beside it."""
+    tables = {
+        name: score_by_series(f.numpy(), truth, *stats, observed, ids, frame.n_ids) for name, f in forecasts.items()
+    }
+    rows = []
+    for i, key in enumerate(frame.keys):
+        for j, column in enumerate(frame.columns):
+            model = tables["model"][i][j]
+            if model is None:  # no test window, or no observed test point, in this series
+                continue
+            row = dict(zip(frame.id_cols, key, strict=True)) | {"column": column} | model
+            row |= {f"{name}_mase": tables[name][i][j]["mase"] for name in forecasts if name != "model"}
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _worst(by_series: pd.DataFrame, id_cols: tuple[str, ...], n: int = 10) -> list[dict]:
+    """The `n` series (and columns) with the highest model MASE: their name, column and metrics."""
+    worst = by_series.nlargest(n, "mase")
+    names = worst[list(id_cols)].astype(str).agg("/".join, axis=1)
+    return worst.drop(columns=list(id_cols)).assign(series=names.to_numpy()).to_dict(orient="records")
+
+
 def _interval_scores(
-    ckpt: Checkpoint, forecast: torch.Tensor, truth: torch.Tensor, observed: torch.Tensor | None, data: Prepared
+    ckpt: Checkpoint, forecast: torch.Tensor, truth: torch.Tensor, observed: torch.Tensor | None, std: np.ndarray
 ) -> dict[str, dict]:
     """Per calibrated level: the share of observed test truth inside the interval (nominal: the level) and its
-    mean width in the CSV's units, per column and averaged over columns."""
+    mean width in the CSV's units (std (N, C): each window's series' scale), per column and averaged."""
     out = {}
     widths = [] if ckpt.interval_widths is None else ckpt.interval_widths  # (n_levels, H, C), scaled
     for level, width in zip(ckpt.interval_levels, widths, strict=True):
         share, _ = coverage(forecast, truth, observed, width)
-        width_units = 2 * width.mean(dim=0).numpy() * data.scaler.std  # (C,)
+        width_units = 2 * width.mean(dim=0).numpy() * std.mean(axis=0)  # (C,)
         per_column = {
             name: {"coverage": float(share[j]), "width": float(width_units[j])} for j, name in enumerate(ckpt.columns)
         }
@@ -110,42 +175,51 @@ def _interval_scores(
     return out
 
 
-def _plot_windows(contexts, truth, forecast, data: Prepared, path: Path) -> None:
+def _plot_windows(contexts, truth, forecast, data: Prepared, ids: np.ndarray, by_series, path: Path) -> None:
+    """Three test windows of the last column: for one series, the first, middle and last; for many, the
+    windows of the series with the lowest, the median and the highest model MASE."""
     from tsformer.plots import plot_windows
 
-    picks = np.linspace(0, len(contexts) - 1, 3).round().astype(int).tolist()
     j = len(data.frame.columns) - 1  # the last column (often the target of interest, e.g. OT)
-    std, mean = data.scaler.std[j], data.scaler.mean[j]
-    starts = data.target_starts("test", contexts.shape[1], truth.shape[1])
+    column = data.frame.columns[j]
+    if by_series is None or by_series.empty:
+        picks = np.linspace(0, len(contexts) - 1, 3).round().astype(int).tolist()
+        starts, _ = data.target_starts("test")
+        titles = [f"{column}, test window starting at row {int(starts[i])}" for i in picks]
+    else:
+        ranked = by_series[by_series["column"] == column].sort_values("mase")
+        chosen = ranked.iloc[[0, len(ranked) // 2, len(ranked) - 1]]
+        names = ["/".join(str(v) for v in row) for row in chosen[list(data.frame.id_cols)].itertuples(index=False)]
+        series = [data.frame.names.index(name) for name in names]
+        picks = [int(np.flatnonzero(ids == i)[-1]) for i in series]
+        titles = [
+            f"{column} of series {name!r} ({rank} MASE, {m:.3g})"
+            for name, rank, m in zip(names, ("lowest", "median", "highest"), chosen["mase"], strict=True)
+        ]
+    std, mean = data.scaler.std[ids[picks], j], data.scaler.mean[ids[picks], j]  # (3,)
 
     def original(x: torch.Tensor) -> np.ndarray:
-        return x[picks, :, j].numpy() * std + mean
+        return x[picks, :, j].numpy() * std[:, None] + mean[:, None]
 
-    plot_windows(
-        original(contexts),
-        original(truth),
-        original(forecast),
-        data.frame.columns[j],
-        [int(starts[i]) for i in picks],
-        path,
-    )
+    plot_windows(original(contexts), original(truth), original(forecast), titles, path)
 
 
 def format_report(report: EvalReport) -> str:
-    """A table: one row per forecaster, averaged over columns, then the model per column."""
+    """A table: one row per forecaster, averaged over columns, then the model per column (and, for many
+    series, the ten worst series)."""
+    windows = (
+        f"test windows: {report.n_windows} of {report.n_series} series (the last {report.horizon} steps of each)"
+        if report.worst_series or report.n_series > 1
+        else f"test windows: {report.n_windows} (every window, stride 1)"
+    )
     lines = [
-        f"test windows: {report.n_windows} (every window, stride 1)   context_len {report.context_len}   "
-        f"horizon {report.horizon}   season {report.season}",
+        f"{windows}   context_len {report.context_len}   horizon {report.horizon}   season {report.season}",
         "",
-        f"{'forecaster':<16}{'MSE':>9}{'MAE':>9}{'MAE orig':>12}{'RMSE orig':>12}{'MASE':>8}"
+        f"{'forecaster':<16}{'MSE':>9}{'MAE':>9}{'MAE orig':>12}{'RMSE orig':>12}{'sMAPE':>8}{'MASE':>8}"
         "   (MSE/MAE on scaled values)",
     ]
     for name, s in report.scores.items():
-        m = s["mean"]
-        lines.append(
-            f"{name:<16}{m['mse']:>9.4f}{m['mae']:>9.4f}{m['mae_original']:>12.4g}"
-            f"{m['rmse_original']:>12.4g}{m['mase']:>8.3f}"
-        )
+        lines.append(f"{name:<16}{_metrics_row(s['mean'])}")
     pairs = zip(report.columns, report.fallback, strict=False)  # no fallback recorded: ()
     fallen_back = [f"{column} uses {name}" for column, name in pairs if name != "model"]
     if fallen_back:
@@ -157,8 +231,17 @@ def format_report(report: EvalReport) -> str:
         )
     lines += ["", "model per column:"]
     for column, m in report.scores["model"]["per_column"].items():
-        lines.append(
-            f"  {column[:14]:<14}{m['mse']:>9.4f}{m['mae']:>9.4f}{m['mae_original']:>12.4g}"
-            f"{m['rmse_original']:>12.4g}{m['mase']:>8.3f}"
-        )
+        lines.append(f"  {column[:14]:<14}{_metrics_row(m)}")
+    if report.worst_series:
+        lines += ["", "ten worst series by model MASE (all in metrics_by_series.csv):"]
+        for row in report.worst_series:
+            name = f"{row['series']} {row['column']}" if len(report.columns) > 1 else row["series"]
+            lines.append(f"  {name[:14]:<14}{_metrics_row(row)}   seasonal naive MASE {row['seasonal_naive_mase']:.3f}")
     return "\n".join(lines)
+
+
+def _metrics_row(m: dict) -> str:
+    return (
+        f"{m['mse']:>9.4f}{m['mae']:>9.4f}{m['mae_original']:>12.4g}{m['rmse_original']:>12.4g}"
+        f"{m['smape']:>8.3f}{m['mase']:>8.3f}"
+    )

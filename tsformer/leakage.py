@@ -8,10 +8,11 @@ Data checks run the real windowing code on row numbers and refit the scaler on t
 from __future__ import annotations
 
 import copy
+import dataclasses
+import math
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 import torch
 
 from tsformer.config import Config
@@ -22,9 +23,6 @@ from tsformer.data import (
     SeriesFrame,
     SplitBorders,
     fill_column,
-    make_windows,
-    split_window,
-    window_target_starts,
 )
 from tsformer.errors import LeakageError
 from tsformer.model import Forecaster
@@ -184,37 +182,55 @@ def check_padding(model: Forecaster, generator: torch.Generator) -> CheckResult:
     )
 
 
-def check_scaler(values: np.ndarray, borders: SplitBorders, scaler: Scaler) -> CheckResult:
-    """The scaler's statistics must be those of the training rows alone."""
-    refit = Scaler.fit(values[: borders.train_end])
+def check_scaler(frame: SeriesFrame, borders: SplitBorders, scaler: Scaler) -> CheckResult:
+    """The scaler's statistics must be those of each series' training rows alone."""
+    values = np.where(frame.observed, frame.values, np.nan) if frame.id_cols else frame.values
+    if frame.id_cols:
+        refit, _ = Scaler.fit_series(values, frame.bounds, borders.train_end)
+    else:
+        refit = Scaler.fit(values[: int(borders.train_end[0])])
+    if refit.mean.shape != scaler.mean.shape:
+        return CheckResult(
+            "data/scaler", False, math.inf, f"scaler of shape {scaler.mean.shape}, data {refit.mean.shape}"
+        )
     change = float(max(np.abs(refit.mean - scaler.mean).max(), np.abs(refit.std - scaler.std).max()))
     tolerance = 1e-5 * float(max(1.0, np.abs(refit.mean).max(), refit.std.max()))
-    return CheckResult(
-        "data/scaler", change <= tolerance, change, f"scaler vs. statistics of training rows 0..{borders.train_end - 1}"
-    )
+    where = f"each of {frame.n_ids} series'" if frame.id_cols else f"rows 0..{int(borders.train_end[0]) - 1}:"
+    return CheckResult("data/scaler", change <= tolerance, change, f"scaler vs. statistics of {where} training rows")
 
 
-def check_windows(
-    timestamps: pd.DatetimeIndex, borders: SplitBorders, context_len: int, horizon: int
-) -> list[CheckResult]:
-    """Run the real windowing on row numbers: targets stay in their split, after their inputs, and
-    no target timestamp belongs to two splits."""
-    rows = torch.arange(borders.test_end, dtype=torch.int64).unsqueeze(1)  # (n_rows, 1) row ids as values
+def check_windows(data: Prepared) -> list[CheckResult]:
+    """Run the real windowing on row numbers: targets stay in their split and their series, after their
+    inputs (and the padding before a short series), and no series has a target timestamp in two splits."""
+    frame, borders = data.frame, data.borders
+    ids = torch.from_numpy(frame.id_of_rows())
+    rows = torch.arange(frame.n_rows, dtype=torch.float64).unsqueeze(1)  # (n_rows, 1) row ids as values
     target_rows: dict[str, np.ndarray] = {}
     worst_overlap, outside = 0, 0
     for split in SPLITS:
-        starts = window_target_starts(split, borders, context_len, horizon)
-        windows = make_windows(rows, starts, context_len, horizon)[..., 0]  # (n_windows, L + H)
-        inputs, targets = split_window(windows, context_len)
+        index = dataclasses.replace(data.split_windows(split), source=rows, source_observed=None)
+        windows = index.all()
+        inputs, targets, inputs_real, _ = windows.split(index.context_len)
+        inputs, targets = inputs[..., 0].long(), targets[..., 0].long()  # (N, L), (N, H)
+        if inputs_real is not None:  # padding (before a series' first row) reads nothing
+            inputs = torch.where(inputs_real[..., 0], inputs, torch.full_like(inputs, -1))
         overlap = (inputs.max(1).values - targets.min(1).values + 1).clamp(min=0)
         worst_overlap = max(worst_overlap, int(overlap.max()) if len(overlap) else 0)
+        series = ids[targets[:, :1]]  # (N, 1) the series of each window's first target
+        real_inputs = inputs >= 0
+        mixed = (ids[targets] != series).sum() + ((ids[inputs.clamp(min=0)] != series) & real_inputs).sum()
         first, end = borders.target_range(split)
-        outside += int(((targets < first) | (targets >= end)).sum())
+        start = torch.from_numpy(frame.bounds[:-1])[series]  # (N, 1) the series' first row
+        within = targets - start
+        low, high = torch.from_numpy(first)[series], torch.from_numpy(end)[series]
+        outside += int(((within < low) | (within >= high)).sum()) + int(mixed)
         target_rows[split] = np.unique(targets.numpy())
+    pairs = np.empty(frame.n_rows, dtype=[("series", np.int64), ("time", np.int64)])  # (series, timestamp) per row
+    pairs["series"], pairs["time"] = ids.numpy(), frame.timestamps.as_unit("ns").asi8
     shared = 0
     for i, a in enumerate(SPLITS):
         for b in SPLITS[i + 1 :]:
-            shared += len(np.intersect1d(timestamps[target_rows[a]].asi8, timestamps[target_rows[b]].asi8))
+            shared += len(np.intersect1d(pairs[target_rows[a]], pairs[target_rows[b]]))
     return [
         CheckResult(
             "data/window", worst_overlap == 0, float(worst_overlap), "steps a window's target shares with its own input"
@@ -223,7 +239,7 @@ def check_windows(
             "data/splits",
             shared == 0 and outside == 0,
             float(shared + outside),
-            f"target timestamps in two splits ({shared}) or outside their split ({outside})",
+            f"(series, target timestamp) pairs in two splits ({shared}) or outside their split or series ({outside})",
         ),
     ]
 
@@ -258,11 +274,11 @@ def check_fill(frame: SeriesFrame, method: str, n_origins: int = 32) -> CheckRes
 
 def check_data(data: Prepared, cfg: Config) -> list[CheckResult]:
     """Every data check: fills, the scaler, then the windows and splits."""
-    frame, model = data.frame, cfg.model
+    frame = data.frame
     return [
         check_fill(frame, cfg.data.fill),
-        check_scaler(frame.values, data.borders, data.scaler),
-        *check_windows(frame.timestamps, data.borders, model.context_len, model.horizon),
+        check_scaler(frame, data.borders, data.scaler),
+        *check_windows(data),
     ]
 
 

@@ -54,41 +54,97 @@ def seasonal_naive(context: torch.Tensor, horizon: int, season: int) -> torch.Te
 
 
 def mase_scale(train_values: np.ndarray, season: int) -> np.ndarray:
-    """Per-column MAE of the seasonal-naive forecast on the training rows (original units)."""
-    season = usable_season(season, len(train_values) - 1)  # the last row has len - 1 rows before it
+    """Per-column MAE of the seasonal-naive forecast on one series' training rows (original units); 1 where
+    it is 0 or there is no pair to difference."""
+    season = usable_season(season, max(len(train_values) - 1, 1))  # the last row has len - 1 rows before it
     diffs = np.abs(train_values[season:] - train_values[:-season])  # NaN where either cell is unobserved
     pairs = ~np.isnan(diffs)
     scale = np.where(pairs, diffs, 0.0).sum(axis=0) / np.maximum(pairs.sum(axis=0), 1)
     return np.where(scale > 0, scale, 1.0)
 
 
+def smape(forecast: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """The M4 competition's symmetric APE per point, in %: 200 |y - f| / (|y| + |f|) (0 where both are 0)."""
+    denominator = np.abs(truth) + np.abs(forecast)
+    return np.where(denominator > 0, 200 * np.abs(truth - forecast) / np.where(denominator > 0, denominator, 1), 0.0)
+
+
+METRICS = ("mse", "mae", "mae_original", "rmse_original", "smape", "mase")
+
+
+def point_errors(
+    forecast: np.ndarray, truth: np.ndarray, mean: np.ndarray, std: np.ndarray, mase_denominator: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Per point (N, H, C): squared and absolute error (scaled), absolute and squared error in the CSV's
+    units, sMAPE (%), and the absolute error over the series' MASE scale. mean, std and mase_denominator
+    are (N, C) per window (its series') or (1, C)."""
+    mean, std, denominator = mean[:, None], std[:, None], mase_denominator[:, None]  # (N or 1, 1, C)
+    error = forecast - truth  # scaled units
+    error_orig = error * std  # original units (the mean cancels)
+    return {
+        "mse": error**2,
+        "mae": np.abs(error),
+        "mae_original": np.abs(error_orig),
+        "rmse_original": error_orig**2,  # the root is taken after averaging
+        "smape": smape(forecast * std + mean, truth * std + mean),
+        "mase": np.abs(error_orig) / denominator,
+    }
+
+
+def _averages(points: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, float]:
+    averages = {name: float(np.mean(values[keep])) for name, values in points.items()}
+    averages["rmse_original"] = float(np.sqrt(averages["rmse_original"]))
+    return averages
+
+
 def score(
     forecast: np.ndarray,
     truth: np.ndarray,
+    mean: np.ndarray,
     std: np.ndarray,
     columns: tuple[str, ...],
     mase_denominator: np.ndarray,
     observed: np.ndarray | None = None,
 ) -> dict:
-    """Metrics of scaled (N, H, C) forecasts: MSE/MAE scaled, MAE/RMSE original units, MASE; per column and mean.
+    """Metrics of scaled (N, H, C) forecasts: MSE/MAE scaled, MAE/RMSE original units, sMAPE, MASE; per column
+    and the mean over columns. Averages run over every observed point, so with one window per series (the
+    M4 protocol) sMAPE and MASE are the means over series of each series' mean.
 
     `observed` (N, H, C) bool leaves unobserved truth cells out (None: every cell counts).
     """
-    error = forecast - truth  # scaled units
-    error_orig = error * std  # original units (the mean cancels)
+    points = point_errors(forecast, truth, mean, std, mase_denominator)
     per_column = {}
     for j, name in enumerate(columns):
-        keep = np.ones(error.shape[:-1], dtype=bool) if observed is None else observed[..., j]
-        e, eo = error[..., j][keep], error_orig[..., j][keep]
-        if not len(e):  # no observed truth in this column's test windows: nothing to score
+        keep = np.ones(forecast.shape[:-1], dtype=bool) if observed is None else observed[..., j]
+        if not keep.any():  # no observed truth in this column's test windows: nothing to score
             continue
-        per_column[name] = {
-            "mse": float(np.mean(e**2)),
-            "mae": float(np.mean(np.abs(e))),
-            "mae_original": float(np.mean(np.abs(eo))),
-            "rmse_original": float(np.sqrt(np.mean(eo**2))),
-            "mase": float(np.mean(np.abs(eo)) / mase_denominator[j]),
-        }
-    keys = ("mse", "mae", "mae_original", "rmse_original", "mase")
-    average = {k: float(np.mean([m[k] for m in per_column.values()])) if per_column else None for k in keys}
+        per_column[name] = _averages({k: v[..., j] for k, v in points.items()}, keep)
+    average = {k: float(np.mean([m[k] for m in per_column.values()])) if per_column else None for k in METRICS}
     return {"mean": average, "per_column": per_column}
+
+
+def score_by_series(
+    forecast: np.ndarray,
+    truth: np.ndarray,
+    mean: np.ndarray,
+    std: np.ndarray,
+    mase_denominator: np.ndarray,
+    observed: np.ndarray | None,
+    window_ids: np.ndarray,
+    n_ids: int,
+) -> list[dict[str, float] | None]:
+    """Per series (window_ids (N,) names each window's), per column j: [series][j] metrics, or None when
+    a series has no observed test point in that column; a list of n_ids lists."""
+    points = point_errors(forecast, truth, mean, std, mase_denominator)
+    keep_all = np.ones(forecast.shape, dtype=bool) if observed is None else observed
+    order = np.argsort(window_ids, kind="stable")
+    edges = np.searchsorted(window_ids[order], np.arange(n_ids + 1))
+    out = []
+    for i in range(n_ids):
+        rows = order[edges[i] : edges[i + 1]]
+        per_column = []
+        for j in range(forecast.shape[-1]):
+            keep = keep_all[rows, :, j]
+            per_column.append(_averages({k: v[rows, :, j] for k, v in points.items()}, keep) if keep.any() else None)
+        out.append(per_column)
+    return out

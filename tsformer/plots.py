@@ -41,17 +41,15 @@ def plot_history(history: pd.DataFrame, path: Path) -> None:
     _save(fig, path)
 
 
-def plot_windows(
-    context: np.ndarray, truth: np.ndarray, forecast: np.ndarray, column: str, starts: list[int], path: Path
-) -> None:
-    """A few test windows of one column: history, truth and forecast, each (n, steps)."""
-    fig, axes = plt.subplots(len(starts), 1, figsize=(8, 2.2 * len(starts)), squeeze=False, constrained_layout=True)
-    for i, (ax, start) in enumerate(zip(axes[:, 0], starts, strict=True)):
+def plot_windows(context: np.ndarray, truth: np.ndarray, forecast: np.ndarray, titles: list[str], path: Path) -> None:
+    """A few test windows of one column: history, truth and forecast, each (n, steps), one title each."""
+    fig, axes = plt.subplots(len(titles), 1, figsize=(8, 2.2 * len(titles)), squeeze=False, constrained_layout=True)
+    for i, (ax, title) in enumerate(zip(axes[:, 0], titles, strict=True)):
         L, H = context.shape[1], truth.shape[1]
         ax.plot(range(-L, 0), context[i], color="black", linewidth=0.8, label="history")
         ax.plot(range(H), truth[i], color="tab:green", label="truth")
         ax.plot(range(H), forecast[i], color="tab:red", label="forecast")
-        ax.set_title(f"{column}, test window starting at row {start}", fontsize=9)
+        ax.set_title(title, fontsize=9)
     axes[0, 0].legend(fontsize=8)
     axes[-1, 0].set_xlabel("steps from the forecast origin")
     _save(fig, path)

@@ -14,7 +14,7 @@ import torch
 from pandas.tseries.frequencies import to_offset
 
 from tsformer.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint
-from tsformer.data import read_series
+from tsformer.data import Scaler, SeriesFrame, read_series
 from tsformer.errors import DataError
 from tsformer.fallback import all_forecasts, apply, season_for
 from tsformer.files import atomic_open, check_output_path
@@ -23,15 +23,20 @@ from tsformer.intervals import label
 
 @dataclass(frozen=True)
 class Forecast:
-    frame: pd.DataFrame  # indexed by the future timestamps (named like the time column), one column per target
-    notes: tuple[str, ...]  # how the CSV was read (date order, frequency), for the user
+    """A wide file's forecast is indexed by the future timestamps (named like the time column), one column
+    per target and interval bound; a long file's is long too: id columns, time column, then those columns."""
+
+    frame: pd.DataFrame
+    notes: tuple[str, ...]  # how the CSV was read (date order, frequency, new series), for the user
+    long: bool = False
 
     def to_csv(self) -> str:
-        return self.frame.to_csv()
+        return self.frame.to_csv(index=not self.long)
 
 
 def predict(run: str | Path, csv: str | Path, out: Path | None = None, plot: Path | None = None) -> Forecast:
-    """Forecast after the last row of `csv`; a history shorter than context_len is left-padded and masked.
+    """Forecast after the last row of each series of `csv`; a history shorter than context_len is
+    left-padded and masked.
 
     With `out` and/or `plot`, the CSV and the PNG are written atomically, and only when both succeed;
     unusable output paths are refused before any work.
@@ -40,8 +45,14 @@ def predict(run: str | Path, csv: str | Path, out: Path | None = None, plot: Pat
         if path is not None:
             check_output_path(path, flag)
     ckpt = load_checkpoint(resolve_checkpoint(run))
-    history, notes = read_history(ckpt, csv)
-    forecast = Forecast(forecast_frame(ckpt, history), notes)
+    frame = read_history(ckpt, csv)
+    scaler, new_series = series_scaler(ckpt, frame)
+    notes = frame.notes
+    if new_series:
+        notes += (
+            f"{new_series} series were not in training; the global model forecasts them, scaled with their own history",
+        )
+    forecast = Forecast(forecast_frame(ckpt, frame, scaler), notes, long=bool(ckpt.id_cols))
     with contextlib.ExitStack() as stack:  # every file is renamed into place only after all were written
         if out is not None:
             stack.enter_context(atomic_open(out)).write(forecast.to_csv().encode("utf-8"))
@@ -49,49 +60,106 @@ def predict(run: str | Path, csv: str | Path, out: Path | None = None, plot: Pat
             from tsformer.plots import plot_forecast
 
             image = io.BytesIO()
-            plot_forecast(history.iloc[-4 * ckpt.config.model.horizon :], forecast.frame, image)
+            history, future = _plotted(ckpt, frame, forecast.frame)
+            plot_forecast(history, future, image)
             stack.enter_context(atomic_open(plot)).write(image.getbuffer())
     return forecast
 
 
-def read_history(ckpt: Checkpoint, csv: str | Path) -> tuple[pd.DataFrame, tuple[str, ...]]:
-    """The CSV's target columns (as trained) indexed by timestamp, checked against the checkpoint; and notes."""
-    data_cfg = dataclasses.replace(ckpt.config.data, path=str(csv), targets=ckpt.columns, time_col=ckpt.time_col)
+def read_history(ckpt: Checkpoint, csv: str | Path) -> SeriesFrame:
+    """The CSV's series and target columns (as trained), checked against the checkpoint."""
+    data_cfg = dataclasses.replace(
+        ckpt.config.data, path=str(csv), targets=ckpt.columns, time_col=ckpt.time_col, id_cols=ckpt.id_cols
+    )
     try:
-        frame = read_series(csv, data_cfg, expected_freq=ckpt.freq)
+        return read_series(csv, data_cfg, expected_freq=ckpt.freq)
     except DataError as exc:
-        if str(exc).startswith(("target column", "time column")):
+        if str(exc).startswith(("target column", "time column", "id column")):
+            ids = f", id column{'s' * (len(ckpt.id_cols) > 1)} {', '.join(ckpt.id_cols)}" if ckpt.id_cols else ""
             raise DataError(
                 f"{csv} does not match the model, which was trained on columns {', '.join(ckpt.columns)} "
-                f"with time column {ckpt.time_col!r}: {exc}"
+                f"with time column {ckpt.time_col!r}{ids}: {exc}"
             ) from None
         raise
-    history = pd.DataFrame(frame.values, index=frame.timestamps.rename(ckpt.time_col), columns=list(frame.columns))
-    return history, frame.notes
 
 
-def forecast_frame(ckpt: Checkpoint, history: pd.DataFrame) -> pd.DataFrame:
+def series_scaler(ckpt: Checkpoint, frame: SeriesFrame) -> tuple[Scaler, int]:
+    """Each series' scaler: the run's for a series it was trained on; for a new series (long format), the
+    statistics of its own history, which all lies before the forecast origin. Returns it and the count of
+    new series."""
+    if not ckpt.id_cols:
+        return ckpt.scaler, 0
+    known = {key: i for i, key in enumerate(ckpt.series)}
+    means, stds, new = [], [], 0
+    for i, key in enumerate(frame.keys):
+        if key in known:
+            means.append(ckpt.scaler.mean[known[key]])
+            stds.append(ckpt.scaler.std[known[key]])
+            continue
+        new += 1
+        rows = np.where(frame.observed[frame.rows_of(i)], frame.values[frame.rows_of(i)], np.nan)
+        own = Scaler.fit(rows)
+        means.append(np.nan_to_num(own.mean[0]))  # a column with no value at all: mean 0, std 1
+        stds.append(np.nan_to_num(own.std[0], nan=1.0))
+    return Scaler(mean=np.stack(means), std=np.stack(stds)), new
+
+
+def forecast_frame(ckpt: Checkpoint, frame: SeriesFrame, scaler: Scaler) -> pd.DataFrame:
+    """Every series' next `horizon` steps, with the validation fallback and the conformal intervals."""
     cfg = ckpt.config.model
-    model = ckpt.build_model()
-    recent = history.to_numpy()[-cfg.context_len :]  # (<= L, C), NaN where a cell is unobserved
-    n_real = len(recent)
-    context = torch.zeros(1, cfg.context_len, len(ckpt.columns))
-    context[0, cfg.context_len - n_real :] = torch.from_numpy(np.nan_to_num(ckpt.scaler.transform(recent)))
-    observed = torch.zeros(1, cfg.context_len, len(ckpt.columns), dtype=torch.bool)  # left padding unobserved
-    observed[0, cfg.context_len - n_real :] = torch.from_numpy(~np.isnan(recent))
-    forecasts = all_forecasts(model, context, observed, season_for(ckpt.freq, cfg.context_len))
-    scaled = apply(ckpt.fallback, forecasts)[0].numpy()  # (H, C): per column, the forecaster chosen on validation
-    offset = to_offset(ckpt.freq)
-    timestamps = pd.date_range(history.index[-1] + offset, periods=cfg.horizon, freq=offset, name=ckpt.time_col)
-    point = ckpt.scaler.inverse(scaled)
+    n_columns = len(ckpt.columns)
+    contexts = torch.zeros(frame.n_ids, cfg.context_len, n_columns)
+    observed = torch.zeros(frame.n_ids, cfg.context_len, n_columns, dtype=torch.bool)  # left padding unobserved
+    for i in range(frame.n_ids):
+        rows = frame.rows_of(i)
+        recent = np.where(frame.observed[rows], frame.values[rows], np.nan)[-cfg.context_len :]  # (<= L, C)
+        contexts[i, cfg.context_len - len(recent) :] = torch.from_numpy(np.nan_to_num(scaler.transform(recent, i)))
+        observed[i, cfg.context_len - len(recent) :] = torch.from_numpy(~np.isnan(recent))
+    forecasts = all_forecasts(ckpt.build_model(), contexts, observed, season_for(ckpt.freq, cfg.context_len))
+    scaled = apply(ckpt.fallback, forecasts).numpy()  # (S, H, C): per column, the forecaster chosen on validation
+    ids = np.arange(frame.n_ids)[:, None]  # (S, 1): each row's series, for the scaler
+    point = scaler.inverse(scaled, ids)
     widths = [] if ckpt.interval_widths is None else ckpt.interval_widths.numpy()  # (n_levels, H, C), scaled
     bands = [
-        (label(level), ckpt.scaler.inverse(scaled - width), ckpt.scaler.inverse(scaled + width))
+        (label(level), scaler.inverse(scaled - width, ids), scaler.inverse(scaled + width, ids))
         for level, width in zip(ckpt.interval_levels, widths, strict=True)
     ]
     columns = {}
     for j, name in enumerate(ckpt.columns):  # each target, then its intervals: OT, OT_lower_80, OT_upper_80, ...
-        columns[name] = point[:, j]
+        columns[name] = point[..., j].reshape(-1)  # (S * H,) series after series
         for tag, lower, upper in bands:
-            columns[f"{name}_lower_{tag}"], columns[f"{name}_upper_{tag}"] = lower[:, j], upper[:, j]
-    return pd.DataFrame(columns, index=timestamps)
+            columns[f"{name}_lower_{tag}"] = lower[..., j].reshape(-1)
+            columns[f"{name}_upper_{tag}"] = upper[..., j].reshape(-1)
+    offset = to_offset(ckpt.freq)
+    lasts = frame.timestamps[frame.bounds[1:] - 1]
+    ranges = [pd.date_range(last + offset, periods=cfg.horizon, freq=offset) for last in lasts]
+    timestamps = ranges[0].append(ranges[1:]).rename(ckpt.time_col)
+    if not ckpt.id_cols:
+        return pd.DataFrame(columns, index=timestamps)
+    ids_frame = pd.DataFrame(
+        np.repeat(np.array(frame.keys, dtype=object), cfg.horizon, axis=0), columns=list(ckpt.id_cols)
+    )
+    return pd.concat([ids_frame, pd.DataFrame({ckpt.time_col: timestamps}), pd.DataFrame(columns)], axis=1)
+
+
+PLOTTED_SERIES = 4  # long format: the forecast plot shows the first few series
+
+
+def _plotted(ckpt: Checkpoint, frame: SeriesFrame, forecast: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The recent history (4 horizons) and forecast to plot, indexed by timestamp: every target of a wide
+    file, or the first target of the first few series of a long one (one column per series)."""
+    horizon = ckpt.config.model.horizon
+    if not ckpt.id_cols:
+        history = pd.DataFrame(frame.values, index=frame.timestamps, columns=list(frame.columns))
+        return history.iloc[-4 * horizon :], forecast
+    target = ckpt.columns[0]
+    histories, futures = [], []
+    for i in range(min(PLOTTED_SERIES, frame.n_ids)):
+        name = frame.names[i]
+        rows = frame.rows_of(i)
+        values = np.where(frame.observed[rows, 0], frame.values[rows, 0], np.nan)[-4 * horizon :]
+        histories.append(pd.Series(values, index=frame.timestamps[rows][-4 * horizon :], name=name))
+        part = forecast.iloc[i * horizon : (i + 1) * horizon].set_index(ckpt.time_col)
+        bounds = {c: c.replace(target, name, 1) for c in part.columns if c.startswith(f"{target}_")}
+        futures.append(part[[target, *bounds]].rename(columns={target: name, **bounds}))
+    return pd.concat(histories, axis=1), pd.concat(futures, axis=1)

@@ -24,7 +24,7 @@ import torch
 from tsformer import distributed, runfolder
 from tsformer.checkpoint import LAST_FILE, MODEL_FILE, Checkpoint, load_checkpoint, save_checkpoint
 from tsformer.config import MAX_SEED, Config, save_config, with_data_path
-from tsformer.data import Prepared, Windows, prepare
+from tsformer.data import Prepared, WindowIndex, Windows, prepare
 from tsformer.errors import CheckpointError, ConfigError, DataError, Interrupted, TrainingError
 from tsformer.fallback import Decision, all_forecasts, apply, decide, season_for
 from tsformer.files import atomic_write_text
@@ -108,8 +108,8 @@ def _train(
     torch.manual_seed(cfg.train.seed)
     model = Forecaster(cfg.model, len(data.frame.columns), cfg.train.loss)
     _run_leakage_checks(model, data, cfg)
-    train_windows = data.split_windows("train", cfg.model.context_len, cfg.model.horizon, cfg.train.train_stride)
-    val_windows = data.split_windows("val", cfg.model.context_len, cfg.model.horizon)
+    train_windows = data.split_windows("train", cfg.train.train_stride)
+    val_windows = data.split_windows("val")
     model.to(ctx.device)
     optimizer = _optimizer(model, cfg)
     state = _restore(previous, model, optimizer) if previous is not None else LoopState()
@@ -137,7 +137,7 @@ def _train(
     )
 
 
-def _calibrate(model_file: Path, val_windows: Windows, cfg: Config) -> Decision:
+def _calibrate(model_file: Path, val_windows: WindowIndex, cfg: Config) -> Decision:
     """On the validation windows: score the best model and the naive forecasters, choose per column, and
     calibrate conformal intervals around the chosen forecast; store both in model.pt."""
     best = load_checkpoint(model_file)
@@ -230,7 +230,7 @@ class _Runner:
         self.show_progress = show_progress and ctx.is_main
         self.saved_epoch = 0  # the epoch in last.pt, for messages
 
-    def loop(self, state: LoopState, train_windows: Windows, val_windows: Windows) -> None:
+    def loop(self, state: LoopState, train_windows: WindowIndex, val_windows: WindowIndex) -> None:
         tc = self.cfg.train
         n_windows = len(train_windows)
         per_rank = math.ceil(n_windows / self.ctx.world_size)
@@ -252,7 +252,7 @@ class _Runner:
             ) from None
 
     def _train_epoch(
-        self, state: LoopState, train_windows: Windows, total_steps: int, started: float, progress: Progress
+        self, state: LoopState, train_windows: WindowIndex, total_steps: int, started: float, progress: Progress
     ) -> tuple[float, float]:
         """One pass over this rank's share of the windows, in an order fixed by (seed, epoch).
 
@@ -331,7 +331,7 @@ class _Runner:
         self.optimizer.step()
         return loss.item()
 
-    def _val_loss(self, val_windows: Windows) -> float:
+    def _val_loss(self, val_windows: WindowIndex) -> float:
         """MSE of the last token's forecast (the real forecast) over every observed validation target."""
         contexts, targets, context_observed, target_observed = val_windows.split(self.cfg.model.context_len)
         if target_observed is None:
@@ -351,6 +351,8 @@ class _Runner:
             columns=frame.columns,
             time_col=frame.time_col,
             freq=frame.freq,
+            id_cols=frame.id_cols,
+            series=frame.keys,
             scaler=self.data.scaler,
             borders=self.data.borders,
             model_state=self.model.state_dict(),

@@ -1,7 +1,7 @@
 """Reading, validating, splitting, scaling and windowing series."""
 
 from tsformer.data.loader import SeriesFrame, fill_column, parse_freq, read_series
-from tsformer.data.prepare import Prepared, Windows, data_fingerprint, prepare
+from tsformer.data.prepare import Prepared, WindowIndex, Windows, data_fingerprint, panel_min_history, prepare
 from tsformer.data.split import (
     SPLITS,
     Scaler,
@@ -9,6 +9,7 @@ from tsformer.data.split import (
     make_windows,
     split_borders,
     split_window,
+    window_counts,
     window_target_starts,
 )
 
@@ -22,7 +23,10 @@ __all__ = [
     "Scaler",
     "SeriesFrame",
     "SplitBorders",
+    "WindowIndex",
     "Windows",
+    "panel_min_history",
+    "window_counts",
     "make_windows",
     "read_series",
     "split_borders",

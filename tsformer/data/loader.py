@@ -21,25 +21,60 @@ from tsformer.data.csvfile import names, read_table
 from tsformer.errors import DataError
 
 TIME_COL_NAMES = ("date", "timestamp", "time", "datetime", "ds", "period", "dt")
+ID_COL_NAMES = ("unique_id", "series_id", "item_id", "ts_id", "id")  # long format: the column naming each series
+LONG_TARGET = "y"  # long format's usual target column (neuralforecast, statsforecast)
 NA_TEXT = ("", "nan", "-nan", "na", "n/a", "#n/a", "null", "none")
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 @dataclass(frozen=True)
 class SeriesFrame:
-    """Regular series: one timestamp per row, one float32 column per target."""
+    """Regular series on one frequency: one float32 column per target.
 
-    timestamps: pd.DatetimeIndex
-    values: np.ndarray  # (n_rows, n_series) float32
+    A wide file is one series (its columns share one clock). A long-format file holds many series,
+    named by the id columns; their rows are stacked, series after series, each on its own regular
+    grid in time order: series i owns rows bounds[i]:bounds[i + 1].
+    """
+
+    timestamps: pd.DatetimeIndex  # (n_rows,)
+    values: np.ndarray  # (n_rows, n_columns) float32
     columns: tuple[str, ...]
     time_col: str
     freq: str
-    observed: np.ndarray  # (n_rows, n_series) bool: False where the CSV had no finite value (filled with --fill)
+    observed: np.ndarray  # (n_rows, n_columns) bool: False where the CSV had no finite value (filled with --fill)
     notes: tuple[str, ...] = ()  # what the reader decided that the user should hear (date order, fills)
+    id_cols: tuple[str, ...] = ()  # () for a wide file
+    keys: tuple[tuple[str, ...], ...] = ((),)  # each series' id values, in the order of the file
+    bounds: np.ndarray | None = None  # (n_ids + 1,) row where each series starts, then n_rows; None: one series
+
+    def __post_init__(self) -> None:
+        if self.bounds is None:
+            object.__setattr__(self, "bounds", np.array([0, len(self.timestamps)], dtype=np.int64))
 
     @property
     def n_rows(self) -> int:
         return len(self.timestamps)
+
+    @property
+    def n_ids(self) -> int:
+        """How many series (1 for a wide file)."""
+        return len(self.keys)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Each series' name: its id values joined by '/' ("" for a wide file)."""
+        return tuple("/".join(key) for key in self.keys)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.bounds)
+
+    def rows_of(self, i: int) -> slice:
+        return slice(int(self.bounds[i]), int(self.bounds[i + 1]))
+
+    def id_of_rows(self) -> np.ndarray:
+        """(n_rows,) the series index of every row."""
+        return np.repeat(np.arange(self.n_ids), self.lengths)
 
 
 def read_series(path: str | Path, cfg: DataConfig, expected_freq: str = "") -> SeriesFrame:
@@ -50,17 +85,29 @@ def read_series(path: str | Path, cfg: DataConfig, expected_freq: str = "") -> S
     path = Path(path)
     table, delimiter = read_table(path)
     time_col = _find_time_col(table, cfg.time_col, path)
-    timestamps, time_notes = _parse_timestamps(table[time_col], time_col, cfg)
-    targets = _pick_targets(table, time_col, cfg.targets, path, delimiter)
-    if cfg.sort:
-        order = np.argsort(timestamps.asi8, kind="stable")
-        table, timestamps = table.iloc[order], timestamps[order]
+    id_cols = _find_id_cols(table, cfg.id_cols, time_col, path)
+    codes, keys = _series_codes(table, id_cols, explicit=bool(cfg.id_cols))
+    timestamps, time_notes = _parse_timestamps(table[time_col], time_col, cfg, sample=codes == 0)
+    targets, target_notes = _pick_targets(table, (time_col, *id_cols), cfg.targets, path, delimiter)
+    # series after series (in the order they first appear), each in file order or, with --sort, in time order
+    order = np.lexsort((timestamps.asi8, codes)) if cfg.sort else np.argsort(codes, kind="stable")
+    table, timestamps, codes = table.iloc[order], timestamps[order], codes[order]
+    bounds = np.searchsorted(codes, np.arange(len(keys) + 1)).astype(np.int64)
+    names = tuple("/".join(key) for key in keys) if id_cols else ("",)
     lines = table.index.to_numpy()
-    _check_order(timestamps, lines)
-    freq, freq_notes = _resolve_freq(timestamps, cfg.freq, expected_freq, lines)
-    values = _numeric_values(table, targets, delimiter)  # (n_rows, n_series) float64, NaN where missing
-    timestamps, values, gap_notes = _fill_the_grid(timestamps, values, freq)
-    values, observed, value_notes = _complete(values, targets, cfg.fill, lines)
+    _check_order(timestamps, lines, bounds, names)
+    longest = int(np.argmax(np.diff(bounds)))
+    span = slice(int(bounds[longest]), int(bounds[longest + 1]))
+    freq, freq_notes = _resolve_freq(timestamps[span], cfg.freq, expected_freq, lines[span])
+    values = _numeric_values(table, targets, delimiter)  # (n_rows, n_columns) float64, NaN where missing
+    if len(keys) == 1:
+        timestamps, values, gap_notes = _fill_the_grid(timestamps, values, freq)
+        first_lines = lines[:1]
+        bounds = np.array([0, len(timestamps)], dtype=np.int64)
+    else:
+        timestamps, values, bounds, gap_notes = _fill_the_grids(timestamps, values, freq, bounds, names, lines)
+        first_lines = lines[np.searchsorted(codes, np.arange(len(keys)))]
+    values, observed, value_notes = _complete(values, targets, cfg.fill, bounds, first_lines, names)
     return SeriesFrame(
         timestamps=timestamps,
         values=values,
@@ -68,8 +115,62 @@ def read_series(path: str | Path, cfg: DataConfig, expected_freq: str = "") -> S
         time_col=time_col,
         freq=freq,
         observed=observed,
-        notes=time_notes + freq_notes + gap_notes + value_notes,
+        notes=time_notes + target_notes + freq_notes + gap_notes + value_notes,
+        id_cols=id_cols,
+        keys=keys,
+        bounds=bounds,
     )
+
+
+# --- series ids -----------------------------------------------------------------------------------
+
+
+def _find_id_cols(table: pd.DataFrame, requested: tuple[str, ...], time_col: str, path: Path) -> tuple[str, ...]:
+    """The long format's id columns: as given (--id-col), else the first of ID_COL_NAMES present, else ()."""
+    for i, name in enumerate(requested):
+        if name not in table.columns:
+            raise DataError(f"id column {name!r} not in {path.name}; columns are: {names(table.columns)}")
+        if name == time_col:
+            raise DataError(f"id column {name!r} is the time column; name the column that identifies each series")
+        if name in requested[:i]:
+            raise DataError(f"id column {name!r} is given twice; give each --id-col once")
+    if requested:
+        return tuple(requested)
+    by_lower = {str(column).lower(): column for column in table.columns if column != time_col}
+    return next(((by_lower[name],) for name in ID_COL_NAMES if name in by_lower), ())
+
+
+def _series_codes(
+    table: pd.DataFrame, id_cols: tuple[str, ...], explicit: bool
+) -> tuple[np.ndarray, tuple[tuple[str, ...], ...]]:
+    """Each row's series index (in order of first appearance) and each series' id values as text."""
+    if not id_cols:
+        return np.zeros(len(table), dtype=np.int64), ((),)
+    parts = []
+    for name in id_cols:
+        column = table[name]
+        missing = column.isna().to_numpy()
+        if missing.any():
+            raise DataError(
+                f"empty id in id column {name!r} at line {column.index[missing][0]}; every row needs its series' id"
+            )
+        text = column.astype(str).str.strip()
+        n_distinct = text.nunique()
+        if n_distinct == len(text) and len(text) > 2:
+            raise DataError(
+                f"id column {name!r} has a different value on each of the {len(text)} rows, so every series would be "
+                "one row; name the column that identifies each series with --id-col"
+            )
+        if n_distinct == 1 and explicit and len(id_cols) == 1 and len(text) > 1:
+            raise DataError(
+                f"id column {name!r} holds one value ({text.iloc[0]!r}) on every row, so it names no series; "
+                "drop --id-col for a single series, or name the column that identifies each series"
+            )
+        parts.append(text.to_numpy(dtype=object))
+    joined = parts[0] if len(parts) == 1 else np.array(["\x1f".join(values) for values in zip(*parts, strict=True)])
+    codes, uniques = pd.factorize(joined)
+    keys = tuple(tuple(str(u).split("\x1f")) if len(parts) > 1 else (str(u),) for u in uniques)
+    return codes.astype(np.int64), keys
 
 
 # --- time -----------------------------------------------------------------------------------------
@@ -89,12 +190,15 @@ def _find_time_col(table: pd.DataFrame, requested: str, path: Path) -> str:
     )
 
 
-def _parse_timestamps(column: pd.Series, name: str, cfg: DataConfig) -> tuple[pd.DatetimeIndex, tuple[str, ...]]:
+def _parse_timestamps(
+    column: pd.Series, name: str, cfg: DataConfig, sample: np.ndarray | None = None
+) -> tuple[pd.DatetimeIndex, tuple[str, ...]]:
     """Timestamps and notes on how they were read; numbers are read as text, so 2024 is a year.
 
     A UTC offset is kept (mixed offsets, as across daylight saving, are converted to UTC). Dates
     whose day and month order is ambiguous (01/02/2024) are read the way that gives regular,
-    increasing timestamps, or day-first with `cfg.dayfirst`.
+    increasing timestamps (in the rows of `sample`, one series of a long file), or day-first with
+    `cfg.dayfirst`.
     """
     missing = column.isna().to_numpy()
     if missing.any():
@@ -103,7 +207,8 @@ def _parse_timestamps(column: pd.Series, name: str, cfg: DataConfig) -> tuple[pd
     text = column.astype(str).str.strip()
     readings = _date_orders(text.iloc[0], cfg.dayfirst)
     parsed = {order: _to_datetime(text, fmt, dayfirst=order == "day-first") for order, fmt in readings.items()}
-    order, notes = _pick_date_order(parsed, name, cfg)
+    sampled = {order: p if p is None or sample is None else p[sample] for order, p in parsed.items()}
+    order, notes = _pick_date_order(sampled, name, cfg)
     timestamps = parsed[order]
     bad = timestamps.isna().to_numpy() if timestamps is not None else np.ones(len(text), dtype=bool)
     if bad.any():
@@ -190,18 +295,21 @@ def _all_utc(text: pd.Series) -> bool:
     return bool(text.str.contains(r"(?:Z|[+-]00:?00)$", regex=True).all())
 
 
-def _check_order(timestamps: pd.DatetimeIndex, lines: np.ndarray) -> None:
+def _check_order(timestamps: pd.DatetimeIndex, lines: np.ndarray, bounds: np.ndarray, names: tuple[str, ...]) -> None:
+    """Within each series, timestamps strictly increase; the message names the series and the lines."""
     steps = np.diff(timestamps.asi8)
+    steps[bounds[1:-1] - 1] = 1  # from one series' last row to the next series' first: no order
     if (steps > 0).all():
         return
     i = int(np.flatnonzero(steps <= 0)[0])
+    series = int(np.searchsorted(bounds, i, side="right")) - 1
+    where = f"series {names[series]!r}: " if names[series] else ""
     first, second = timestamps[i], timestamps[i + 1]
     if steps[i] == 0:
-        raise DataError(
-            f"duplicate timestamp {second} at lines {lines[i]} and {lines[i + 1]}; keep one row per timestamp"
-        )
+        one_row = "one row per series and timestamp" if names[series] else "one row per timestamp"
+        raise DataError(f"{where}duplicate timestamp {second} at lines {lines[i]} and {lines[i + 1]}; keep {one_row}")
     raise DataError(
-        f"timestamps decrease at line {lines[i + 1]} ({second} after {first} at line {lines[i]}); "
+        f"{where}timestamps decrease at line {lines[i + 1]} ({second} after {first} at line {lines[i]}); "
         "sort the file by time or pass --sort"
     )
 
@@ -330,6 +438,74 @@ def _fill_the_grid(
     return grid, full, (note,)
 
 
+def _fill_the_grids(
+    timestamps: pd.DatetimeIndex,
+    values: np.ndarray,
+    freq: str,
+    bounds: np.ndarray,
+    names: tuple[str, ...],
+    lines: np.ndarray,
+) -> tuple[pd.DatetimeIndex, np.ndarray, np.ndarray, tuple[str, ...]]:
+    """Each series of a long file on its own `freq` grid, missing timestamps as rows of NaN; a series off
+    the grid (another frequency, or too sparse to be gappy) is an error naming it and its line."""
+    offset = to_offset(freq)
+    try:
+        step = offset.nanos
+    except ValueError:  # a calendar step (months, business days): lay out each series' grid
+        step = None
+    as_ns = timestamps.as_unit("ns").asi8
+    starts_ns = as_ns[bounds[:-1]]  # (n_ids,) each series' first timestamp
+    series = np.repeat(np.arange(len(names)), np.diff(bounds))
+    if step is not None:
+        position = as_ns - starts_ns[series]
+        off_grid = position % step != 0
+        position //= step
+    else:
+        position = np.empty(len(timestamps), dtype=np.int64)
+        off_grid = np.zeros(len(timestamps), dtype=bool)
+        for i in range(len(names)):
+            rows = slice(int(bounds[i]), int(bounds[i + 1]))
+            grid = _grid(timestamps[rows], offset)
+            found = grid.get_indexer(timestamps[rows]) if grid is not None else -np.ones(rows.stop - rows.start)
+            off_grid[rows] = found < 0
+            position[rows] = np.maximum(found, 0)
+    lengths = position[bounds[1:] - 1] + 1  # (n_ids,) grid steps from each series' first to last timestamp
+    sparse = np.flatnonzero(lengths > 2 * np.diff(bounds))
+    if off_grid.any() or len(sparse):
+        i = int(np.flatnonzero(off_grid)[0]) if off_grid.any() else int(bounds[sparse[0] + 1]) - 1
+        s = int(series[i])
+        raise DataError(
+            f"series {names[s]!r} is not on the {freq} grid of the other series: {timestamps[i]} at line {lines[i]} "
+            f"(the series starts at {timestamps[int(bounds[s])]}); give every series the same frequency, "
+            "or fill its gaps"
+        )
+    new_bounds = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    rows = new_bounds[series] + position
+    full = np.full((int(new_bounds[-1]), values.shape[1]), np.nan)
+    full[rows] = values
+    new_series = np.repeat(np.arange(len(names)), lengths)
+    steps_in = np.arange(int(new_bounds[-1])) - new_bounds[new_series]
+    if step is not None:
+        nanos = starts_ns[new_series] + steps_in * step  # (n_rows,) ns since the epoch (UTC when tz-aware)
+        grid = pd.DatetimeIndex(nanos.view("M8[ns]"), name=timestamps.name)
+        if timestamps.tz is not None:
+            grid = grid.tz_localize("UTC").tz_convert(timestamps.tz)
+        grid = grid.as_unit(timestamps.unit)
+    else:
+        grid = timestamps[:0].append(
+            [pd.date_range(timestamps[int(bounds[i])], periods=int(lengths[i]), freq=offset) for i in range(len(names))]
+        )
+    n_missing = int(new_bounds[-1]) - len(timestamps)
+    notes = ()
+    if n_missing:
+        gappy = np.flatnonzero(lengths > np.diff(bounds))
+        notes = (
+            f"{n_missing} timestamp{'s' * (n_missing > 1)} missing from the {freq} grids of {len(gappy)} series "
+            f"(first in {names[gappy[0]]!r}) became unobserved steps",
+        )
+    return grid, full, new_bounds, notes
+
+
 def _irregular(timestamps: pd.DatetimeIndex, lines: np.ndarray, expected: str) -> DataError:
     """Name the first gap: a step that differs from the spacing of the first (or last) rows."""
     if expected:
@@ -356,25 +532,37 @@ def _irregular(timestamps: pd.DatetimeIndex, lines: np.ndarray, expected: str) -
 
 
 def _pick_targets(
-    table: pd.DataFrame, time_col: str, requested: tuple[str, ...], path: Path, delimiter: str
-) -> list[str]:
-    candidates = [c for c in table.columns if c != time_col]
+    table: pd.DataFrame, not_targets: tuple[str, ...], requested: tuple[str, ...], path: Path, delimiter: str
+) -> tuple[list[str], tuple[str, ...]]:
+    """The target columns and a note when a long file's `y` was chosen over other numeric columns.
+
+    `not_targets` are the time column, then the id columns."""
+    time_col, id_cols = not_targets[0], not_targets[1:]
+    candidates = [c for c in table.columns if c not in not_targets]
     if requested:
         for i, name in enumerate(requested):
             if name == time_col:
                 raise DataError(f"target column {name!r} is the time column; choose among: {names(candidates)}")
+            if name in id_cols:
+                raise DataError(f"target column {name!r} is an id column; choose among: {names(candidates)}")
             if name not in table.columns:
                 raise DataError(f"target column {name!r} not in {path.name}; columns are: {names(candidates)}")
             if name in requested[:i]:
                 raise DataError(f"target column {name!r} is given twice; give each --target once")
-        return list(requested)
+        return list(requested), ()
     numeric = [c for c in candidates if _is_numeric_like(table[c])]
     if not numeric:
         raise DataError(
             f"no numeric column in {path.name} besides the time column {time_col!r} (read with delimiter "
             f"{delimiter!r}, columns: {names(candidates)}); add a column of numbers"
         )
-    return numeric
+    if id_cols and LONG_TARGET in numeric and len(numeric) > 1:
+        others = [c for c in numeric if c != LONG_TARGET]
+        return [LONG_TARGET], (
+            f"forecasting {LONG_TARGET!r}, the long format's target; {names(others)} are not used (name targets "
+            "with --target)",
+        )
+    return numeric, ()
 
 
 def _is_numeric_like(column: pd.Series) -> bool:
@@ -405,10 +593,16 @@ def _numeric_values(table: pd.DataFrame, targets: list[str], delimiter: str) -> 
 
 
 def _complete(
-    values: np.ndarray, targets: list[str], fill: str, lines: pd.Index
+    values: np.ndarray,
+    targets: list[str],
+    fill: str,
+    bounds: np.ndarray,
+    first_lines: np.ndarray,
+    names: tuple[str, ...],
 ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
     """float32 values, the mask of cells the data gave (True), and notes: missing cells are filled with
-    --fill, or else stay NaN as unobserved cells (masked in the model's inputs, the loss and the metrics)."""
+    --fill (each series from its own earlier rows), or else stay NaN as unobserved cells (masked in the
+    model's inputs, the loss and the metrics)."""
     observed = ~np.isnan(values)
     notes = []
     for j, name in enumerate(targets):
@@ -418,8 +612,10 @@ def _complete(
         if missing.all():
             raise DataError(f"column {name!r} has no value at all; drop it or choose other --target columns")
         if fill:
-            _check_fillable(missing, fill, name, lines)
-            values[:, j] = fill_column(values[:, j], fill)
+            _check_fillable(missing, fill, name, bounds, first_lines, names)
+            for i in range(len(bounds) - 1):
+                rows = slice(int(bounds[i]), int(bounds[i + 1]))
+                values[rows, j] = fill_column(values[rows, j], fill)
             notes.append(f"filled {int(missing.sum())} missing or infinite cells of {name!r} with --fill {fill}")
         else:
             notes.append(
@@ -429,13 +625,23 @@ def _complete(
     return values.astype(np.float32), observed, tuple(notes)
 
 
-def _check_fillable(missing: np.ndarray, fill: str, name: str, lines: pd.Index) -> None:
-    if fill == "ffill" and missing[0]:
-        n_leading = int(np.argmin(missing))
-        raise DataError(
-            f"column {name!r} starts with {n_leading} missing or infinite value{'s' * (n_leading > 1)} (from line "
-            f"{lines[0]}); --fill ffill fills only from earlier rows: drop those rows, or pass --fill zero"
-        )
+def _check_fillable(
+    missing: np.ndarray, fill: str, name: str, bounds: np.ndarray, first_lines: np.ndarray, names: tuple[str, ...]
+) -> None:
+    """ffill needs each series to start with a value."""
+    if fill != "ffill":
+        return
+    leading = np.flatnonzero(missing[bounds[:-1]])
+    if not len(leading):
+        return
+    i = int(leading[0])
+    rows = missing[int(bounds[i]) : int(bounds[i + 1])]
+    n_leading = int(np.argmin(rows)) if not rows.all() else len(rows)
+    where = f"series {names[i]!r} of " if names[i] else ""
+    raise DataError(
+        f"{where}column {name!r} starts with {n_leading} missing or infinite value{'s' * (n_leading > 1)} (from line "
+        f"{first_lines[i]}); --fill ffill fills only from earlier rows: drop those rows, or pass --fill zero"
+    )
 
 
 def fill_column(column: np.ndarray, method: str) -> np.ndarray:

@@ -17,6 +17,7 @@ from tsformer.data.split import (
     make_windows,
     split_borders,
     split_window,
+    window_counts,
     window_target_starts,
 )
 from tsformer.errors import DataError
@@ -25,18 +26,14 @@ from tsformer.metrics import season_length
 
 @dataclass(frozen=True)
 class Windows:
-    """Stride-1 windows (views of the scaled series) and, when some cells are unobserved, their mask."""
+    """A batch of windows (materialised, or views of the scaled series) and, when some cells are
+    unobserved or padding, their mask."""
 
-    values: torch.Tensor  # (n_windows, context_len + horizon, n_series)
+    values: torch.Tensor  # (n_windows, context_len + horizon, n_columns)
     observed: torch.Tensor | None  # same shape, bool; None: every cell observed
 
     def __len__(self) -> int:
         return len(self.values)
-
-    def take(self, index: torch.Tensor, device: torch.device) -> Windows:
-        """The windows at `index` (a batch) and their mask, on `device`."""
-        observed = None if self.observed is None else self.observed[index].to(device)
-        return Windows(self.values[index].to(device), observed)
 
     def split(self, context_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """(contexts (N, L, C), targets (N, H, C), their masks or None)."""
@@ -47,62 +44,148 @@ class Windows:
 
 
 @dataclass(frozen=True)
+class WindowIndex:
+    """Where the windows of one split are, sampled lazily from the scaled series (never all materialised).
+
+    Window i forecasts rows starts[i]..starts[i] + horizon - 1 from the context_len rows before; rows
+    before its series' first row (floors[i]) are left padding, masked as unobserved.
+    """
+
+    source: torch.Tensor  # (n_rows, n_columns) the scaled series, stacked
+    source_observed: torch.Tensor | None  # (n_rows, n_columns) bool; None: every cell observed
+    starts: torch.Tensor  # (n_windows,) int64
+    floors: torch.Tensor  # (n_windows,) int64
+    context_len: int
+    horizon: int
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def every(self, stride: int) -> WindowIndex:
+        """Every `stride`-th window."""
+        return dataclasses.replace(self, starts=self.starts[::stride], floors=self.floors[::stride])
+
+    def series_rows(self) -> torch.Tensor:
+        """(n_windows,) the first row of each window's series (which series it is)."""
+        return self.floors
+
+    def take(self, index: torch.Tensor, device: torch.device | str = "cpu") -> Windows:
+        """The windows at `index` (a batch), gathered, on `device`."""
+        return self._gather(self.starts[index], self.floors[index], device)
+
+    def all(self) -> Windows:
+        """Every window: views of the scaled series when they are consecutive and unpadded, else gathered."""
+        starts = self.starts.numpy()
+        unpadded = bool((self.starts - self.context_len >= self.floors).all())
+        if len(starts) and unpadded and np.all(np.diff(starts) == 1):
+            values = make_windows(self.source, starts, self.context_len, self.horizon)
+            observed = None
+            if self.source_observed is not None:
+                observed = make_windows(self.source_observed, starts, self.context_len, self.horizon)
+            return Windows(values, observed)
+        return self._gather(self.starts, self.floors, "cpu")
+
+    def split(self, context_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        return self.all().split(context_len)
+
+    def _gather(self, starts: torch.Tensor, floors: torch.Tensor, device: torch.device | str) -> Windows:
+        offsets = torch.arange(-self.context_len, self.horizon)  # (L + H,)
+        rows = starts[:, None] + offsets  # (B, L + H)
+        real = rows >= floors[:, None]  # (B, L + H): False on left padding
+        rows = torch.maximum(rows, floors[:, None])
+        values = self.source[rows]  # (B, L + H, C)
+        padded = not bool(real.all())
+        observed = None if self.source_observed is None else self.source_observed[rows]  # (B, L + H, C)
+        if padded:
+            cells = real.unsqueeze(-1).expand_as(values)
+            values = torch.where(cells, values, torch.zeros((), dtype=values.dtype))
+            observed = cells if observed is None else observed & cells
+        return Windows(values.to(device), None if observed is None else observed.to(device))
+
+
+@dataclass(frozen=True)
 class Prepared:
     config: Config  # as given, with automatic (0) context_len/patch_len chosen from the data
     frame: SeriesFrame
     borders: SplitBorders
     scaler: Scaler
-    scaled: torch.Tensor  # (n_rows, n_series) float32, standardised with the train-only scaler; 0 where unobserved
-    observed: torch.Tensor | None  # (n_rows, n_series) bool, False where a cell is unobserved; None: all observed
+    scaled: torch.Tensor  # (n_rows, n_columns) float32, standardised with the train-only scaler; 0 where unobserved
+    observed: torch.Tensor | None  # (n_rows, n_columns) bool, False where a cell is unobserved; None: all observed
     fingerprint: dict[str, str | int]  # what a resumed run checks it still reads: see `data_fingerprint`
     notes: tuple[str, ...]  # how the data was read and what was chosen, for the user
 
-    def target_starts(self, split: str, context_len: int, horizon: int):
-        return window_target_starts(split, self.borders, context_len, horizon)
+    def min_history(self, split: str) -> int:
+        """Steps of its series a window needs before its first target: the whole context for a wide file;
+        in a panel, training windows need min(context_len, horizon) (shorter ones are left-padded) and
+        validation and test windows one step, so every series with a history is scored."""
+        context_len, horizon = self.config.model.context_len, self.config.model.horizon
+        return panel_min_history(split, context_len, horizon) if self.frame.id_cols else context_len
 
-    def windows(self, split: str, context_len: int, horizon: int) -> torch.Tensor:
-        """(n_windows, context_len + horizon, n_series), a view of `scaled`."""
-        return make_windows(self.scaled, self.target_starts(split, context_len, horizon), context_len, horizon)
-
-    def observed_windows(self, split: str, context_len: int, horizon: int) -> torch.Tensor | None:
-        """The observed mask of each window, (n_windows, context_len + horizon, n_series); None: all observed."""
-        if self.observed is None:
-            return None
-        return make_windows(self.observed, self.target_starts(split, context_len, horizon), context_len, horizon)
-
-    def split_windows(self, split: str, context_len: int, horizon: int, stride: int = 1) -> Windows:
-        """Every `stride`-th window of `split` with its mask."""
-        observed = self.observed_windows(split, context_len, horizon)
-        return Windows(
-            self.windows(split, context_len, horizon)[::stride], None if observed is None else observed[::stride]
+    def target_starts(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+        """Each window's first target row and its series' first row, (n_windows,) each."""
+        return window_target_starts(
+            split, self.borders, self.frame.bounds, self.min_history(split), self.config.model.horizon
         )
 
+    def windows(self, split: str) -> torch.Tensor:
+        """Every window of `split`, (n_windows, context_len + horizon, n_columns)."""
+        return self.split_windows(split).all().values
 
-def prepare(cfg: Config, scaler: Scaler | None = None, columns: tuple[str, ...] = (), freq: str = "") -> Prepared:
-    """Read cfg.data.path, choose automatic model sizes, split it and scale it.
+    def observed_windows(self, split: str) -> torch.Tensor | None:
+        """Their observed mask, same shape; None: every cell observed."""
+        return self.split_windows(split).all().observed
 
-    Training passes no scaler (one is fit on the observed training cells); evaluate/check pass the
-    run's scaler, columns and frequency, and the CSV must match them.
+    def split_windows(self, split: str, stride: int = 1) -> WindowIndex:
+        """Every `stride`-th window of `split` (lazily: `take` or `all` gathers them)."""
+        starts, floors = self.target_starts(split)
+        model = self.config.model
+        index = WindowIndex(
+            self.scaled,
+            self.observed,
+            torch.from_numpy(starts),
+            torch.from_numpy(floors),
+            model.context_len,
+            model.horizon,
+        )
+        return index.every(stride) if stride > 1 else index
+
+
+def panel_min_history(split: str, context_len: int, horizon: int) -> int:
+    return min(context_len, horizon) if split == "train" else 1
+
+
+def prepare(
+    cfg: Config,
+    scaler: Scaler | None = None,
+    columns: tuple[str, ...] = (),
+    freq: str = "",
+    series: tuple[tuple[str, ...], ...] | None = None,
+) -> Prepared:
+    """Read cfg.data.path, choose automatic model sizes, split each series and scale it.
+
+    Training passes no scaler (one is fit on each series' observed training cells); evaluate/check pass
+    the run's scaler, columns, frequency and series, and the CSV must match them.
     """
     if not cfg.data.path:
         raise DataError("no CSV given; pass a CSV path or set data.path in the config")
     data_cfg = cfg.data if not columns else dataclasses.replace(cfg.data, targets=columns)
     frame = read_series(data_cfg.path, data_cfg, expected_freq=freq)
+    if series is not None and frame.keys != series:
+        raise DataError(f"{data_cfg.path} {_series_difference(frame, series)}; use the CSV the model was trained on")
     notes = frame.notes
+    panel = bool(frame.id_cols)
+    horizon = cfg.model.horizon
     if not cfg.model.resolved:  # the split's room is checked for the horizon alone, then for the chosen context
-        train_rows = split_borders(cfg.data, frame.timestamps, 0, cfg.model.horizon).train_end
-        cfg, note = resolve_auto(cfg, train_rows, season_length(frame.freq), frame.freq)
+        train_rows = split_borders(cfg.data, frame, 0, horizon, min_history=1).train_end
+        cfg, note = resolve_auto(cfg, int(train_rows.max()), season_length(frame.freq), frame.freq)
         notes += (note,)
-    borders = split_borders(cfg.data, frame.timestamps, cfg.model.context_len, cfg.model.horizon)
+    context_len = cfg.model.context_len
+    train_history = panel_min_history("train", context_len, horizon) if panel else context_len
+    borders = split_borders(cfg.data, frame, context_len, horizon, min_history=train_history)
+    if panel:
+        notes += (_split_note(cfg, frame, borders, train_history),)
     if scaler is None:
-        train_observed = frame.observed[: borders.train_end].any(axis=0)
-        if not train_observed.all():
-            name = frame.columns[int(np.flatnonzero(~train_observed)[0])]
-            raise DataError(
-                f"column {name!r} has no value in the {borders.train_end} training rows, so it cannot be "
-                "scaled or learned; give it training data or choose other --target columns"
-            )
-        scaler = Scaler.fit(frame.values[: borders.train_end])
+        scaler, notes = _fit_scaler(frame, borders, notes)
     scaled = torch.from_numpy(_scale(frame, scaler))
     masked = not cfg.data.fill and not frame.observed.all()
     return Prepared(
@@ -117,11 +200,74 @@ def prepare(cfg: Config, scaler: Scaler | None = None, columns: tuple[str, ...] 
     )
 
 
+def _fit_scaler(frame: SeriesFrame, borders: SplitBorders, notes: tuple[str, ...]) -> tuple[Scaler, tuple[str, ...]]:
+    """The train-only scaler: one series' columns, or each series of a panel on its own training rows."""
+    if not frame.id_cols:
+        train_end = int(borders.train_end[0])
+        train_observed = frame.observed[:train_end].any(axis=0)
+        if not train_observed.all():
+            name = frame.columns[int(np.flatnonzero(~train_observed)[0])]
+            raise DataError(
+                f"column {name!r} has no value in the {train_end} training rows, so it cannot be "
+                "scaled or learned; give it training data or choose other --target columns"
+            )
+        return Scaler.fit(frame.values[:train_end]), notes
+    values = np.where(frame.observed, frame.values, np.nan)
+    scaler, borrowed = Scaler.fit_series(values, frame.bounds, borders.train_end)
+    if borrowed.any():
+        notes += (
+            f"{int(borrowed.sum())} series have no training value in some column ({_first_names(frame, borrowed)}); "
+            "they are scaled with the statistics of all series' training rows",
+        )
+    return scaler, notes
+
+
+def _split_note(cfg: Config, frame: SeriesFrame, borders: SplitBorders, train_history: int) -> str:
+    """How each series was split, and which series have no training window (skipped from training)."""
+    horizon = cfg.model.horizon
+    if cfg.data.split_borders:
+        rule = f"at data.split_borders {list(cfg.data.split_borders)}"
+    elif cfg.data.split_ratios:
+        rule = f"by data.split_ratios {'/'.join(f'{r:g}' for r in cfg.data.split_ratios)}"
+    else:
+        rule = f"its last {horizon} steps are test, the {horizon} before them validation, the rest training"
+    line = f"{frame.n_ids} series, split one by one ({rule}); statistics from training steps only"
+    no_window = window_counts("train", borders, train_history, horizon) == 0
+    if no_window.any():
+        line += (
+            f"; {int(no_window.sum())} series are too short for a training window of {horizon} steps after "
+            f"{train_history} of history and are skipped from training (still forecast): "
+            f"{_first_names(frame, no_window)}"
+        )
+    return line
+
+
+def _series_difference(frame: SeriesFrame, series: tuple[tuple[str, ...], ...]) -> str:
+    """How the file's series differ from the run's, in a few words."""
+    have, want = set(frame.keys), set(series)
+    if want - have:
+        missing = sorted(want - have)
+        return f"lacks {len(missing)} of the run's {len(series)} series (first {'/'.join(missing[0])!r})"
+    if have - want:
+        extra = sorted(have - want)
+        return f"has {len(extra)} series the run was not trained on (first {'/'.join(extra[0])!r})"
+    return "holds the run's series in another order"
+
+
+def _first_names(frame: SeriesFrame, mask: np.ndarray, n: int = 5) -> str:
+    picked = [frame.names[i] for i in np.flatnonzero(mask)[:n]]
+    more = int(mask.sum()) - len(picked)
+    return ", ".join(repr(name) for name in picked) + (f" and {more} more" if more > 0 else "")
+
+
 def data_fingerprint(frame: SeriesFrame) -> dict[str, str | int]:
     """Rows, first and last timestamp, and a sha256 of the timestamps and values a model is trained on."""
     digest = hashlib.sha256(frame.timestamps.asi8.tobytes())
     digest.update(np.ascontiguousarray(frame.values).tobytes())
     digest.update("\0".join(frame.columns).encode())
+    if frame.id_cols:
+        digest.update(frame.bounds.tobytes())
+        digest.update("\0".join(frame.names).encode())
     return {
         "rows": frame.n_rows,
         "first": str(frame.timestamps[0]),
@@ -135,13 +281,17 @@ MAX_STANDARD_DEVIATIONS = 1e6
 
 def _scale(frame: SeriesFrame, scaler: Scaler) -> np.ndarray:
     """Standardised float32 values; a value absurdly far from the training rows is a data error."""
-    scaled = (frame.values.astype(np.float64) - scaler.mean) / scaler.std
+    ids = frame.id_of_rows() if frame.n_ids > 1 else 0
+    mean, std = scaler.mean[ids], scaler.std[ids]  # (n_rows or 1, n_columns)
+    scaled = (frame.values.astype(np.float64) - mean) / std
     far = ~(np.abs(scaled) <= MAX_STANDARD_DEVIATIONS) & ~np.isnan(scaled)  # NaN: an unobserved cell
     if far.any():
         row, j = (int(i[0]) for i in np.nonzero(far))
+        i = int(np.searchsorted(frame.bounds, row, side="right")) - 1
+        where = f" of series {frame.names[i]!r}" if frame.id_cols else ""
         raise DataError(
-            f"column {frame.columns[j]!r} is {frame.values[row, j]:g} at {frame.timestamps[row]}, over "
-            f"{MAX_STANDARD_DEVIATIONS:g} standard deviations from the training rows (mean {scaler.mean[j]:g}, "
-            f"std {scaler.std[j]:g}); fix the value or rescale the column"
+            f"column {frame.columns[j]!r}{where} is {frame.values[row, j]:g} at {frame.timestamps[row]}, over "
+            f"{MAX_STANDARD_DEVIATIONS:g} standard deviations from the training rows (mean {scaler.mean[i, j]:g}, "
+            f"std {scaler.std[i, j]:g}); fix the value or rescale the column"
         )
     return np.nan_to_num(scaled, nan=0.0).astype(np.float32)

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tsformer.config import DataConfig
+from tsformer.config import DEFAULT_SPLIT_RATIOS, DataConfig
+from tsformer.data.loader import SeriesFrame
 from tsformer.errors import DataError
 
 SPLITS = ("train", "val", "test")
@@ -20,51 +21,75 @@ SPLITS = ("train", "val", "test")
 
 @dataclass(frozen=True)
 class SplitBorders:
-    """Exclusive row ends of each split's targets; train starts at row 0."""
+    """Per series, the exclusive ends of each split's targets, in rows from the series' first row;
+    train starts at the series' first row. Arrays of shape (n_ids,), int64."""
 
-    train_end: int
-    val_end: int
-    test_end: int
+    train_end: np.ndarray
+    val_end: np.ndarray
+    test_end: np.ndarray
 
-    def target_range(self, split: str) -> tuple[int, int]:
-        """[first, end) rows whose values this split forecasts."""
+    def target_range(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+        """[first, end) rows (within each series) whose values this split forecasts: (n_ids,) each."""
         return {
-            "train": (0, self.train_end),
+            "train": (np.zeros_like(self.train_end), self.train_end),
             "val": (self.train_end, self.val_end),
             "test": (self.val_end, self.test_end),
         }[split]
 
-    def to_list(self) -> list[int]:
-        return [self.train_end, self.val_end, self.test_end]
+    def to_list(self) -> list[list[int]]:
+        return [self.train_end.tolist(), self.val_end.tolist(), self.test_end.tolist()]
+
+    @classmethod
+    def from_list(cls, ends: list[list[int]]) -> SplitBorders:
+        train_end, val_end, test_end = (np.asarray(e) for e in ends)  # checked by the checkpoint loader
+        return cls(train_end, val_end, test_end)
 
 
-def split_borders(cfg: DataConfig, timestamps: pd.DatetimeIndex, context_len: int, horizon: int) -> SplitBorders:
-    """Borders from explicit rows/dates or from ratios, checked to leave a window in every split."""
-    n_rows = len(timestamps)
+def split_borders(
+    cfg: DataConfig, frame: SeriesFrame, context_len: int, horizon: int, min_history: int | None = None
+) -> SplitBorders:
+    """Each series' borders from explicit rows/dates, from ratios, or (long format, no ratios given) its
+    last `horizon` steps as test and the `horizon` before as validation (the M4 convention).
+
+    One series (a wide file) must leave a window of `context_len` in every split; in a panel, each
+    split needs a window in some series, with at least `min_history` steps before the target.
+    """
+    lengths = frame.lengths
     if cfg.split_borders:
-        ends = [_border_row(b, timestamps) for b in cfg.split_borders]
-        if not (0 < ends[0] < ends[1] < ends[2] <= n_rows):
+        ends = np.stack([_border_rows(b, frame) for b in cfg.split_borders], axis=1)  # (n_ids, 3)
+        bad = ~((0 < ends[:, 0]) & (ends[:, 0] < ends[:, 1]) & (ends[:, 1] < ends[:, 2]) & (ends[:, 2] <= lengths))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            where = f" of series {frame.names[i]!r}" if frame.id_cols else ""
             raise DataError(
-                f"data.split_borders {list(cfg.split_borders)} give rows {ends}, which must increase and stay "
-                f"within the {n_rows} rows; fix data.split_borders"
+                f"data.split_borders {list(cfg.split_borders)} give rows {ends[i].tolist()}{where}, which must "
+                f"increase and stay within its {lengths[i]} rows; fix data.split_borders"
+            )
+    elif cfg.split_ratios or frame.n_ids == 1:
+        ratios = cfg.split_ratios or DEFAULT_SPLIT_RATIOS
+        cumulative = np.cumsum(ratios)
+        ends = np.minimum(lengths[:, None], np.round(lengths[:, None] * cumulative[None]).astype(np.int64))
+        if frame.n_ids == 1 and not (0 < ends[0, 0] < ends[0, 1] < ends[0, 2] <= lengths[0]):
+            n_rows = int(lengths[0])
+            raise DataError(
+                f"too few rows: {n_rows} row{'s' * (n_rows != 1)} cannot be split {'/'.join(f'{r:g}' for r in ratios)} "
+                "into train, validation and test; provide more rows"
             )
     else:
-        cumulative = np.cumsum(cfg.split_ratios)
-        ends = [min(n_rows, int(round(n_rows * r))) for r in cumulative]
-        if not (0 < ends[0] < ends[1] < ends[2] <= n_rows):
-            ratios = "/".join(f"{r:g}" for r in cfg.split_ratios)
-            raise DataError(
-                f"too few rows: {n_rows} row{'s' * (n_rows != 1)} cannot be split {ratios} into train, validation "
-                "and test; provide more rows"
-            )
-    borders = SplitBorders(*ends)
-    _check_room(borders, context_len, horizon)
+        ends = np.stack([np.maximum(lengths - 2 * horizon, 0), np.maximum(lengths - horizon, 0), lengths], axis=1)
+    borders = SplitBorders(*(ends[:, k].astype(np.int64) for k in range(3)))
+    if frame.n_ids == 1 and not frame.id_cols:
+        _check_room(borders, context_len, horizon)
+    else:
+        _check_panel_room(borders, frame, min_history if min_history is not None else context_len, horizon)
     return borders
 
 
-def _border_row(border: int | str, timestamps: pd.DatetimeIndex) -> int:
+def _border_rows(border: int | str, frame: SeriesFrame) -> np.ndarray:
+    """(n_ids,) the row (within each series) where `border` falls."""
     if isinstance(border, int):
-        return border
+        return np.full(frame.n_ids, border, dtype=np.int64)
+    timestamps = frame.timestamps
     try:
         when = pd.Timestamp(border)
     except ValueError:
@@ -75,13 +100,13 @@ def _border_row(border: int | str, timestamps: pd.DatetimeIndex) -> int:
             f"split border {border!r} does not match the timestamps: {which}; write the border like the "
             f"timestamps (e.g. {timestamps[0]}) in data.split_borders"
         )
-    return int(timestamps.searchsorted(when))
+    return np.array([timestamps[frame.rows_of(i)].searchsorted(when) for i in range(frame.n_ids)], dtype=np.int64)
 
 
 def _check_room(borders: SplitBorders, context_len: int, horizon: int) -> None:
     need = {"train": context_len + horizon, "val": horizon, "test": horizon}
     for split in SPLITS:
-        first, end = borders.target_range(split)
+        first, end = (int(e[0]) for e in borders.target_range(split))
         if end - first < need[split]:
             what = "context_len + horizon" if split == "train" and context_len else "horizon"
             raise DataError(
@@ -90,16 +115,30 @@ def _check_room(borders: SplitBorders, context_len: int, horizon: int) -> None:
             )
 
 
+def _check_panel_room(borders: SplitBorders, frame: SeriesFrame, min_history: int, horizon: int) -> None:
+    """Every split needs a window in at least one series."""
+    for split in SPLITS:
+        history = min_history if split == "train" else 1
+        if not window_counts(split, borders, history, horizon).any():
+            longest = int(frame.lengths.max())
+            rule = "its last 2 x horizon steps as validation and test" if split != "train" else "its split"
+            raise DataError(
+                f"too few rows: no series has a {split} window of {horizon} steps after {history} step"
+                f"{'s' * (history > 1)} of history (the longest series has {longest} rows, and each gives {rule}); "
+                "provide longer series or lower --horizon/--context-len"
+            )
+
+
 @dataclass(frozen=True)
 class Scaler:
-    """Per-column standardisation fit on the training rows only."""
+    """Per series and column standardisation, fit on each series' training rows only."""
 
-    mean: np.ndarray  # (n_series,)
-    std: np.ndarray  # (n_series,)
+    mean: np.ndarray  # (n_ids, n_columns) float32
+    std: np.ndarray  # (n_ids, n_columns) float32
 
     @classmethod
     def fit(cls, train_values: np.ndarray) -> Scaler:
-        """Mean and std of each column's observed (not NaN) training cells."""
+        """One series: mean and std of each column's observed (not NaN) training cells, (1, n_columns)."""
         observed = ~np.isnan(train_values)  # every column has some (prepare says which one does not)
         if observed.all():
             mean = train_values.mean(axis=0, dtype=np.float64)
@@ -108,27 +147,64 @@ class Scaler:
             mean = np.nanmean(train_values.astype(np.float64), axis=0)
             std = np.nanstd(train_values.astype(np.float64), axis=0)
         std = np.where(std > 1e-12, std, 1.0)
-        return cls(mean=mean.astype(np.float32), std=std.astype(np.float32))
+        return cls(mean=mean.astype(np.float32)[None], std=std.astype(np.float32)[None])
 
-    def transform(self, values: np.ndarray) -> np.ndarray:
-        return ((values - self.mean) / self.std).astype(np.float32)
+    @classmethod
+    def fit_series(cls, values: np.ndarray, bounds: np.ndarray, train_end: np.ndarray) -> tuple[Scaler, np.ndarray]:
+        """Each series' statistics from its own training rows; a series with no observed training cell in a
+        column takes the statistics of every series' training rows there. Returns the scaler and the (n_ids,)
+        mask of series that had to borrow them."""
+        train_rows = [values[int(b) : int(b) + int(n)] for b, n in zip(bounds[:-1], train_end, strict=True)]
+        pooled = cls.fit(np.concatenate(train_rows)) if len(train_rows) > 1 else None
+        means, stds, borrowed = [], [], np.zeros(len(train_rows), dtype=bool)
+        for i, rows in enumerate(train_rows):
+            if pooled is not None and np.isnan(rows).all(axis=0).any():
+                borrowed[i] = True
+                own = cls.fit(rows) if len(rows) and not np.isnan(rows).all() else pooled
+                empty = np.isnan(rows).all(axis=0) if len(rows) else np.ones(rows.shape[1], dtype=bool)
+                means.append(np.where(empty, pooled.mean[0], own.mean[0]))
+                stds.append(np.where(empty, pooled.std[0], own.std[0]))
+                continue
+            one = cls.fit(rows)
+            means.append(one.mean[0])
+            stds.append(one.std[0])
+        return cls(mean=np.stack(means).astype(np.float32), std=np.stack(stds).astype(np.float32)), borrowed
 
-    def inverse(self, scaled: np.ndarray) -> np.ndarray:
-        return (scaled * self.std + self.mean).astype(np.float32)
+    def transform(self, values: np.ndarray, ids: np.ndarray | int = 0) -> np.ndarray:
+        """values (..., n_columns) of series `ids` (one index, or one per leading row) -> scaled."""
+        return ((values - self.mean[ids]) / self.std[ids]).astype(np.float32)
 
-    def to_dict(self) -> dict[str, list[float]]:
+    def inverse(self, scaled: np.ndarray, ids: np.ndarray | int = 0) -> np.ndarray:
+        return (scaled * self.std[ids] + self.mean[ids]).astype(np.float32)
+
+    def to_dict(self) -> dict[str, list[list[float]]]:
         return {"mean": self.mean.tolist(), "std": self.std.tolist()}
 
     @classmethod
-    def from_dict(cls, raw: dict[str, list[float]]) -> Scaler:
+    def from_dict(cls, raw: dict[str, list[list[float]]]) -> Scaler:
         return cls(mean=np.asarray(raw["mean"], dtype=np.float32), std=np.asarray(raw["std"], dtype=np.float32))
 
 
-def window_target_starts(split: str, borders: SplitBorders, context_len: int, horizon: int) -> np.ndarray:
-    """Row of the first target step of every stride-1 window of `split`."""
+def window_counts(split: str, borders: SplitBorders, min_history: int, horizon: int) -> np.ndarray:
+    """(n_ids,) how many stride-1 windows of `split` each series has."""
     first, end = borders.target_range(split)
-    first = max(first, context_len)
-    return np.arange(first, end - horizon + 1)
+    first = np.maximum(first, min_history)
+    return np.maximum(end - horizon - first + 1, 0)
+
+
+def window_target_starts(
+    split: str, borders: SplitBorders, bounds: np.ndarray, min_history: int, horizon: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every stride-1 window of `split`, series after series: the row of its first target step (in the
+    stacked rows) and its series' first row, (n_windows,) int64 each. A window needs `min_history`
+    earlier steps of its series (the model's context_len for a wide file) and its targets in the split."""
+    first, _ = borders.target_range(split)
+    first = np.maximum(first, min_history)
+    counts = window_counts(split, borders, min_history, horizon)
+    series = np.repeat(np.arange(len(counts)), counts)
+    offsets = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)  # 0.. within each series
+    floors = bounds[:-1][series].astype(np.int64)
+    return floors + first[series] + offsets, floors
 
 
 def make_windows(values: torch.Tensor, target_starts: np.ndarray, context_len: int, horizon: int) -> torch.Tensor:

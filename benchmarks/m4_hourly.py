@@ -1,0 +1,190 @@
+"""M4 Hourly: 414 series, horizon 48, the competition's own test set and metrics.
+
+Protocol (../shared/data/README.md): train on m4_hourly_train.csv only (each series' last 48 steps
+are tsformer's test split and the 48 before them validation, chosen on nothing else), forecast the
+48 steps after each series once with `tsformer predict`, and score against m4_hourly_test.csv:
+sMAPE (the M4 definition, in %) and MASE (season 24, scaled by each series' in-sample seasonal-naive
+MAE), each averaged over the 48 steps, then over series. Seasonal naive is scored the same way as a
+check on the scoring (the competition's figure is 13.912 / 1.193).
+
+Train and predict run as `tsformer` commands under `/usr/bin/time -v` (wall time and peak RSS).
+Results go to benchmarks/results/m4_hourly.md and .json.
+
+Example: .venv/bin/python benchmarks/m4_hourly.py                     (make bench-m4)
+         .venv/bin/python benchmarks/m4_hourly.py --set model.d_model=128 --name m4_hourly_wide --no-write
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
+HORIZON = 48
+SEASON = 24
+# (sMAPE %, MASE) of published entries on the same test set
+REFERENCES = {
+    "Doornik, Hendry & Castle (best M4 Hourly entry)": (8.913, 0.801),
+    "ES-RNN (Smyl, M4 winner overall)": (9.328, 0.893),
+    "NHITS (neuralforecast, input 144, 1000 steps; measured on 2 CPU cores, 13 min)": (12.70, 0.983),
+    "AutoARIMA (statsforecast)": (13.8, 1.03),
+    "Seasonal naive (M4 published)": (13.912, 1.193),
+}
+
+
+def data_dir(given: str | None) -> Path:
+    folder = Path(given or os.environ.get("TSFORMER_DATA_DIR") or REPO.parent / "shared" / "data")
+    for name in ("m4_hourly_train.csv", "m4_hourly_test.csv"):
+        if not (folder / name).is_file():
+            sys.exit(f"Error: {folder / name} not found; pass --data-dir or set TSFORMER_DATA_DIR")
+    return folder
+
+
+def timed(argv: list[str]) -> dict:
+    """Run a command under /usr/bin/time -v: its wall seconds and peak RSS in MiB; exit on failure."""
+    result = subprocess.run(["/usr/bin/time", "-v", *argv], capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"Error: {shlex.join(argv)} failed:\n{result.stderr[-3000:]}")
+    wall = re.search(r"Elapsed \(wall clock\) time.*: (?:(\d+):)?(\d+):([\d.]+)", result.stderr)
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in wall.groups())
+    peak_kib = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", result.stderr).group(1))
+    return {
+        "command": shlex.join(argv),
+        "wall_seconds": round(3600 * hours + 60 * minutes + seconds, 1),
+        "peak_rss_mib": round(peak_kib / 1024, 1),
+        "stdout": result.stdout,
+        "stderr": "\n".join(line for line in result.stderr.splitlines() if not line.startswith("\t")),
+    }
+
+
+def m4_scores(forecast: pd.DataFrame, train: pd.DataFrame, test: pd.DataFrame) -> dict:
+    """sMAPE and MASE of `forecast` (unique_id, ds, y) against `test`, per series then averaged."""
+    from tsformer.metrics import mase_scale, smape
+
+    smapes, mases = [], []
+    truth_by_id = dict(tuple(test.groupby("unique_id", sort=False)))
+    history_by_id = dict(tuple(train.groupby("unique_id", sort=False)))
+    for uid, predicted in forecast.groupby("unique_id", sort=False):
+        truth = truth_by_id[uid]["y"].to_numpy()
+        values = predicted["y"].to_numpy()
+        if len(values) != HORIZON or len(truth) != HORIZON:
+            sys.exit(f"Error: series {uid} has {len(values)} forecasts and {len(truth)} test values, not {HORIZON}")
+        scale = mase_scale(history_by_id[uid]["y"].to_numpy()[:, None], SEASON)[0]
+        smapes.append(float(np.mean(smape(values, truth))))
+        mases.append(float(np.mean(np.abs(values - truth)) / scale))
+    if len(smapes) != test["unique_id"].nunique():
+        sys.exit(f"Error: {len(smapes)} series forecast, {test['unique_id'].nunique()} in the test set")
+    return {"smape": float(np.mean(smapes)), "mase": float(np.mean(mases)), "n_series": len(smapes)}
+
+
+def seasonal_naive(train: pd.DataFrame) -> pd.DataFrame:
+    """The last 24 values of each series, repeated over the horizon."""
+    rows = []
+    for uid, series in train.groupby("unique_id", sort=False):
+        last = series["y"].to_numpy()[-SEASON:]
+        rows.append(pd.DataFrame({"unique_id": uid, "y": np.tile(last, HORIZON // SEASON)}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", help="folder holding m4_hourly_train.csv and m4_hourly_test.csv")
+    parser.add_argument("--runs-dir", default="runs/bench", help="where the run folder goes")
+    parser.add_argument("--name", default="m4_hourly", help="run and results name")
+    parser.add_argument("--set", action="append", default=[], dest="overrides", help="config override (repeatable)")
+    parser.add_argument("--no-write", action="store_true", help="print the results only")
+    args = parser.parse_args()
+
+    folder = data_dir(args.data_dir)
+    train_csv, test_csv = folder / "m4_hourly_train.csv", folder / "m4_hourly_test.csv"
+    run = Path(args.runs_dir) / args.name
+    tsformer = [sys.executable, "-m", "tsformer"]
+    flags = ["--horizon", str(HORIZON), *[f for o in args.overrides for f in ("--set", o)]]
+    trained = timed([*tsformer, "train", str(train_csv), "--out", str(run), "--overwrite", "--quiet", *flags])
+    evaluated = timed([*tsformer, "evaluate", str(run)])
+    forecast_csv = run / "forecast.csv"
+    predicted = timed([*tsformer, "predict", str(run), str(train_csv), "--out", str(forecast_csv)])
+
+    train = pd.read_csv(train_csv)
+    test = pd.read_csv(test_csv)
+    model = m4_scores(pd.read_csv(forecast_csv), train, test)
+    naive = m4_scores(seasonal_naive(train), train, test)
+    history = pd.read_csv(run / "history.csv")
+    result = {
+        "name": args.name,
+        "dataset": "M4 Hourly (414 series, horizon 48, official test set)",
+        "overrides": args.overrides,
+        "model": model,
+        "seasonal_naive": naive,
+        "references": {name: {"smape": s, "mase": m} for name, (s, m) in REFERENCES.items()},
+        "best_val_mse": float(history["val_loss"].min()),
+        "epochs_run": int(history["epoch"].max()),
+        "train": {k: trained[k] for k in ("command", "wall_seconds", "peak_rss_mib")},
+        "predict": {k: predicted[k] for k in ("command", "wall_seconds", "peak_rss_mib")},
+        "train_output": trained["stdout"].strip().splitlines() + trained["stderr"].strip().splitlines(),
+        "evaluate_output": evaluated["stdout"].strip().splitlines(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+    }
+    print(
+        f"{args.name}: sMAPE {model['smape']:.3f} MASE {model['mase']:.3f} on {model['n_series']} series "
+        f"(seasonal naive {naive['smape']:.3f} / {naive['mase']:.3f}); best validation MSE {result['best_val_mse']:.4f}; "
+        f"train {trained['wall_seconds']:.0f} s, peak RSS {trained['peak_rss_mib']:.0f} MiB; "
+        f"predict {predicted['wall_seconds']:.1f} s, {predicted['peak_rss_mib']:.0f} MiB"
+    )
+    if args.no_write:
+        return
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / f"{args.name}.md").write_text(markdown(result))
+
+
+def markdown(result: dict) -> str:
+    model, naive = result["model"], result["seasonal_naive"]
+    lines = [
+        f"# {result['dataset']}",
+        "",
+        "Generated by `make bench-m4` (benchmarks/m4_hourly.py). Trained on the train file only; each series' "
+        "last 48 steps are tsformer's own test split and the 48 before them validation (selection used nothing "
+        "else); one forecast of the 48 steps after each series, scored against the official test set.",
+        "",
+        "| forecaster | sMAPE (%) | MASE |",
+        "|---|---|---|",
+        f"| **tsformer** ({', '.join(result['overrides']) or 'defaults'}) | **{model['smape']:.3f}** | "
+        f"**{model['mase']:.3f}** |",
+        f"| seasonal naive (scored here) | {naive['smape']:.3f} | {naive['mase']:.3f} |",
+    ]
+    for name, ref in result["references"].items():
+        lines.append(f"| {name} | {ref['smape']:.3f} | {ref['mase']:.3f} |")
+    lines += [
+        "",
+        f"- Train: {result['train']['wall_seconds']:.0f} s wall, peak RSS {result['train']['peak_rss_mib']:.0f} MiB, "
+        f"{result['epochs_run']} epochs, best validation MSE {result['best_val_mse']:.4f} ({result['machine']}).",
+        f"- Predict (414 series): {result['predict']['wall_seconds']:.1f} s wall, peak RSS "
+        f"{result['predict']['peak_rss_mib']:.0f} MiB.",
+        f"- Command: `{result['train']['command']}`",
+        "",
+        "What training printed:",
+        "",
+        *[f"    {line}" for line in result["train_output"]],
+        "",
+        "`tsformer evaluate` on the run (its own test split: the last 48 steps of each training series):",
+        "",
+        *[f"    {line}" for line in result["evaluate_output"][:8]],
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
