@@ -136,9 +136,7 @@ def test_window_checks_pass_and_catch_a_shifted_window(tiny_csv, monkeypatch):
     data = prepare(tiny_config(tiny_csv))
     assert all(r.passed for r in check_windows(data))
 
-    prepare_module = importlib.import_module(
-        "tsformer.data.prepare"
-    )  # not the function
+    prepare_module = importlib.import_module("tsformer.data.prepare")  # not the function
 
     def overlapping_targets(split_name, borders, bounds, min_history, horizon):
         first, end = (int(e[0]) for e in borders.target_range(split_name))
@@ -158,9 +156,7 @@ def test_window_checks_pass_and_catch_a_shifted_window(tiny_csv, monkeypatch):
 
 def test_window_targets_overlapping_inputs_fail(tiny_csv, monkeypatch):
     data = prepare(tiny_config(tiny_csv))
-    prepare_module = importlib.import_module(
-        "tsformer.data.prepare"
-    )  # not the function
+    prepare_module = importlib.import_module("tsformer.data.prepare")  # not the function
 
     real_make_windows = prepare_module.make_windows
 

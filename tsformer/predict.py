@@ -162,4 +162,4 @@ def _plotted(ckpt: Checkpoint, frame: SeriesFrame, forecast: pd.DataFrame) -> tu
         part = forecast.iloc[i * horizon : (i + 1) * horizon].set_index(ckpt.time_col)
         bounds = {c: c.replace(target, name, 1) for c in part.columns if c.startswith(f"{target}_")}
         futures.append(part[[target, *bounds]].rename(columns={target: name, **bounds}))
-    return pd.concat(histories, axis=1), pd.concat(futures, axis=1)
+    return pd.concat(histories, axis=1, sort=True), pd.concat(futures, axis=1, sort=True)

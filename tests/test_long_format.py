@@ -1,0 +1,270 @@
+"""Long format: many series in one file (id, time, value), each on its own clock, one global model."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from helpers import TINY_FLAGS, tiny_config
+from test_cli_errors import assert_error, invoke
+
+from tsformer.checkpoint import load_checkpoint
+from tsformer.config import DataConfig
+from tsformer.data import prepare, read_series
+from tsformer.evaluate import evaluate
+from tsformer.leakage import check_data, check_scaler, check_windows
+from tsformer.predict import predict
+from tsformer.train import train
+
+HORIZON = 4  # TINY_FLAGS and tiny_config
+
+
+def long_frame(lengths: dict[str, int], start: str = "2024-01-01", seed: int = 0, level: float = 10.0) -> pd.DataFrame:
+    """unique_id, ds, y: one hourly sine per series, each with its own length, level and scale."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for k, (uid, n) in enumerate(lengths.items()):
+        t = np.arange(n)
+        scale = 10.0**k  # 1, 10, 100, ...: scales a global model must not mix up
+        y = scale * (level + np.sin(2 * np.pi * t / 24 + k) + 0.1 * rng.normal(size=n))
+        stamps = pd.date_range(start, periods=n, freq="h") + pd.Timedelta(hours=3 * k)  # each its own start
+        parts.append(pd.DataFrame({"unique_id": uid, "ds": stamps.strftime("%Y-%m-%d %H:%M:%S"), "y": y.round(4)}))
+    return pd.concat(parts, ignore_index=True)
+
+
+@pytest.fixture
+def long_csv(tmp_path):
+    path = tmp_path / "long.csv"
+    long_frame({"A": 120, "B": 96, "C": 150}).to_csv(path, index=False)
+    return path
+
+
+@pytest.fixture
+def long_run(long_csv, tmp_path):
+    train(tiny_config(long_csv), tmp_path / "run", show_progress=False)
+    return tmp_path / "run"
+
+
+def test_the_id_column_is_found_and_each_series_keeps_its_rows(long_csv):
+    frame = read_series(long_csv, DataConfig())
+    assert frame.id_cols == ("unique_id",) and frame.keys == (("A",), ("B",), ("C",))
+    assert frame.bounds.tolist() == [0, 120, 216, 366] and frame.columns == ("y",)
+    raw = pd.read_csv(long_csv)
+    for i, uid in enumerate("ABC"):
+        rows = frame.rows_of(i)
+        np.testing.assert_allclose(frame.values[rows, 0], raw[raw.unique_id == uid]["y"], rtol=1e-6)
+        assert frame.timestamps[rows][0] == pd.Timestamp("2024-01-01") + pd.Timedelta(hours=3 * i)
+
+
+def test_rows_may_come_interleaved_by_time(tmp_path, long_csv):
+    shuffled = pd.read_csv(long_csv).sort_values(["ds", "unique_id"], kind="stable")
+    shuffled.to_csv(tmp_path / "by_time.csv", index=False)
+    a, b = read_series(long_csv, DataConfig()), read_series(tmp_path / "by_time.csv", DataConfig())
+    assert a.keys == b.keys and np.array_equal(a.values, b.values) and a.timestamps.equals(b.timestamps)
+
+
+def test_compound_ids_name_a_series_by_several_columns(tmp_path):
+    frame = long_frame({"x": 60, "y": 60, "z": 60}).rename(columns={"unique_id": "product", "y": "sales"})
+    frame["region"] = np.repeat(["north", "north", "south"], 60)
+    frame["product"] = np.repeat(["apple", "pear", "apple"], 60)
+    frame.to_csv(tmp_path / "compound.csv", index=False)
+    series = read_series(tmp_path / "compound.csv", DataConfig(id_cols=("region", "product")))
+    assert series.keys == (("north", "apple"), ("north", "pear"), ("south", "apple"))
+    assert series.names == ("north/apple", "north/pear", "south/apple") and series.columns == ("sales",)
+
+
+def test_long_files_forecast_y_and_say_what_else_they_ignore(tmp_path):
+    frame = long_frame({"A": 60, "B": 60})
+    frame["price"] = 1.0
+    frame.to_csv(tmp_path / "extra.csv", index=False)
+    series = read_series(tmp_path / "extra.csv", DataConfig())
+    assert series.columns == ("y",) and any("'price' are not used" in note for note in series.notes)
+
+
+def test_missing_timestamps_in_one_series_become_unobserved_steps(tmp_path):
+    frame = long_frame({"A": 100, "B": 100})
+    frame = frame.drop(index=[110, 111, 112])  # three hours of B
+    frame.to_csv(tmp_path / "gappy.csv", index=False)
+    series = read_series(tmp_path / "gappy.csv", DataConfig())
+    assert series.bounds.tolist() == [0, 100, 200]  # B back on its full grid
+    assert (~series.observed[100:200, 0]).sum() == 3 and not series.observed[110:113, 0].any()
+    assert any("3 timestamps missing" in note and "'B'" in note for note in series.notes)
+
+
+def test_each_series_is_split_by_its_last_horizons_and_scaled_on_its_own_training_rows(long_csv):
+    data = prepare(tiny_config(long_csv))
+    lengths = np.array([120, 96, 150])
+    assert data.borders.to_list() == [(lengths - 8).tolist(), (lengths - 4).tolist(), lengths.tolist()]
+    frame = data.frame
+    for i in range(3):
+        train_rows = frame.values[frame.rows_of(i)][: lengths[i] - 8]
+        np.testing.assert_allclose(data.scaler.mean[i], train_rows.mean(0), rtol=1e-5)
+        np.testing.assert_allclose(data.scaler.std[i], train_rows.std(0), rtol=1e-5)
+    assert 50 < data.scaler.mean[2, 0] / data.scaler.mean[0, 0] < 200  # scales 1 and 100: kept apart
+    assert all(r.passed for r in check_data(data, data.config))
+    # one validation and one test window per series, each forecasting that series' own last steps
+    for split, end_offset in (("val", 4), ("test", 0)):
+        starts, floors = data.target_starts(split)
+        assert (starts + HORIZON == frame.bounds[1:] - end_offset).all() and (floors == frame.bounds[:-1]).all()
+
+
+def test_a_scaler_fit_across_series_fails_the_check(long_csv):
+    data = prepare(tiny_config(long_csv))
+    leaky = dataclasses.replace(data.scaler, mean=data.scaler.mean[[0, 0, 0]])  # A's statistics for every series
+    assert check_scaler(data.frame, data.borders, data.scaler).passed
+    assert not check_scaler(data.frame, data.borders, leaky).passed
+
+
+def test_windows_that_run_into_the_next_series_fail_the_split_check(long_csv, monkeypatch):
+    data = prepare(tiny_config(long_csv))
+    module = importlib.import_module("tsformer.data.prepare")
+    real = module.window_target_starts
+
+    def spilling(split, borders, bounds, min_history, horizon):
+        starts, floors = real(split, borders, bounds, min_history, horizon)
+        last = floors == bounds[-2]  # the last series has no next one to run into
+        return starts + np.where((split == "test") & ~last, 2, 0), floors  # 2 steps past A's and B's ends
+
+    monkeypatch.setattr(module, "window_target_starts", spilling)
+    results = {r.name: r for r in check_windows(data)}
+    assert not results["data/splits"].passed
+    assert "outside their split or series" in results["data/splits"].detail
+
+
+def test_short_series_are_skipped_from_training_by_name_and_still_forecast(tmp_path):
+    csv = tmp_path / "ragged.csv"
+    long_frame({"long": 160, "tiny": 10, "other": 140}).to_csv(csv, index=False)
+    data = prepare(tiny_config(csv))
+    note = next(n for n in data.notes if "skipped from training" in n)
+    assert "1 series are too short" in note and "'tiny'" in note
+    train_series = np.searchsorted(data.frame.bounds, data.target_starts("train")[1], side="right") - 1
+    assert set(train_series.tolist()) == {0, 2}
+    train(tiny_config(csv), tmp_path / "run", show_progress=False)
+    forecast = predict(tmp_path / "run", csv).frame
+    assert forecast.groupby("unique_id", sort=False).size().to_dict() == {"long": 4, "tiny": 4, "other": 4}
+    assert np.isfinite(forecast["y"]).all()
+
+
+def test_left_padded_training_windows_are_masked(tmp_path):
+    csv = tmp_path / "short.csv"
+    long_frame({"a": 40, "b": 40}).to_csv(csv, index=False)  # 32 training rows each, context 16
+    data = prepare(tiny_config(csv))
+    index = data.split_windows("train")
+    batch = index.take(torch.arange(len(index)))
+    padded = (index.starts - 16 < index.floors).numpy()
+    assert padded.any(), "some training windows start less than a context into their series"
+    assert batch.observed is not None
+    for i in np.flatnonzero(padded)[:3]:
+        n_pad = int(index.floors[i] - (index.starts[i] - 16))
+        assert not batch.observed[i, :n_pad].any() and (batch.values[i, :n_pad] == 0).all()
+        assert batch.observed[i, n_pad:].all()
+
+
+def test_predict_writes_long_format_that_joins_back_onto_the_data(long_run, long_csv, tmp_path):
+    full = pd.read_csv(long_csv)
+    history = full.groupby("unique_id", sort=False).head(-HORIZON)  # each series without its last 4 rows
+    history.to_csv(tmp_path / "history.csv", index=False)
+    forecast = predict(long_run, tmp_path / "history.csv").frame
+    assert list(forecast.columns[:3]) == ["unique_id", "ds", "y"] and len(forecast) == 3 * HORIZON
+    forecast["ds"] = forecast["ds"].dt.strftime("%Y-%m-%d %H:%M:%S")
+    joined = full.merge(forecast, on=["unique_id", "ds"], suffixes=("", "_forecast"))
+    assert len(joined) == 3 * HORIZON  # every forecast row lands on a real (series, time) of the data
+    assert (joined.groupby("unique_id").size() == HORIZON).all()
+    # each series' forecast is in its own units: within its own range, three orders of magnitude apart
+    for uid, part in joined.groupby("unique_id"):
+        values = full[full.unique_id == uid]["y"]
+        assert values.min() - values.std() < part["y_forecast"].mean() < values.max() + values.std()
+
+
+def test_predict_equals_the_scored_test_window_of_each_series(long_run, long_csv, tmp_path, monkeypatch):
+    """Cut each series at its test origin: predict gives what evaluate scored, in the CSV's units."""
+    import tsformer.evaluate as evaluate_module
+
+    scored = []
+    real_score = evaluate_module.score
+    monkeypatch.setattr(evaluate_module, "score", lambda f, *a, **k: scored.append(f) or real_score(f, *a, **k))
+    evaluate_module.evaluate(long_run, write=False)
+    ckpt = load_checkpoint(long_run / "model.pt")
+    full = pd.read_csv(long_csv)
+    full.groupby("unique_id", sort=False).head(-HORIZON).to_csv(tmp_path / "cut.csv", index=False)
+    forecast = predict(long_run, tmp_path / "cut.csv").frame
+    for i in range(3):
+        expected = ckpt.scaler.inverse(scored[0][i], i)[:, 0]  # (H,), the model row's forecast of series i
+        np.testing.assert_allclose(forecast["y"].to_numpy()[i * HORIZON : (i + 1) * HORIZON], expected, rtol=1e-5)
+
+
+def test_a_series_not_seen_in_training_is_forecast_from_its_own_history(long_run, tmp_path):
+    long_frame({"A": 120, "new": 80}, level=50.0).to_csv(tmp_path / "with_new.csv", index=False)
+    result = predict(long_run, tmp_path / "with_new.csv")
+    assert any("1 series were not in training" in note for note in result.notes)
+    new = result.frame[result.frame.unique_id == "new"]["y"]
+    assert len(new) == HORIZON and 450 < new.mean() < 550  # its own level (50 x scale 10), not A's (10)
+
+
+def test_evaluate_scores_every_series_and_writes_them(long_run):
+    report = evaluate(long_run)
+    assert report.n_series == 3 and report.n_windows == 3
+    table = pd.read_csv(long_run / "metrics_by_series.csv")
+    assert table["unique_id"].tolist() == ["A", "B", "C"]
+    assert {"smape", "mase", "seasonal_naive_mase", "repeat_last_mase"} <= set(table.columns)
+    # the aggregate is the mean over series (one window of equal length each)
+    assert report.scores["model"]["mean"]["mase"] == pytest.approx(table["mase"].mean(), rel=1e-6)
+    assert report.scores["model"]["mean"]["smape"] == pytest.approx(table["smape"].mean(), rel=1e-6)
+    assert [row["series"] for row in report.worst_series] == table.sort_values("mase", ascending=False)[
+        "unique_id"
+    ].tolist()
+    assert (long_run / "test_windows.png").stat().st_size > 0
+
+
+def test_the_cli_trains_evaluates_and_predicts_long_format(long_csv, tmp_path):
+    run = tmp_path / "cli_run"
+    result = invoke("train", long_csv, "--out", run, "--id-col", "unique_id", *TINY_FLAGS)
+    assert result.exit_code == 0, result.output
+    assert "3 series, split one by one" in result.stderr
+    result = invoke("evaluate", run)
+    assert (
+        result.exit_code == 0 and "test windows: 3 of 3 series" in result.stdout and "ten worst series" in result.stdout
+    )
+    out = tmp_path / "forecast.csv"
+    result = invoke("predict", run, long_csv, "--out", out, "--plot", tmp_path / "fan.png")
+    assert result.exit_code == 0, result.output
+    written = pd.read_csv(out)
+    assert list(written.columns[:3]) == ["unique_id", "ds", "y"] and len(written) == 12
+    assert (tmp_path / "fan.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("edit", "flags", "fragments"),
+    [
+        (
+            lambda f: pd.concat([f.iloc[:6], f.iloc[[5]], f.iloc[6:]]),
+            (),
+            ("series 'A'", "duplicate timestamp", "lines 7 and 8", "one row per series"),
+        ),
+        (
+            lambda f: f[~((f.unique_id == "B") & (np.arange(len(f)) % 3 != 0))],  # B every 3 hours
+            (),
+            ("series 'B' is not on the h grid",),
+        ),
+        (lambda f: f.assign(unique_id=[f"s{i}" for i in range(len(f))]), (), ("different value on each", "--id-col")),
+        (lambda f: f.assign(unique_id="one"), ("--id-col", "unique_id"), ("holds one value", "drop --id-col")),
+        (lambda f: f.assign(unique_id=f.unique_id.where(f.index != 7)), (), ("empty id", "line 9")),
+        (lambda f: f, ("--id-col", "store"), ("id column 'store' not in",)),
+        (lambda f: f, ("--target", "unique_id"), ("is an id column",)),
+    ],
+    ids=["duplicate-pair", "other-frequency", "unique-per-row", "constant", "empty-id", "missing-id", "id-target"],
+)
+def test_bad_long_input_is_one_error_line(tmp_path, edit, flags, fragments):
+    csv = tmp_path / "bad.csv"
+    edit(long_frame({"A": 60, "B": 60})).to_csv(csv, index=False)
+    run = tmp_path / "run"
+    assert_error(invoke("train", csv, "--out", run, *TINY_FLAGS, *flags), *fragments, left_behind=(run,))
+
+
+def test_evaluate_refuses_a_csv_without_the_runs_series(long_run, long_csv, tmp_path):
+    pd.read_csv(long_csv).query("unique_id != 'B'").to_csv(tmp_path / "two.csv", index=False)
+    assert_error(invoke("evaluate", long_run, "--csv", tmp_path / "two.csv"), "lacks 1 of the run's 3 series", "'B'")
