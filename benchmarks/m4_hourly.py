@@ -138,7 +138,8 @@ def main() -> None:
     }
     print(
         f"{args.name}: sMAPE {model['smape']:.3f} MASE {model['mase']:.3f} on {model['n_series']} series "
-        f"(seasonal naive {naive['smape']:.3f} / {naive['mase']:.3f}); best validation MSE {result['best_val_mse']:.4f}; "
+        f"(seasonal naive {naive['smape']:.3f} / {naive['mase']:.3f}); "
+        f"best validation MSE {result['best_val_mse']:.4f}; "
         f"train {trained['wall_seconds']:.0f} s, peak RSS {trained['peak_rss_mib']:.0f} MiB; "
         f"predict {predicted['wall_seconds']:.1f} s, {predicted['peak_rss_mib']:.0f} MiB"
     )
