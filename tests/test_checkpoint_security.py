@@ -31,7 +31,8 @@ class RunsCommand:
 
 def _valid_checkpoint() -> Checkpoint:
     cfg = load_config(None, ["model.context_len=16", "model.horizon=4", "model.d_model=8", "model.n_heads=2",
-                             "model.d_ff=16", "model.patch_len=4", "model.n_layers=1"])  # fmt: skip
+                             "model.d_ff=16", "model.patch_len=4", "model.n_layers=1",
+                             "data.calendar=false"])  # fmt: skip
     model = Forecaster(cfg.model, 2, cfg.train.loss)
     return Checkpoint(
         config=cfg, columns=("load", "temp"), time_col="date", freq="h",

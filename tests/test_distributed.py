@@ -57,7 +57,8 @@ def _window_index(csv: Path, run: Path) -> tuple[dict[bytes, int], int]:
     """Each training window's context (as bytes) -> its index; and the number of training windows."""
     cfg = load_checkpoint(run / MODEL_FILE).config
     windows = prepare(cfg).windows("train")[:: cfg.train.train_stride]
-    contexts = windows[:, : cfg.model.context_len].contiguous()
+    n_targets = len(load_checkpoint(run / MODEL_FILE).columns)  # the windows also hold the calendar features
+    contexts = windows[:, : cfg.model.context_len, :n_targets].contiguous()
     index = {c.numpy().tobytes(): i for i, c in enumerate(contexts)}
     assert len(index) == len(contexts)  # every context is distinct, so a context names its window
     return index, len(contexts)
@@ -129,3 +130,22 @@ def test_resume_on_two_ranks_matches_an_uninterrupted_two_rank_run(dropout, tiny
         assert resumed.model_state.keys() == uninterrupted.model_state.keys()
         for key, tensor in uninterrupted.model_state.items():
             assert torch.equal(resumed.model_state[key], tensor), f"{name}: {key} differs"
+
+
+def test_long_format_shards_windows_of_every_series_across_the_ranks(tmp_path):
+    """Many series under torchrun: each epoch the ranks share out windows from every series between them,
+    and the all-reduced gradients leave them with the same weights."""
+    from test_long_format import long_frame
+
+    csv = tmp_path / "long.csv"
+    long_frame({"A": 120, "B": 96, "C": 150}).to_csv(csv, index=False)
+    _, (rank0, rank1) = _probe(csv, tmp_path / "run", tmp_path / "dump", timeout=120)
+    index, n_windows = _window_index(csv, tmp_path / "run")
+    assert n_windows == (120 - 15) + (96 - 15) + (150 - 15)  # per series: n - 2H training rows, history >= H
+    shard = -(-n_windows // 2)
+    seen = [[index[c.numpy().tobytes()] for c in r["contexts"]] for r in (rank0, rank1)]
+    for epoch in range(2):
+        ranks = [set(s[epoch * shard : (epoch + 1) * shard]) for s in seen]
+        assert ranks[0] | ranks[1] == set(range(n_windows)) and len(ranks[0] & ranks[1]) == 2 * shard - n_windows
+    assert all(torch.equal(tensor, rank1["state"][key]) for key, tensor in rank0["state"].items())
+    assert load_checkpoint(tmp_path / "run" / MODEL_FILE).series == (("A",), ("B",), ("C",))

@@ -6,7 +6,7 @@ import torch
 from helpers import tiny_config
 
 from tsformer.checkpoint import load_checkpoint
-from tsformer.data import prepare, split_window
+from tsformer.data import prepare
 from tsformer.evaluate import evaluate, format_report
 from tsformer.metrics import mase_scale, repeat_last, score, season_length, seasonal_naive, usable_season
 from tsformer.train import train
@@ -54,9 +54,9 @@ def test_evaluate_scores_every_test_window(tiny_csv, tmp_path):
     assert report.n_windows == 240 - 192 - 4 + 1  # test targets are rows 192..239 (70/10/20 split)
     assert report.season == 1  # hourly: 24, more than the 16-step context
     cfg = load_checkpoint(tmp_path / "run" / "model.pt").config
-    context, truth = split_window(prepare(cfg).windows("test"), 16)
+    windows = prepare(cfg).split_windows("test").split(16)  # contexts, targets and calendar features
     model = load_checkpoint(tmp_path / "run" / "model.pt").build_model()
-    by_hand = (model.predict(context) - truth).square().mean().item()  # one batch, every window
+    by_hand = (model.predict(windows.context, None, windows.covariates) - windows.target).square().mean().item()
     assert report.scores["model"]["mean"]["mse"] == pytest.approx(by_hand, rel=1e-5)
     assert set(report.scores) == {"model", "repeat_last", "seasonal_naive"}
     saved = json.loads((tmp_path / "run" / "metrics.json").read_text())

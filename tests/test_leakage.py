@@ -100,10 +100,10 @@ def test_a_model_blind_to_later_inputs_fails_the_sensitivity_check(monkeypatch):
     model = model_for(patch_len=4)
     real_tokens = Forecaster.forecast_tokens
 
-    def first_token_only(self, x, observed=None):
+    def first_token_only(self, x, observed=None, covariates=None):
         keep = torch.zeros_like(x)
         keep[:, : self.token_ends()[0]] = 1.0  # reads the first patch, nothing after it
-        return real_tokens(self, x * keep, observed)
+        return real_tokens(self, x * keep, observed, covariates)
 
     monkeypatch.setattr(Forecaster, "forecast_tokens", first_token_only)
     results = by_name(check_model(model))

@@ -251,7 +251,11 @@ def test_the_cli_trains_evaluates_and_predicts_long_format(long_csv, tmp_path):
             ("series 'B' is not on the h grid",),
         ),
         (lambda f: f.assign(unique_id=[f"s{i}" for i in range(len(f))]), (), ("different value on each", "--id-col")),
-        (lambda f: f.assign(unique_id="one"), ("--id-col", "unique_id"), ("holds one value", "drop --id-col")),
+        (
+            lambda f: f[f.unique_id == "A"].assign(unique_id="one"),
+            ("--id-col", "unique_id"),
+            ("hold one value", "drop --id-col"),
+        ),
         (lambda f: f.assign(unique_id=f.unique_id.where(f.index != 7)), (), ("empty id", "line 9")),
         (lambda f: f, ("--id-col", "store"), ("id column 'store' not in",)),
         (lambda f: f, ("--target", "unique_id"), ("is an id column",)),

@@ -276,9 +276,10 @@ def _checkpoint_for(cfg):
     from tsformer.checkpoint import Checkpoint
     from tsformer.data import Scaler, SplitBorders
 
-    model = Forecaster(cfg.model, 2, cfg.train.loss)
+    model = Forecaster(cfg.model, 2, cfg.train.loss, n_future=4)  # the 4 calendar features of hourly data
     return Checkpoint(
         config=cfg,
+        calendar=("day_sin", "day_cos", "week_sin", "week_cos"),
         columns=("load", "temp"),
         time_col="date",
         freq="h",

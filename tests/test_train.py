@@ -8,7 +8,7 @@ from helpers import tiny_config
 import tsformer.train as train_module
 from tsformer.checkpoint import load_checkpoint
 from tsformer.config import TrainConfig
-from tsformer.data import prepare, split_window
+from tsformer.data import prepare
 from tsformer.errors import ConfigError, LeakageError
 from tsformer.model import Forecaster
 from tsformer.schedule import lr_at
@@ -82,9 +82,8 @@ def test_validation_loss_is_the_mse_of_the_last_token_forecast(tiny_csv, tmp_pat
     cfg = tiny_config(tiny_csv)
     result = train(cfg, tmp_path / "run", show_progress=False)
     best = load_checkpoint(tmp_path / "run" / "model.pt").build_model()
-    val = prepare(cfg).windows("val")  # (N, L + H, C)
-    context, target = split_window(val, 16)
-    by_hand = (best.predict(context) - target).square().mean().item()
+    val = prepare(cfg).split_windows("val").split(16)  # (N, L, C) contexts, (N, H, C) targets, covariates
+    by_hand = (best.predict(val.context, None, val.covariates) - val.target).square().mean().item()
     assert result.best_val_loss == pytest.approx(by_hand, rel=1e-5)
 
 
@@ -95,10 +94,10 @@ def test_a_step_trains_every_token_or_the_last(tiny_csv, tmp_path, monkeypatch, 
     seen = []
     real_forward = Forecaster.forward
 
-    def recording(self, x, observed=None, target=None, target_observed=None):
+    def recording(self, x, observed=None, target=None, target_observed=None, covariates=None):
         if target is not None:
             seen.append((x, target))
-        return real_forward(self, x, observed, target, target_observed)
+        return real_forward(self, x, observed, target, target_observed, covariates)
 
     monkeypatch.setattr(Forecaster, "forward", recording)
     train(cfg, tmp_path / "run", show_progress=False)

@@ -22,6 +22,7 @@ import torch
 from tsformer import __version__
 from tsformer.config import Config, config_from_dict, to_dict
 from tsformer.data import Scaler, SplitBorders, parse_freq
+from tsformer.data.calendar import calendar_names
 from tsformer.errors import CheckpointError, TsformerError
 from tsformer.fallback import FORECASTERS
 from tsformer.files import atomic_write
@@ -44,6 +45,9 @@ class Checkpoint:
     model_state: dict[str, torch.Tensor]
     id_cols: tuple[str, ...] = ()  # long format's id columns; () for a wide file
     series: tuple[tuple[str, ...], ...] = ((),)  # each trained series' id values (((),) for a wide file)
+    past_covs: tuple[str, ...] = ()  # past-only covariates the model reads
+    future_covs: tuple[str, ...] = ()  # known-future ones from the data
+    calendar: tuple[str, ...] = ()  # known-future calendar features derived from the timestamps
     data_fingerprint: dict[str, str | int] = field(default_factory=dict)  # the data it was trained on
     fallback: tuple[str, ...] = ()  # per column, the forecaster chosen on validation (tsformer.fallback); () = model
     interval_levels: tuple[float, ...] = ()  # conformal interval levels (tsformer.intervals)
@@ -52,7 +56,13 @@ class Checkpoint:
     package_version: str = __version__
 
     def build_model(self) -> Forecaster:
-        model = Forecaster(self.config.model, len(self.columns), self.config.train.loss)
+        model = Forecaster(
+            self.config.model,
+            len(self.columns),
+            self.config.train.loss,
+            len(self.past_covs),
+            len(self.future_covs) + len(self.calendar),
+        )
         try:
             model.load_state_dict(self.model_state)
         except RuntimeError as exc:
@@ -79,6 +89,9 @@ def save_checkpoint(ckpt: Checkpoint, path: str | Path) -> None:
         "freq": ckpt.freq,
         "id_cols": list(ckpt.id_cols),
         "series": [list(key) for key in ckpt.series],
+        "past_covs": list(ckpt.past_covs),
+        "future_covs": list(ckpt.future_covs),
+        "calendar": list(ckpt.calendar),
         "scaler": ckpt.scaler.to_dict(),
         "borders": ckpt.borders.to_list(),
         "data_fingerprint": dict(ckpt.data_fingerprint),
@@ -138,6 +151,9 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             borders=SplitBorders.from_list(payload["borders"]),
             id_cols=tuple(payload["id_cols"]),
             series=tuple(tuple(key) for key in payload["series"]),
+            past_covs=tuple(payload["past_covs"]),
+            future_covs=tuple(payload["future_covs"]),
+            calendar=tuple(payload["calendar"]),
             model_state=payload["model_state"],
             data_fingerprint=payload["data_fingerprint"],
             fallback=tuple(payload.get("fallback") or ()),  # () = the model for every column
@@ -174,7 +190,13 @@ def _validate(ckpt: Checkpoint) -> None:
         raise ValueError(f"series ids must be {len(id_cols)} names each")
     if len(set(series)) != len(series):
         raise ValueError("series ids must be distinct")
-    shape = (len(series), len(columns))
+    covariates = (*ckpt.past_covs, *ckpt.future_covs)
+    if not all(isinstance(c, str) and c for c in covariates) or len(set(covariates)) != len(covariates):
+        raise ValueError(f"covariates {list(covariates)} must be distinct names")
+    expected = calendar_names(ckpt.freq) if ckpt.config.data.calendar else ()
+    if ckpt.calendar != expected:
+        raise ValueError(f"calendar features {list(ckpt.calendar)} must be {list(expected)} for frequency {ckpt.freq}")
+    shape = (len(series), len(columns) + len(covariates))  # calendar features are not scaled
     mean, std = ckpt.scaler.mean, ckpt.scaler.std
     if mean.shape != shape or std.shape != shape:
         raise ValueError(

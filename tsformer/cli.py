@@ -76,6 +76,17 @@ def train(
         help="Long format: the column naming each series (repeatable for a compound id; default: unique_id, "
         "series_id, item_id, ts_id or id when present).",
     ),
+    future_cov: list[str] = typer.Option(
+        [],
+        "--future-cov",
+        help="Known-future covariate column (repeatable): known up to the end of the forecast, e.g. a load forecast.",
+    ),
+    past_cov: list[str] = typer.Option(
+        [], "--past-cov", help="Past-only covariate column (repeatable): observed with the target, unknown ahead."
+    ),
+    no_calendar: bool = typer.Option(
+        False, "--no-calendar", help="No calendar features (hour, weekday, ...) as known-future covariates."
+    ),
     context_len: int | None = typer.Option(
         None, "--context-len", help="Input steps the model sees (default: chosen from the data's length and frequency)."
     ),
@@ -117,6 +128,9 @@ def train(
             "path": str(csv) if csv else None,
             "time_col": time_col,
             "id_cols": list(id_col) or None,
+            "future_covs": list(future_cov) or None,
+            "past_covs": list(past_cov) or None,
+            "calendar": False if no_calendar else None,
             "freq": freq,
             "fill": fill,
             "sort": sort or None,
@@ -180,6 +194,9 @@ def predict(
     csv: Path = typer.Argument(..., help="CSV whose last rows are the history to forecast from."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the forecast CSV here (default: stdout)."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a PNG of recent history and the forecast."),
+    future: Path | None = typer.Option(
+        None, "--future", help="CSV of the known-future covariates for the horizon after each series' last row."
+    ),
 ) -> None:
     """Forecast the next horizon steps after the CSV's last row, in original units.
 
@@ -187,7 +204,7 @@ def predict(
     """
     from tsformer.predict import predict as run_prediction
 
-    forecast = run_prediction(run, csv, out=out, plot=plot)
+    forecast = run_prediction(run, csv, out=out, plot=plot, future=future)
     for note in forecast.notes:
         typer.echo(note, err=True)
     if out is None:

@@ -55,6 +55,9 @@ class DataConfig:
     id_cols: tuple[str, ...] = ()  # long format: the columns naming each series; () finds unique_id/item_id/... by name
     targets: tuple[str, ...] = ()  # () forecasts every numeric column
     freq: str = ""  # pandas offset alias; "" infers it from the timestamps
+    future_covs: tuple[str, ...] = ()  # known-future covariates: known up to the end of the forecast
+    past_covs: tuple[str, ...] = ()  # past-only covariates: observed with the target, unknown ahead
+    calendar: bool = True  # derive known-future calendar features (hour, weekday, ...) from the timestamps
     sort: bool = False  # accept unsorted rows by sorting them on the time column
     dayfirst: bool = False  # read ambiguous dates such as 01/02/2024 as day/month
     fill: str = ""  # "", ffill or zero: how NaN/inf cells are filled (never from later rows)

@@ -76,9 +76,10 @@ def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True)
     model = ckpt.build_model()
     context_len, horizon = ckpt.config.model.context_len, ckpt.config.model.horizon
     windows = data.split_windows("test")
-    contexts, truth, contexts_observed, truth_observed = windows.split(context_len)  # masks None: all observed
+    split = windows.split(context_len)  # masks None: all observed
+    contexts, truth, truth_observed = split.context, split.target, split.target_observed
     season = season_for(ckpt.freq, context_len)
-    forecasts = all_forecasts(model, contexts, contexts_observed, season)  # (N, H, C) each
+    forecasts = all_forecasts(model, split, season)  # (N, H, C) each
     forecasts["model"] = apply(ckpt.fallback, forecasts)  # what predict gives: the validation choice per column
     frame = data.frame
     ids = window_ids(frame, windows.floors.numpy())  # (N,) each window's series

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tsformer.data.prepare import Split
 from tsformer.metrics import forward_fill, repeat_last, season_length, seasonal_naive, usable_season
 from tsformer.model import Forecaster
 
@@ -43,11 +44,11 @@ def season_for(freq: str, context_len: int) -> int:
     return usable_season(season_length(freq), context_len)
 
 
-def all_forecasts(
-    model: Forecaster, contexts: torch.Tensor, observed: torch.Tensor | None, season: int
-) -> dict[str, torch.Tensor]:
-    """Every forecaster's forecast (N, H, C) of contexts (N, L, C): the model's, then the naive ones."""
-    forecast = torch.cat(list(model.predict_batches(contexts, observed))).cpu()
+def all_forecasts(model: Forecaster, windows: Split, season: int) -> dict[str, torch.Tensor]:
+    """Every forecaster's forecast (N, H, C) of the windows' contexts (N, L, C): the model's (which also
+    reads their covariates), then the naive ones."""
+    contexts, observed = windows.context, windows.context_observed
+    forecast = torch.cat(list(model.predict_batches(contexts, observed, windows.covariates))).cpu()
     return {"model": forecast, **naive_forecasts(contexts, observed, model.cfg.horizon, season)}
 
 

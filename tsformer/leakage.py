@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import torch
 
 from tsformer.config import Config
@@ -25,7 +26,7 @@ from tsformer.data import (
     fill_column,
 )
 from tsformer.errors import LeakageError
-from tsformer.model import Forecaster
+from tsformer.model import Covariates, Forecaster
 
 TOLERANCE = 1e-9  # float64; a masked future contributes exactly zero in exact arithmetic
 
@@ -52,23 +53,27 @@ def _positions(n_tokens: int, n_checks: int) -> list[int]:
 
 
 def check_model(model: Forecaster, n_checks: int = 16, seed: int = 0) -> list[CheckResult]:
-    """Forward, gradient, padding, inference-path and target checks on a float64 copy of `model` in eval mode.
+    """Forward, gradient, padding, inference-path, target and covariate checks on a float64 copy of `model`
+    in eval mode.
 
     Each probe runs on the model's own weights and on a copy with every weight drawn at random, so a
     piece that starts at zero (the context skip of an untrained model) is probed too. The forward and
     gradient probes run on fully observed contexts (attention's causal-only path) and again with a
-    short history in one of them (the masked path that padding takes).
+    short history in one of them (the masked path that padding takes). "Inputs after t" are the
+    target and past-only covariates after t and known-future covariates after t + horizon; the
+    known-future covariates in between are allowed, and `model/covariates` states it.
     """
     generator = torch.Generator().manual_seed(seed)
     own = copy.deepcopy(model).double().eval()
     models = (own, _randomised(own, generator))
     cfg = own.cfg
     x = torch.randn(2, cfg.context_len, own.n_series, generator=generator, dtype=torch.float64)
+    covariates = random_covariates(own, 2, generator)
     short_history = torch.ones(2, cfg.context_len, dtype=torch.bool)
     short_history[1, : cfg.context_len // 3] = False
     positions = _positions(own.n_tokens, n_checks)
     probes = [
-        _probe_future(probe, x, observed, positions, generator)
+        _probe_future(probe, x, covariates, observed, positions, generator)
         for probe in models
         for observed in (None, short_history)
     ]
@@ -91,8 +96,21 @@ def check_model(model: Forecaster, n_checks: int = 16, seed: int = 0) -> list[Ch
     ]
     padding = [check_padding(probe, generator) for probe in models]
     results.append(max(padding, key=lambda r: r.max_change))
-    inference = [_check_inference_path(probe, x, short_history) for probe in models]
-    return results + [max(inference, key=lambda r: r.max_change), check_targets(own)]
+    inference = [_check_inference_path(probe, x, covariates, short_history) for probe in models]
+    results += [max(inference, key=lambda r: r.max_change), check_targets(own)]
+    if covariates is not None and covariates.future is not None:
+        results.append(_check_future_allowance(models[1], x, covariates, positions, generator))
+    return results
+
+
+def random_covariates(model: Forecaster, batch: int, generator: torch.Generator) -> Covariates | None:
+    """Covariates of the shapes `model` reads (float64), or None when it reads none."""
+    cfg = model.cfg
+    if not model.n_past and not model.n_future:
+        return None
+    past = torch.randn(batch, cfg.context_len, model.n_past, generator=generator, dtype=torch.float64)
+    future = torch.randn(batch, cfg.context_len + cfg.horizon, model.n_future, generator=generator, dtype=torch.float64)
+    return Covariates(past if model.n_past else None, future if model.n_future else None)
 
 
 def _randomised(model: Forecaster, generator: torch.Generator) -> Forecaster:
@@ -105,11 +123,13 @@ def _randomised(model: Forecaster, generator: torch.Generator) -> Forecaster:
     return other
 
 
-def _check_inference_path(model: Forecaster, x: torch.Tensor, observed: torch.Tensor) -> CheckResult:
+def _check_inference_path(
+    model: Forecaster, x: torch.Tensor, covariates: Covariates | None, observed: torch.Tensor
+) -> CheckResult:
     """`predict` (last token only, for speed) must equal the last token of the audited all-token forward."""
     with torch.no_grad():
         change = max(
-            (model.predict(x, mask) - model.forecast_tokens(x, mask)[:, -1]).abs().max().item()
+            (model.predict(x, mask, covariates) - model.forecast_tokens(x, mask, covariates)[:, -1]).abs().max().item()
             for mask in (None, observed)
         )
     return CheckResult(
@@ -137,27 +157,86 @@ def check_targets(model: Forecaster) -> CheckResult:
     )
 
 
+def _after(
+    x: torch.Tensor, covariates: Covariates | None, end: int, horizon: int, generator: torch.Generator
+) -> tuple[torch.Tensor, Covariates | None]:
+    """Copies with every input after `end` redrawn: the target and past-only covariates from step `end` on,
+    known-future covariates from step `end + horizon` on (the ones before are the forecast's allowance)."""
+
+    def redraw(t: torch.Tensor, start: int) -> torch.Tensor:
+        changed = t.clone()
+        changed[:, start:] = 10 * torch.randn(changed[:, start:].shape, generator=generator, dtype=t.dtype)
+        return changed
+
+    if covariates is None:
+        return redraw(x, end), None
+    past = None if covariates.past is None else redraw(covariates.past, end)
+    future = None if covariates.future is None else redraw(covariates.future, end + horizon)
+    return redraw(x, end), Covariates(past, future)
+
+
 def _probe_future(
-    probe: Forecaster, x: torch.Tensor, observed: torch.Tensor | None, positions: list[int], generator: torch.Generator
+    probe: Forecaster,
+    x: torch.Tensor,
+    covariates: Covariates | None,
+    observed: torch.Tensor | None,
+    positions: list[int],
+    generator: torch.Generator,
 ) -> tuple[float, float, float]:
     """Largest change of outputs at or before each token k, in value and gradient, after changing the
     inputs after k; and the largest change of the outputs after k (which must respond)."""
-    ends = probe.token_ends()
+    ends, horizon = probe.token_ends(), probe.cfg.horizon
     with torch.no_grad():
-        base = probe.forecast_tokens(x, observed)  # (B, T, H, C)
+        base = probe.forecast_tokens(x, observed, covariates)  # (B, T, H, C)
     worst_forward, worst_grad, moved_later = 0.0, 0.0, 0.0
     for k in positions:
-        changed = x.clone()
-        changed[:, ends[k] :] = 10 * torch.randn(changed[:, ends[k] :].shape, generator=generator, dtype=torch.float64)
+        changed, changed_covariates = _after(x, covariates, ends[k], horizon, generator)
         with torch.no_grad():
-            out = probe.forecast_tokens(changed, observed)
+            out = probe.forecast_tokens(changed, observed, changed_covariates)
         worst_forward = max(worst_forward, (out[:, : k + 1] - base[:, : k + 1]).abs().max().item())
         moved_later = max(moved_later, (out[:, k + 1 :] - base[:, k + 1 :]).abs().max().item())
-        inputs = x.clone().requires_grad_(True)
-        past_outputs = probe.forecast_tokens(inputs, observed)[:, : k + 1]
-        (grad,) = torch.autograd.grad(past_outputs.sum(), inputs)
-        worst_grad = max(worst_grad, grad[:, ends[k] :].abs().max().item())
+        inputs = [x.clone().requires_grad_(True)]
+        grad_covariates = None
+        if covariates is not None:
+            grad_covariates = Covariates(*(None if t is None else t.clone().requires_grad_(True) for t in covariates))
+            inputs += [t for t in grad_covariates if t is not None]
+        past_outputs = probe.forecast_tokens(inputs[0], observed, grad_covariates)[:, : k + 1]
+        grads = torch.autograd.grad(past_outputs.sum(), inputs, allow_unused=True)
+        worst_grad = max(worst_grad, grads[0][:, ends[k] :].abs().max().item())
+        if grad_covariates is not None:
+            for tensor, grad in zip([t for t in grad_covariates if t is not None], grads[1:], strict=True):
+                if grad is None:
+                    continue
+                start = ends[k] if tensor is grad_covariates.past else ends[k] + horizon
+                if grad[:, start:].numel():
+                    worst_grad = max(worst_grad, grad[:, start:].abs().max().item())
     return worst_forward, worst_grad, moved_later
+
+
+def _check_future_allowance(
+    model: Forecaster, x: torch.Tensor, covariates: Covariates, positions: list[int], generator: torch.Generator
+) -> CheckResult:
+    """Known-future covariates in (t, t + horizon] may move token t's forecast (they are known when it is
+    made): with random weights they must, or the model ignores them; the forward check holds the rest."""
+    ends, horizon = model.token_ends(), model.cfg.horizon
+    moved = 0.0
+    with torch.no_grad():
+        base = model.forecast_tokens(x, None, covariates)
+        for k in positions or [model.n_tokens - 1]:
+            future = covariates.future.clone()
+            window = future[:, ends[k] : ends[k] + horizon]
+            future[:, ends[k] : ends[k] + horizon] = window + 10 * torch.randn(
+                window.shape, generator=generator, dtype=window.dtype
+            )
+            out = model.forecast_tokens(x, None, Covariates(covariates.past, future))
+            moved = max(moved, (out[:, k] - base[:, k]).abs().max().item())
+    return CheckResult(
+        "model/covariates",
+        moved > TOLERANCE,
+        moved,
+        f"token t's forecast responds to the {model.n_future} known-future covariates in (t, t + {horizon}] "
+        "(allowed: known when the forecast is made; later ones are held fixed by model/forward)",
+    )
 
 
 def check_padding(model: Forecaster, generator: torch.Generator) -> CheckResult:
@@ -165,14 +244,18 @@ def check_padding(model: Forecaster, generator: torch.Generator) -> CheckResult:
     cfg = model.cfg
     shape = (2, cfg.context_len, model.n_series)
     x = torch.randn(shape, generator=generator, dtype=torch.float64)
+    covariates = random_covariates(model, 2, generator)
     history = max(1, cfg.context_len // 3)
     observed = torch.rand(shape, generator=generator) > 0.2  # (2, L, C): a fifth of the cells unobserved
     observed[:, :-history] = False  # and the left padding of a short history
     other = torch.where(observed, x, 1e3 * torch.randn(shape, generator=generator, dtype=torch.float64))
     with torch.no_grad():
         change = max(
-            (model.predict(x, observed) - model.predict(other, observed)).abs().max().item(),
-            (model.forecast_tokens(x, observed) - model.forecast_tokens(other, observed)).abs().max().item(),
+            (model.predict(x, observed, covariates) - model.predict(other, observed, covariates)).abs().max().item(),
+            (model.forecast_tokens(x, observed, covariates) - model.forecast_tokens(other, observed, covariates))
+            .abs()
+            .max()
+            .item(),
         )
     return CheckResult(
         "model/masked",
@@ -183,18 +266,23 @@ def check_padding(model: Forecaster, generator: torch.Generator) -> CheckResult:
 
 
 def check_scaler(frame: SeriesFrame, borders: SplitBorders, scaler: Scaler) -> CheckResult:
-    """The scaler's statistics must be those of each series' training rows alone."""
-    values = np.where(frame.observed, frame.values, np.nan) if frame.id_cols else frame.values
-    if frame.id_cols:
-        refit, _ = Scaler.fit_series(values, frame.bounds, borders.train_end)
-    else:
-        refit = Scaler.fit(values[: int(borders.train_end[0])])
-    if refit.mean.shape != scaler.mean.shape:
-        return CheckResult(
-            "data/scaler", False, math.inf, f"scaler of shape {scaler.mean.shape}, data {refit.mean.shape}"
-        )
-    change = float(max(np.abs(refit.mean - scaler.mean).max(), np.abs(refit.std - scaler.std).max()))
-    tolerance = 1e-5 * float(max(1.0, np.abs(refit.mean).max(), refit.std.max()))
+    """The scaler's statistics must be those of each series' training rows alone (targets and covariates),
+    recomputed here with pandas: a series with no training value in a column has those of every series'."""
+    inputs = frame.inputs() if frame.id_cols else frame.inputs()[: int(borders.train_end[0])]
+    ids = frame.id_of_rows() if frame.id_cols else np.zeros(len(inputs), dtype=np.int64)
+    position = np.arange(len(inputs)) - frame.bounds[ids]  # row within its series
+    training = pd.DataFrame(inputs[position < borders.train_end[ids]].astype(np.float64))
+    groups = training.groupby(ids[position < borders.train_end[ids]])
+    mean = groups.mean().reindex(range(frame.n_ids))  # (n_ids, n_inputs), NaN: no training value
+    std = groups.std(ddof=0).reindex(range(frame.n_ids))
+    mean = mean.fillna(training.mean()).fillna(0.0).to_numpy()
+    std = std.fillna(training.std(ddof=0)).to_numpy()
+    std = np.where(std > 1e-12, std, 1.0)
+    if mean.shape != scaler.mean.shape:
+        detail = f"scaler of shape {scaler.mean.shape} for data of {mean.shape}"
+        return CheckResult("data/scaler", False, math.inf, detail)
+    change = float(max(np.abs(mean - scaler.mean).max(), np.abs(std - scaler.std).max()))
+    tolerance = 1e-5 * float(max(1.0, np.abs(mean).max(), std.max()))
     where = f"each of {frame.n_ids} series'" if frame.id_cols else f"rows 0..{int(borders.train_end[0]) - 1}:"
     return CheckResult("data/scaler", change <= tolerance, change, f"scaler vs. statistics of {where} training rows")
 
@@ -204,18 +292,25 @@ def check_windows(data: Prepared) -> list[CheckResult]:
     inputs (and the padding before a short series), and no series has a target timestamp in two splits."""
     frame, borders = data.frame, data.borders
     ids = torch.from_numpy(frame.id_of_rows())
-    rows = torch.arange(frame.n_rows, dtype=torch.float64).unsqueeze(1)  # (n_rows, 1) row ids as values
+    n_inputs = data.scaled.shape[1]
+    rows = torch.arange(frame.n_rows, dtype=torch.float64).unsqueeze(1).expand(-1, n_inputs)  # row ids as values
     target_rows: dict[str, np.ndarray] = {}
-    worst_overlap, outside = 0, 0
+    worst_overlap, outside, covariates_ahead = 0, 0, 0
     for split in SPLITS:
         index = dataclasses.replace(data.split_windows(split), source=rows, source_observed=None)
-        windows = index.all()
-        inputs, targets, inputs_real, _ = windows.split(index.context_len)
-        inputs, targets = inputs[..., 0].long(), targets[..., 0].long()  # (N, L), (N, H)
-        if inputs_real is not None:  # padding (before a series' first row) reads nothing
-            inputs = torch.where(inputs_real[..., 0], inputs, torch.full_like(inputs, -1))
+        windows = index.all().split(index.context_len)
+        inputs, targets = windows.context[..., 0].long(), windows.target[..., 0].long()  # (N, L), (N, H)
+        if windows.context_observed is not None:  # padding (before a series' first row) reads nothing
+            inputs = torch.where(windows.context_observed[..., 0], inputs, torch.full_like(inputs, -1))
         overlap = (inputs.max(1).values - targets.min(1).values + 1).clamp(min=0)
         worst_overlap = max(worst_overlap, int(overlap.max()) if len(overlap) else 0)
+        if windows.covariates is not None and len(targets):
+            origin, end = targets[:, :1], targets[:, -1:]  # (N, 1): the first and last target row
+            past, future = windows.covariates
+            if past is not None:  # past-only covariates: rows before the origin only
+                covariates_ahead += int((past.long() >= origin.unsqueeze(-1)).sum())
+            if future is not None:  # known-future ones: up to the last step forecast, not beyond
+                covariates_ahead += int((future.long() > end.unsqueeze(-1)).sum())
         series = ids[targets[:, :1]]  # (N, 1) the series of each window's first target
         real_inputs = inputs >= 0
         mixed = (ids[targets] != series).sum() + ((ids[inputs.clamp(min=0)] != series) & real_inputs).sum()
@@ -233,7 +328,11 @@ def check_windows(data: Prepared) -> list[CheckResult]:
             shared += len(np.intersect1d(pairs[target_rows[a]], pairs[target_rows[b]]))
     return [
         CheckResult(
-            "data/window", worst_overlap == 0, float(worst_overlap), "steps a window's target shares with its own input"
+            "data/window",
+            worst_overlap == 0 and covariates_ahead == 0,
+            float(worst_overlap + covariates_ahead),
+            f"steps a window's target shares with its own input ({worst_overlap}), covariate cells read after the "
+            f"origin (past-only) or after the horizon (known-future) ({covariates_ahead})",
         ),
         CheckResult(
             "data/splits",

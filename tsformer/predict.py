@@ -15,6 +15,8 @@ from pandas.tseries.frequencies import to_offset
 
 from tsformer.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint
 from tsformer.data import Scaler, SeriesFrame, read_series
+from tsformer.data.calendar import calendar_features
+from tsformer.data.prepare import Layout, Windows
 from tsformer.errors import DataError
 from tsformer.fallback import all_forecasts, apply, season_for
 from tsformer.files import atomic_open, check_output_path
@@ -34,9 +36,16 @@ class Forecast:
         return self.frame.to_csv(index=not self.long)
 
 
-def predict(run: str | Path, csv: str | Path, out: Path | None = None, plot: Path | None = None) -> Forecast:
+def predict(
+    run: str | Path,
+    csv: str | Path,
+    out: Path | None = None,
+    plot: Path | None = None,
+    future: str | Path | None = None,
+) -> Forecast:
     """Forecast after the last row of each series of `csv`; a history shorter than context_len is
-    left-padded and masked.
+    left-padded and masked. A model with known-future covariates reads their next `horizon` values of
+    each series from the `future` CSV.
 
     With `out` and/or `plot`, the CSV and the PNG are written atomically, and only when both succeed;
     unusable output paths are refused before any work.
@@ -46,13 +55,14 @@ def predict(run: str | Path, csv: str | Path, out: Path | None = None, plot: Pat
             check_output_path(path, flag)
     ckpt = load_checkpoint(resolve_checkpoint(run))
     frame = read_history(ckpt, csv)
+    ahead = read_future(ckpt, frame, future)
     scaler, new_series = series_scaler(ckpt, frame)
     notes = frame.notes
     if new_series:
         notes += (
             f"{new_series} series were not in training; the global model forecasts them, scaled with their own history",
         )
-    forecast = Forecast(forecast_frame(ckpt, frame, scaler), notes, long=bool(ckpt.id_cols))
+    forecast = Forecast(forecast_frame(ckpt, frame, scaler, ahead), notes, long=bool(ckpt.id_cols))
     with contextlib.ExitStack() as stack:  # every file is renamed into place only after all were written
         if out is not None:
             stack.enter_context(atomic_open(out)).write(forecast.to_csv().encode("utf-8"))
@@ -69,7 +79,13 @@ def predict(run: str | Path, csv: str | Path, out: Path | None = None, plot: Pat
 def read_history(ckpt: Checkpoint, csv: str | Path) -> SeriesFrame:
     """The CSV's series and target columns (as trained), checked against the checkpoint."""
     data_cfg = dataclasses.replace(
-        ckpt.config.data, path=str(csv), targets=ckpt.columns, time_col=ckpt.time_col, id_cols=ckpt.id_cols
+        ckpt.config.data,
+        path=str(csv),
+        targets=ckpt.columns,
+        time_col=ckpt.time_col,
+        id_cols=ckpt.id_cols,
+        past_covs=ckpt.past_covs,
+        future_covs=ckpt.future_covs,
     )
     try:
         return read_series(csv, data_cfg, expected_freq=ckpt.freq)
@@ -81,6 +97,51 @@ def read_history(ckpt: Checkpoint, csv: str | Path) -> SeriesFrame:
                 f"with time column {ckpt.time_col!r}{ids}: {exc}"
             ) from None
         raise
+
+
+def read_future(ckpt: Checkpoint, history: SeriesFrame, future: str | Path | None) -> np.ndarray | None:
+    """(n_ids, horizon, n_future) the known-future covariates of the `future` CSV: exactly the `horizon`
+    steps after each series' last row; None when the model reads none from the data."""
+    horizon = ckpt.config.model.horizon
+    if not ckpt.future_covs:
+        return None
+    if future is None:
+        raise DataError(
+            f"the model reads the known-future covariates {', '.join(ckpt.future_covs)}; pass --future CSV with "
+            f"their values for the {horizon} steps after each series' last row"
+        )
+    data_cfg = dataclasses.replace(
+        ckpt.config.data,
+        path=str(future),
+        targets=ckpt.future_covs,
+        time_col=ckpt.time_col,
+        id_cols=ckpt.id_cols,
+        past_covs=(),
+        future_covs=(),
+        fill="",
+    )
+    try:
+        frame = read_series(future, data_cfg, expected_freq=ckpt.freq)
+    except DataError as exc:
+        raise DataError(f"--future {future}: {str(exc).replace('target column', 'covariate')}") from None
+    rows = {key: i for i, key in enumerate(frame.keys)}
+    offset = to_offset(ckpt.freq)
+    out = np.empty((history.n_ids, horizon, len(ckpt.future_covs)), dtype=np.float32)
+    for i, key in enumerate(history.keys):
+        where = f"series {'/'.join(key)!r}" if ckpt.id_cols else "the forecast"
+        if key not in rows:
+            raise DataError(f"--future {future} has no rows for {where}; give its next {horizon} steps")
+        span = frame.rows_of(rows[key])
+        expected = history.timestamps[int(history.bounds[i + 1]) - 1] + offset
+        if span.stop - span.start != horizon or frame.timestamps[span.start] != expected:
+            raise DataError(
+                f"--future {future} has {span.stop - span.start} rows from {frame.timestamps[span.start]} for {where}, "
+                f"but needs exactly the {horizon} steps from {expected} (after the history's last row)"
+            )
+        if not frame.observed[span].all():
+            raise DataError(f"--future {future} misses covariate values for {where}; give every value")
+        out[i] = frame.values[span]
+    return out
 
 
 def series_scaler(ckpt: Checkpoint, frame: SeriesFrame) -> tuple[Scaler, int]:
@@ -97,31 +158,50 @@ def series_scaler(ckpt: Checkpoint, frame: SeriesFrame) -> tuple[Scaler, int]:
             stds.append(ckpt.scaler.std[known[key]])
             continue
         new += 1
-        rows = np.where(frame.observed[frame.rows_of(i)], frame.values[frame.rows_of(i)], np.nan)
-        own = Scaler.fit(rows)
-        means.append(np.nan_to_num(own.mean[0]))  # a column with no value at all: mean 0, std 1
-        stds.append(np.nan_to_num(own.std[0], nan=1.0))
+        own = Scaler.fit(frame.inputs()[frame.rows_of(i)])  # a column with no value at all: mean 0, std 1
+        means.append(own.mean[0])
+        stds.append(own.std[0])
     return Scaler(mean=np.stack(means), std=np.stack(stds)), new
 
 
-def forecast_frame(ckpt: Checkpoint, frame: SeriesFrame, scaler: Scaler) -> pd.DataFrame:
+def forecast_frame(
+    ckpt: Checkpoint, frame: SeriesFrame, scaler: Scaler, ahead: np.ndarray | None = None
+) -> pd.DataFrame:
     """Every series' next `horizon` steps, with the validation fallback and the conformal intervals."""
     cfg = ckpt.config.model
-    n_columns = len(ckpt.columns)
-    contexts = torch.zeros(frame.n_ids, cfg.context_len, n_columns)
-    observed = torch.zeros(frame.n_ids, cfg.context_len, n_columns, dtype=torch.bool)  # left padding unobserved
+    n_columns, n_past = len(ckpt.columns), len(ckpt.past_covs)
+    offset = to_offset(ckpt.freq)
+    lasts = frame.timestamps[frame.bounds[1:] - 1]
+    ranges = [pd.date_range(last + offset, periods=cfg.horizon, freq=offset) for last in lasts]
+    timestamps = ranges[0].append(ranges[1:]).rename(ckpt.time_col)
+    n_inputs = n_columns + n_past + len(ckpt.future_covs) + len(ckpt.calendar)
+    windows = torch.zeros(frame.n_ids, cfg.context_len + cfg.horizon, n_inputs)  # like a data window: L + H steps
+    observed = torch.zeros(frame.n_ids, cfg.context_len + cfg.horizon, n_inputs, dtype=torch.bool)
+    inputs = frame.inputs()  # (n_rows, C + n_covariates), NaN where missing
     for i in range(frame.n_ids):
         rows = frame.rows_of(i)
-        recent = np.where(frame.observed[rows], frame.values[rows], np.nan)[-cfg.context_len :]  # (<= L, C)
-        contexts[i, cfg.context_len - len(recent) :] = torch.from_numpy(np.nan_to_num(scaler.transform(recent, i)))
-        observed[i, cfg.context_len - len(recent) :] = torch.from_numpy(~np.isnan(recent))
-    forecasts = all_forecasts(ckpt.build_model(), contexts, observed, season_for(ckpt.freq, cfg.context_len))
+        recent = inputs[rows][-cfg.context_len :]  # (<= L, C + n_covariates)
+        scaled = np.nan_to_num(scaler.transform(recent, i))
+        start = cfg.context_len - len(recent)
+        n_scaled = scaled.shape[1]
+        windows[i, start : cfg.context_len, :n_scaled] = torch.from_numpy(scaled)
+        observed[i, start : cfg.context_len, :n_scaled] = torch.from_numpy(~np.isnan(recent))
+        if ahead is not None:  # the data's known-future covariates over the horizon, scaled like their history
+            future_scaled = (ahead[i] - scaler.mean[i, n_columns + n_past :]) / scaler.std[i, n_columns + n_past :]
+            windows[i, cfg.context_len :, n_columns + n_past : n_scaled] = torch.from_numpy(future_scaled)
+        if ckpt.calendar:
+            stamps = frame.timestamps[rows][-cfg.context_len :].append(ranges[i])
+            windows[i, start:, n_scaled:] = torch.from_numpy(calendar_features(stamps, ckpt.freq))
+    layout = Layout(ckpt.columns, ckpt.past_covs, ckpt.future_covs, ckpt.calendar)
+    split = Windows(windows, observed, layout).split(cfg.context_len)
+    forecasts = all_forecasts(ckpt.build_model(), split, season_for(ckpt.freq, cfg.context_len))
     scaled = apply(ckpt.fallback, forecasts).numpy()  # (S, H, C): per column, the forecaster chosen on validation
     ids = np.arange(frame.n_ids)[:, None]  # (S, 1): each row's series, for the scaler
-    point = scaler.inverse(scaled, ids)
+    target_scaler = Scaler(scaler.mean[:, :n_columns], scaler.std[:, :n_columns])
+    point = target_scaler.inverse(scaled, ids)
     widths = [] if ckpt.interval_widths is None else ckpt.interval_widths.numpy()  # (n_levels, H, C), scaled
     bands = [
-        (label(level), scaler.inverse(scaled - width, ids), scaler.inverse(scaled + width, ids))
+        (label(level), target_scaler.inverse(scaled - width, ids), target_scaler.inverse(scaled + width, ids))
         for level, width in zip(ckpt.interval_levels, widths, strict=True)
     ]
     columns = {}
@@ -130,10 +210,6 @@ def forecast_frame(ckpt: Checkpoint, frame: SeriesFrame, scaler: Scaler) -> pd.D
         for tag, lower, upper in bands:
             columns[f"{name}_lower_{tag}"] = lower[..., j].reshape(-1)
             columns[f"{name}_upper_{tag}"] = upper[..., j].reshape(-1)
-    offset = to_offset(ckpt.freq)
-    lasts = frame.timestamps[frame.bounds[1:] - 1]
-    ranges = [pd.date_range(last + offset, periods=cfg.horizon, freq=offset) for last in lasts]
-    timestamps = ranges[0].append(ranges[1:]).rename(ckpt.time_col)
     if not ckpt.id_cols:
         return pd.DataFrame(columns, index=timestamps)
     ids_frame = pd.DataFrame(

@@ -106,7 +106,8 @@ def _train(
     if previous is not None:
         _require_same_data(previous, data, out_dir)
     torch.manual_seed(cfg.train.seed)
-    model = Forecaster(cfg.model, len(data.frame.columns), cfg.train.loss)
+    layout = data.layout
+    model = Forecaster(cfg.model, len(layout.targets), cfg.train.loss, len(layout.past), len(layout.known_future))
     _run_leakage_checks(model, data, cfg)
     train_windows = data.split_windows("train", cfg.train.train_stride)
     val_windows = data.split_windows("val")
@@ -141,11 +142,11 @@ def _calibrate(model_file: Path, val_windows: WindowIndex, cfg: Config) -> Decis
     """On the validation windows: score the best model and the naive forecasters, choose per column, and
     calibrate conformal intervals around the chosen forecast; store both in model.pt."""
     best = load_checkpoint(model_file)
-    contexts, truth, observed, truth_observed = val_windows.split(cfg.model.context_len)
-    forecasts = all_forecasts(best.build_model(), contexts, observed, season_for(best.freq, cfg.model.context_len))
-    decision = decide(forecasts, truth, truth_observed, best.columns, enabled=cfg.train.fallback)
+    windows = val_windows.split(cfg.model.context_len)
+    forecasts = all_forecasts(best.build_model(), windows, season_for(best.freq, cfg.model.context_len))
+    decision = decide(forecasts, windows.target, windows.target_observed, best.columns, enabled=cfg.train.fallback)
     levels = cfg.train.intervals
-    widths = calibrate(apply(decision.choice, forecasts), truth, truth_observed, levels)  # (n_levels, H, C)
+    widths = calibrate(apply(decision.choice, forecasts), windows.target, windows.target_observed, levels)
     save_checkpoint(
         dataclasses.replace(best, fallback=decision.choice, interval_levels=levels, interval_widths=widths), model_file
     )
@@ -314,11 +315,20 @@ class _Runner:
         """One optimiser step on a batch of windows (B, L + H, C) and their observed mask (or None)."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        context, target, context_observed, target_observed = batch.split(self.cfg.model.context_len)  # the last token's
+        windows = batch.split(self.cfg.model.context_len)  # the last token's target
+        target, target_observed = windows.target, windows.target_observed
         if self.cfg.train.all_positions:
-            target = self.model.token_targets(batch.values)  # (B, T, H, C): the horizon after every token
-            target_observed = None if batch.observed is None else self.model.token_targets(batch.observed)
-        _, loss = self.wrapped(context, context_observed, target=target, target_observed=target_observed)
+            n_targets = len(self.data.frame.columns)
+            target = self.model.token_targets(batch.values[..., :n_targets])  # (B, T, H, C): after every token
+            if batch.observed is not None:
+                target_observed = self.model.token_targets(batch.observed[..., :n_targets])
+        _, loss = self.wrapped(
+            windows.context,
+            windows.context_observed,
+            target=target,
+            target_observed=target_observed,
+            covariates=windows.covariates,
+        )
         if not torch.isfinite(loss):
             raise TrainingError(
                 f"the training loss became {loss.item()} at epoch {epoch}, step {step}; {self._kept()}. "
@@ -333,11 +343,13 @@ class _Runner:
 
     def _val_loss(self, val_windows: WindowIndex) -> float:
         """MSE of the last token's forecast (the real forecast) over every observed validation target."""
-        contexts, targets, context_observed, target_observed = val_windows.split(self.cfg.model.context_len)
+        windows = val_windows.split(self.cfg.model.context_len)
+        targets, target_observed = windows.target, windows.target_observed
         if target_observed is None:
             target_observed = torch.ones_like(targets, dtype=torch.bool)
         total, start = 0.0, 0
-        for forecast in self.model.predict_batches(contexts, context_observed):  # (b, H, C) each, in order
+        batches = self.model.predict_batches(windows.context, windows.context_observed, windows.covariates)
+        for forecast in batches:  # (b, H, C) each, in order
             end = start + len(forecast)
             error = (forecast - targets[start:end].to(forecast.device)).square()
             total += error[target_observed[start:end].to(forecast.device)].sum().item()
@@ -353,6 +365,9 @@ class _Runner:
             freq=frame.freq,
             id_cols=frame.id_cols,
             series=frame.keys,
+            past_covs=self.data.layout.past,
+            future_covs=self.data.layout.future,
+            calendar=self.data.layout.calendar,
             scaler=self.data.scaler,
             borders=self.data.borders,
             model_state=self.model.state_dict(),

@@ -45,6 +45,8 @@ class SeriesFrame:
     notes: tuple[str, ...] = ()  # what the reader decided that the user should hear (date order, fills)
     id_cols: tuple[str, ...] = ()  # () for a wide file
     keys: tuple[tuple[str, ...], ...] = ((),)  # each series' id values, in the order of the file
+    covariate_names: tuple[str, ...] = ()  # data.past_covs, then data.future_covs
+    covariates: np.ndarray | None = None  # (n_rows, n_covariates) float32, NaN where missing
     bounds: np.ndarray | None = None  # (n_ids + 1,) row where each series starts, then n_rows; None: one series
 
     def __post_init__(self) -> None:
@@ -72,6 +74,21 @@ class SeriesFrame:
     def rows_of(self, i: int) -> slice:
         return slice(int(self.bounds[i]), int(self.bounds[i + 1]))
 
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        """The targets, then the covariates."""
+        return self.columns + self.covariate_names
+
+    def inputs(self) -> np.ndarray:
+        """(n_rows, n_columns + n_covariates) float32: targets (as filled), then covariates; NaN where missing."""
+        if self.covariates is None:
+            return self.values
+        return np.concatenate([self.values, self.covariates], axis=1)
+
+    def input_observed(self) -> np.ndarray:
+        """The cells of `inputs` that hold a value (filled target cells count: --fill gave them one)."""
+        return ~np.isnan(self.inputs())
+
     def id_of_rows(self) -> np.ndarray:
         """(n_rows,) the series index of every row."""
         return np.repeat(np.arange(self.n_ids), self.lengths)
@@ -86,9 +103,10 @@ def read_series(path: str | Path, cfg: DataConfig, expected_freq: str = "") -> S
     table, delimiter = read_table(path)
     time_col = _find_time_col(table, cfg.time_col, path)
     id_cols = _find_id_cols(table, cfg.id_cols, time_col, path)
-    codes, keys = _series_codes(table, id_cols, explicit=bool(cfg.id_cols))
+    codes, keys = _series_codes(table, id_cols)
     timestamps, time_notes = _parse_timestamps(table[time_col], time_col, cfg, sample=codes == 0)
-    targets, target_notes = _pick_targets(table, (time_col, *id_cols), cfg.targets, path, delimiter)
+    covariate_names = _pick_covariates(table, cfg, (time_col, *id_cols), path)
+    targets, target_notes = _pick_targets(table, (time_col, *id_cols), cfg.targets, path, delimiter, covariate_names)
     # series after series (in the order they first appear), each in file order or, with --sort, in time order
     order = np.lexsort((timestamps.asi8, codes)) if cfg.sort else np.argsort(codes, kind="stable")
     table, timestamps, codes = table.iloc[order], timestamps[order], codes[order]
@@ -100,6 +118,8 @@ def read_series(path: str | Path, cfg: DataConfig, expected_freq: str = "") -> S
     span = slice(int(bounds[longest]), int(bounds[longest + 1]))
     freq, freq_notes = _resolve_freq(timestamps[span], cfg.freq, expected_freq, lines[span])
     values = _numeric_values(table, targets, delimiter)  # (n_rows, n_columns) float64, NaN where missing
+    if covariate_names:  # read and laid on the grid with the targets
+        values = np.concatenate([values, _numeric_values(table, list(covariate_names), delimiter, "covariate")], 1)
     if len(keys) == 1:
         timestamps, values, gap_notes = _fill_the_grid(timestamps, values, freq)
         first_lines = lines[:1]
@@ -107,7 +127,13 @@ def read_series(path: str | Path, cfg: DataConfig, expected_freq: str = "") -> S
     else:
         timestamps, values, bounds, gap_notes = _fill_the_grids(timestamps, values, freq, bounds, names, lines)
         first_lines = lines[np.searchsorted(codes, np.arange(len(keys)))]
-    values, observed, value_notes = _complete(values, targets, cfg.fill, bounds, first_lines, names)
+    covariates = values[:, len(targets) :].astype(np.float32) if covariate_names else None
+    values, observed, value_notes = _complete(values[:, : len(targets)], targets, cfg.fill, bounds, first_lines, names)
+    if covariates is not None and np.isnan(covariates).any():
+        value_notes += (
+            f"{int(np.isnan(covariates).sum())} covariate cells are missing; the model reads them as unobserved "
+            "(the training mean)",
+        )
     return SeriesFrame(
         timestamps=timestamps,
         values=values,
@@ -119,6 +145,8 @@ def read_series(path: str | Path, cfg: DataConfig, expected_freq: str = "") -> S
         id_cols=id_cols,
         keys=keys,
         bounds=bounds,
+        covariate_names=covariate_names,
+        covariates=covariates,
     )
 
 
@@ -140,9 +168,7 @@ def _find_id_cols(table: pd.DataFrame, requested: tuple[str, ...], time_col: str
     return next(((by_lower[name],) for name in ID_COL_NAMES if name in by_lower), ())
 
 
-def _series_codes(
-    table: pd.DataFrame, id_cols: tuple[str, ...], explicit: bool
-) -> tuple[np.ndarray, tuple[tuple[str, ...], ...]]:
+def _series_codes(table: pd.DataFrame, id_cols: tuple[str, ...]) -> tuple[np.ndarray, tuple[tuple[str, ...], ...]]:
     """Each row's series index (in order of first appearance) and each series' id values as text."""
     if not id_cols:
         return np.zeros(len(table), dtype=np.int64), ((),)
@@ -160,11 +186,6 @@ def _series_codes(
             raise DataError(
                 f"id column {name!r} has a different value on each of the {len(text)} rows, so every series would be "
                 "one row; name the column that identifies each series with --id-col"
-            )
-        if n_distinct == 1 and explicit and len(id_cols) == 1 and len(text) > 1:
-            raise DataError(
-                f"id column {name!r} holds one value ({text.iloc[0]!r}) on every row, so it names no series; "
-                "drop --id-col for a single series, or name the column that identifies each series"
             )
         parts.append(text.to_numpy(dtype=object))
     joined = parts[0] if len(parts) == 1 else np.array(["\x1f".join(values) for values in zip(*parts, strict=True)])
@@ -531,14 +552,36 @@ def _irregular(timestamps: pd.DatetimeIndex, lines: np.ndarray, expected: str) -
 # --- values -------------------------------------------------------------------------------------
 
 
+def _pick_covariates(
+    table: pd.DataFrame, cfg: DataConfig, not_covariates: tuple[str, ...], path: Path
+) -> tuple[str, ...]:
+    """data.past_covs then data.future_covs, each a column of the file that is no id, time or other covariate."""
+    given = (*cfg.past_covs, *cfg.future_covs)
+    for i, name in enumerate(given):
+        if name not in table.columns:
+            raise DataError(f"covariate {name!r} not in {path.name}; columns are: {names(table.columns)}")
+        if name in not_covariates:
+            raise DataError(f"covariate {name!r} is the time or an id column; name a column of values")
+        if name in given[:i]:
+            raise DataError(f"covariate {name!r} is given twice; give each covariate once, as past-only or future")
+        if name in cfg.targets:
+            raise DataError(f"column {name!r} is both a target and a covariate; give it as one of them")
+    return given
+
+
 def _pick_targets(
-    table: pd.DataFrame, not_targets: tuple[str, ...], requested: tuple[str, ...], path: Path, delimiter: str
+    table: pd.DataFrame,
+    not_targets: tuple[str, ...],
+    requested: tuple[str, ...],
+    path: Path,
+    delimiter: str,
+    covariates: tuple[str, ...] = (),
 ) -> tuple[list[str], tuple[str, ...]]:
     """The target columns and a note when a long file's `y` was chosen over other numeric columns.
 
-    `not_targets` are the time column, then the id columns."""
+    `not_targets` are the time column, then the id columns; covariates are not targets either."""
     time_col, id_cols = not_targets[0], not_targets[1:]
-    candidates = [c for c in table.columns if c not in not_targets]
+    candidates = [c for c in table.columns if c not in not_targets and c not in covariates]
     if requested:
         for i, name in enumerate(requested):
             if name == time_col:
@@ -575,12 +618,21 @@ def _is_numeric_like(column: pd.Series) -> bool:
     return bool(len(sample)) and sample.str.contains(r"\d").mean() > 0.5
 
 
-def _numeric_values(table: pd.DataFrame, targets: list[str], delimiter: str) -> np.ndarray:
+def _numeric_values(table: pd.DataFrame, targets: list[str], delimiter: str, kind: str = "target") -> np.ndarray:
     """(n_rows, n_series) float64 values, NaN where a cell is missing or infinite."""
     values = np.empty((len(table), len(targets)))
     lines = table.index
     for j, name in enumerate(targets):
-        column = _to_float(table[name], name, delimiter)
+        try:
+            column = _to_float(table[name], name, delimiter)
+        except DataError as exc:
+            if kind == "target":
+                raise
+            raise DataError(
+                f"covariate {str(exc).split('; ')[0].removeprefix('column ')}; a covariate must be numeric "
+                "(a category that is constant per series would be a static covariate, which tsformer does not "
+                "take yet): encode it as numbers or leave it out"
+            ) from None
         too_big = np.isfinite(column) & (np.abs(column) > FLOAT32_MAX)
         if too_big.any():
             row = int(np.flatnonzero(too_big)[0])

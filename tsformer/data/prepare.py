@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from tsformer.config import Config, resolve_auto
+from tsformer.data.calendar import calendar_features, calendar_names
 from tsformer.data.loader import SeriesFrame, read_series
 from tsformer.data.split import (
     Scaler,
@@ -22,25 +24,61 @@ from tsformer.data.split import (
 )
 from tsformer.errors import DataError
 from tsformer.metrics import season_length
+from tsformer.model.covariates import Covariates
+
+
+class Layout(NamedTuple):
+    """The columns of the scaled inputs: the targets, then past-only covariates, then known-future ones:
+    the data's, then the calendar features (which are not scaled)."""
+
+    targets: tuple[str, ...]
+    past: tuple[str, ...] = ()
+    future: tuple[str, ...] = ()
+    calendar: tuple[str, ...] = ()
+
+    @property
+    def n_targets(self) -> int:
+        return len(self.targets)
+
+    @property
+    def known_future(self) -> tuple[str, ...]:
+        return self.future + self.calendar
+
+
+class Split(NamedTuple):
+    """Windows cut at their forecast origin: what the model reads and what it must forecast."""
+
+    context: torch.Tensor  # (N, L, C) targets before the origin
+    target: torch.Tensor  # (N, H, C) targets after it
+    context_observed: torch.Tensor | None  # (N, L, C) bool; None: every cell observed
+    target_observed: torch.Tensor | None  # (N, H, C) bool
+    covariates: Covariates | None  # past-only over the context, known-future over context and horizon
 
 
 @dataclass(frozen=True)
 class Windows:
-    """A batch of windows (materialised, or views of the scaled series) and, when some cells are
+    """A batch of windows (materialised, or views of the scaled inputs) and, when some cells are
     unobserved or padding, their mask."""
 
-    values: torch.Tensor  # (n_windows, context_len + horizon, n_columns)
+    values: torch.Tensor  # (n_windows, context_len + horizon, n_inputs): targets, then covariates (`layout`)
     observed: torch.Tensor | None  # same shape, bool; None: every cell observed
+    layout: Layout
 
     def __len__(self) -> int:
         return len(self.values)
 
-    def split(self, context_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """(contexts (N, L, C), targets (N, H, C), their masks or None)."""
-        contexts, targets = split_window(self.values, context_len)
+    def split(self, context_len: int) -> Split:
+        """Targets before and after the origin, their masks, and the covariates each side may be read."""
+        c, n_past = self.layout.n_targets, len(self.layout.past)
+        contexts, targets = split_window(self.values[..., :c], context_len)
+        covariates = None
+        if n_past or self.layout.known_future:
+            past = self.values[:, :context_len, c : c + n_past] if n_past else None  # never after the origin
+            future = self.values[..., c + n_past :] if self.layout.known_future else None
+            covariates = Covariates(past, future)
         if self.observed is None:
-            return contexts, targets, None, None
-        return contexts, targets, *split_window(self.observed, context_len)
+            return Split(contexts, targets, None, None, covariates)
+        return Split(contexts, targets, *split_window(self.observed[..., :c], context_len), covariates)
 
 
 @dataclass(frozen=True)
@@ -51,12 +89,13 @@ class WindowIndex:
     before its series' first row (floors[i]) are left padding, masked as unobserved.
     """
 
-    source: torch.Tensor  # (n_rows, n_columns) the scaled series, stacked
-    source_observed: torch.Tensor | None  # (n_rows, n_columns) bool; None: every cell observed
+    source: torch.Tensor  # (n_rows, n_inputs) the scaled inputs, stacked
+    source_observed: torch.Tensor | None  # (n_rows, n_inputs) bool; None: every cell observed
     starts: torch.Tensor  # (n_windows,) int64
     floors: torch.Tensor  # (n_windows,) int64
     context_len: int
     horizon: int
+    layout: Layout
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -82,10 +121,10 @@ class WindowIndex:
             observed = None
             if self.source_observed is not None:
                 observed = make_windows(self.source_observed, starts, self.context_len, self.horizon)
-            return Windows(values, observed)
+            return Windows(values, observed, self.layout)
         return self._gather(self.starts, self.floors, "cpu")
 
-    def split(self, context_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    def split(self, context_len: int) -> Split:
         return self.all().split(context_len)
 
     def _gather(self, starts: torch.Tensor, floors: torch.Tensor, device: torch.device | str) -> Windows:
@@ -100,7 +139,7 @@ class WindowIndex:
             cells = real.unsqueeze(-1).expand_as(values)
             values = torch.where(cells, values, torch.zeros((), dtype=values.dtype))
             observed = cells if observed is None else observed & cells
-        return Windows(values.to(device), None if observed is None else observed.to(device))
+        return Windows(values.to(device), None if observed is None else observed.to(device), self.layout)
 
 
 @dataclass(frozen=True)
@@ -109,10 +148,12 @@ class Prepared:
     frame: SeriesFrame
     borders: SplitBorders
     scaler: Scaler
-    scaled: torch.Tensor  # (n_rows, n_columns) float32, standardised with the train-only scaler; 0 where unobserved
-    observed: torch.Tensor | None  # (n_rows, n_columns) bool, False where a cell is unobserved; None: all observed
+    scaled: torch.Tensor  # (n_rows, n_inputs) float32 (`layout`): standardised with the train-only scaler (calendar
+    # features as they are); 0 where unobserved
+    observed: torch.Tensor | None  # (n_rows, n_inputs) bool, False where a cell is unobserved; None: all observed
     fingerprint: dict[str, str | int]  # what a resumed run checks it still reads: see `data_fingerprint`
     notes: tuple[str, ...]  # how the data was read and what was chosen, for the user
+    layout: Layout
 
     def min_history(self, split: str) -> int:
         """Steps of its series a window needs before its first target: the whole context for a wide file;
@@ -128,7 +169,7 @@ class Prepared:
         )
 
     def windows(self, split: str) -> torch.Tensor:
-        """Every window of `split`, (n_windows, context_len + horizon, n_columns)."""
+        """Every window of `split`, (n_windows, context_len + horizon, n_inputs)."""
         return self.split_windows(split).all().values
 
     def observed_windows(self, split: str) -> torch.Tensor | None:
@@ -146,6 +187,7 @@ class Prepared:
             torch.from_numpy(floors),
             model.context_len,
             model.horizon,
+            self.layout,
         )
         return index.every(stride) if stride > 1 else index
 
@@ -172,6 +214,12 @@ def prepare(
     frame = read_series(data_cfg.path, data_cfg, expected_freq=freq)
     if series is not None and frame.keys != series:
         raise DataError(f"{data_cfg.path} {_series_difference(frame, series)}; use the CSV the model was trained on")
+    if scaler is None and cfg.data.id_cols and frame.n_ids == 1 and frame.n_rows > 1:
+        raise DataError(
+            f"id column{'s' * (len(frame.id_cols) > 1)} {', '.join(map(repr, frame.id_cols))} hold one value "
+            f"({'/'.join(frame.keys[0])!r}) on every row, so {'they name' if len(frame.id_cols) > 1 else 'it names'} "
+            "no series; drop --id-col for a single series, or name the column that identifies each series"
+        )
     notes = frame.notes
     panel = bool(frame.id_cols)
     horizon = cfg.model.horizon
@@ -185,23 +233,35 @@ def prepare(
     if panel:
         notes += (_split_note(cfg, frame, borders, train_history),)
     if scaler is None:
-        scaler, notes = _fit_scaler(frame, borders, notes)
-    scaled = torch.from_numpy(_scale(frame, scaler))
-    masked = not cfg.data.fill and not frame.observed.all()
+        scaler, notes = fit_scaler(frame, borders, notes)
+    calendar = calendar_names(frame.freq) if cfg.data.calendar else ()
+    layout = Layout(frame.columns, cfg.data.past_covs, cfg.data.future_covs, calendar)
+    scaled = _scale(frame, scaler)  # (n_rows, C + n_covariates)
+    observed = frame.input_observed()
+    if not cfg.data.fill:
+        observed[:, : len(frame.columns)] &= frame.observed
+    if calendar:
+        scaled = np.concatenate([scaled, calendar_features(frame.timestamps, frame.freq)], axis=1)
+        observed = np.concatenate([observed, np.ones((frame.n_rows, len(calendar)), dtype=bool)], axis=1)
     return Prepared(
         config=cfg,
         frame=frame,
         borders=borders,
         scaler=scaler,
-        scaled=scaled,
-        observed=torch.from_numpy(frame.observed) if masked else None,
+        scaled=torch.from_numpy(scaled),
+        observed=None if observed.all() else torch.from_numpy(observed),
         fingerprint=data_fingerprint(frame),
         notes=notes,
+        layout=layout,
     )
 
 
-def _fit_scaler(frame: SeriesFrame, borders: SplitBorders, notes: tuple[str, ...]) -> tuple[Scaler, tuple[str, ...]]:
-    """The train-only scaler: one series' columns, or each series of a panel on its own training rows."""
+def fit_scaler(
+    frame: SeriesFrame, borders: SplitBorders, notes: tuple[str, ...] = ()
+) -> tuple[Scaler, tuple[str, ...]]:
+    """The train-only scaler of the targets and covariates: a wide file's columns, or each series of a
+    panel on its own training rows."""
+    inputs = frame.inputs()  # (n_rows, C + n_covariates), NaN where missing
     if not frame.id_cols:
         train_end = int(borders.train_end[0])
         train_observed = frame.observed[:train_end].any(axis=0)
@@ -211,9 +271,8 @@ def _fit_scaler(frame: SeriesFrame, borders: SplitBorders, notes: tuple[str, ...
                 f"column {name!r} has no value in the {train_end} training rows, so it cannot be "
                 "scaled or learned; give it training data or choose other --target columns"
             )
-        return Scaler.fit(frame.values[:train_end]), notes
-    values = np.where(frame.observed, frame.values, np.nan)
-    scaler, borrowed = Scaler.fit_series(values, frame.bounds, borders.train_end)
+        return Scaler.fit(inputs[:train_end]), notes
+    scaler, borrowed = Scaler.fit_series(inputs, frame.bounds, borders.train_end)
     if borrowed.any():
         notes += (
             f"{int(borrowed.sum())} series have no training value in some column ({_first_names(frame, borrowed)}); "
@@ -264,6 +323,9 @@ def data_fingerprint(frame: SeriesFrame) -> dict[str, str | int]:
     """Rows, first and last timestamp, and a sha256 of the timestamps and values a model is trained on."""
     digest = hashlib.sha256(frame.timestamps.asi8.tobytes())
     digest.update(np.ascontiguousarray(frame.values).tobytes())
+    if frame.covariates is not None:
+        digest.update(np.ascontiguousarray(frame.covariates).tobytes())
+        digest.update("\0".join(frame.covariate_names).encode())
     digest.update("\0".join(frame.columns).encode())
     if frame.id_cols:
         digest.update(frame.bounds.tobytes())
@@ -282,15 +344,16 @@ MAX_STANDARD_DEVIATIONS = 1e6
 def _scale(frame: SeriesFrame, scaler: Scaler) -> np.ndarray:
     """Standardised float32 values; a value absurdly far from the training rows is a data error."""
     ids = frame.id_of_rows() if frame.n_ids > 1 else 0
-    mean, std = scaler.mean[ids], scaler.std[ids]  # (n_rows or 1, n_columns)
-    scaled = (frame.values.astype(np.float64) - mean) / std
+    mean, std = scaler.mean[ids], scaler.std[ids]  # (n_rows or 1, n_inputs)
+    inputs = frame.inputs()
+    scaled = (inputs.astype(np.float64) - mean) / std
     far = ~(np.abs(scaled) <= MAX_STANDARD_DEVIATIONS) & ~np.isnan(scaled)  # NaN: an unobserved cell
     if far.any():
         row, j = (int(i[0]) for i in np.nonzero(far))
         i = int(np.searchsorted(frame.bounds, row, side="right")) - 1
         where = f" of series {frame.names[i]!r}" if frame.id_cols else ""
         raise DataError(
-            f"column {frame.columns[j]!r}{where} is {frame.values[row, j]:g} at {frame.timestamps[row]}, over "
+            f"column {frame.input_names[j]!r}{where} is {inputs[row, j]:g} at {frame.timestamps[row]}, over "
             f"{MAX_STANDARD_DEVIATIONS:g} standard deviations from the training rows (mean {scaler.mean[i, j]:g}, "
             f"std {scaler.std[i, j]:g}); fix the value or rescale the column"
         )

@@ -6,6 +6,7 @@ context from earlier rows, but no target row belongs to two splits.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -144,8 +145,10 @@ class Scaler:
             mean = train_values.mean(axis=0, dtype=np.float64)
             std = train_values.std(axis=0, dtype=np.float64)
         else:
-            mean = np.nanmean(train_values.astype(np.float64), axis=0)
-            std = np.nanstd(train_values.astype(np.float64), axis=0)
+            with warnings.catch_warnings():  # a covariate with no training value: mean 0, std 1
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean = np.nan_to_num(np.nanmean(train_values.astype(np.float64), axis=0))
+                std = np.nanstd(train_values.astype(np.float64), axis=0)
         std = np.where(std > 1e-12, std, 1.0)
         return cls(mean=mean.astype(np.float32)[None], std=std.astype(np.float32)[None])
 

@@ -1,6 +1,7 @@
 """The seed's formulas as small pieces, assembled into a causal forecaster."""
 
 from tsformer.model.attention import MultiHeadAttention, attention_mask, causal_mask, scaled_dot_product
+from tsformer.model.covariates import Covariates
 from tsformer.model.encoding import PatchProjection, sinusoidal_encoding
 from tsformer.model.forecaster import PREDICT_BATCH, Block, Forecaster
 from tsformer.model.normalisation import instance_stats
@@ -8,6 +9,7 @@ from tsformer.model.normalisation import instance_stats
 __all__ = [
     "PREDICT_BATCH",
     "Block",
+    "Covariates",
     "Forecaster",
     "MultiHeadAttention",
     "PatchProjection",

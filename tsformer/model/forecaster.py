@@ -12,6 +12,7 @@ from torch import nn
 from tsformer.config import ModelConfig
 from tsformer.model import normalisation
 from tsformer.model.attention import MultiHeadAttention, attention_mask
+from tsformer.model.covariates import CovariateEmbedding, Covariates, FutureSkip
 from tsformer.model.encoding import PatchProjection, sinusoidal_encoding
 
 LOSSES = {"mse": F.mse_loss, "mae": F.l1_loss}
@@ -119,16 +120,18 @@ class Encoded(NamedTuple):
 
 
 class Forecaster(nn.Module):
-    """Maps a context (B, context_len, n_series) to a forecast (B, horizon, n_series).
+    """Maps a context (B, context_len, n_series), and covariates if it has any, to a forecast (B, horizon, n_series).
 
     Every token's output is a forecast of the `horizon` steps after that token's patch, so the
-    last token's output is the forecast and earlier tokens can be trained too.
+    last token's output is the forecast and earlier tokens can be trained too. Covariates
+    (`tsformer.model.covariates`) are shared by the series of a window.
     """
 
-    def __init__(self, cfg: ModelConfig, n_series: int, loss: str = "mse"):
+    def __init__(self, cfg: ModelConfig, n_series: int, loss: str = "mse", n_past: int = 0, n_future: int = 0):
         super().__init__()
         self.cfg = cfg
         self.n_series = n_series
+        self.n_past, self.n_future = n_past, n_future
         self.loss_fn = LOSSES[loss]
         self.n_tokens = cfg.n_tokens
         self.pad_len = self.n_tokens * cfg.patch_len - cfg.context_len  # left pad to whole patches
@@ -142,6 +145,10 @@ class Forecaster(nn.Module):
         self.context_skip = ContextSkip(self.n_tokens, cfg.patch_len, cfg.horizon) if cfg.context_skip else None
         out_features = cfg.horizon * self.token_channels
         self.head = FlattenHead(cfg.d_model, self.n_tokens, cfg.head_token_width, out_features)
+        self.covariate_embedding = (
+            CovariateEmbedding(cfg.patch_len, cfg.horizon, n_past, n_future, cfg.d_model) if n_past + n_future else None
+        )
+        self.future_skip = FutureSkip(cfg.patch_len, cfg.horizon, n_future, self.token_channels) if n_future else None
 
     def token_ends(self) -> list[int]:
         """Exclusive end, in context steps, of each token's patch: output k sees steps < end k only."""
@@ -153,26 +160,50 @@ class Forecaster(nn.Module):
         span = window[:, self.token_ends()[0] :]  # (B, (T-1)*P + H, C): from the end of the first token
         return span.unfold(1, self.cfg.horizon, self.cfg.patch_len).permute(0, 1, 3, 2)  # (B, T, H, C)
 
-    def forecast_tokens(self, x: torch.Tensor, observed: torch.Tensor | None = None) -> torch.Tensor:
+    def forecast_tokens(
+        self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
+    ) -> torch.Tensor:
         """Every token's forecast: x (B, context_len, n_series), observed (B, context_len) bool -> (B, T, H, C)."""
-        enc = self._encode(x, observed)
+        enc = self._encode(x, observed, covariates)
         n, t, h, k = enc.series.shape[0], self.n_tokens, self.cfg.horizon, self.token_channels
         out = self.head(enc.hidden, enc.token_real).view(n, t, h, k)  # (N, T, H, k), standardised
         if self.context_skip is not None:
             out = out + self.context_skip(enc.series, enc.mask, enc.mean, enc.std)
+        if self.future_skip is not None:
+            out = out + self._per_sequence(self.future_skip(self._covariates(covariates).future, self.pad_len))
         return self._to_series(out * enc.std.unsqueeze(2) + enc.mean.unsqueeze(2), x.shape[0])
 
-    def forecast_last(self, x: torch.Tensor, observed: torch.Tensor | None = None) -> torch.Tensor:
+    def forecast_last(
+        self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
+    ) -> torch.Tensor:
         """The last token's forecast only (heads run on one token): -> (B, H, C), = forecast_tokens(...)[:, -1]."""
-        enc = self._encode(x, observed)
+        enc = self._encode(x, observed, covariates)
         n, h, k = enc.series.shape[0], self.cfg.horizon, self.token_channels
         mean, std = enc.mean[:, -1], enc.std[:, -1]  # (N, k) each
         out = self.head.last(enc.hidden, enc.token_real).view(n, h, k)  # (N, H, k), standardised
         if self.context_skip is not None:
             out = out + self.context_skip.last(enc.series, enc.mask, mean, std)
+        if self.future_skip is not None:
+            out = out + self._per_sequence(self.future_skip.last(self._covariates(covariates).future))
         return self._to_series(out * std.unsqueeze(1) + mean.unsqueeze(1), x.shape[0])
 
-    def _encode(self, x: torch.Tensor, observed: torch.Tensor | None) -> Encoded:
+    def _covariates(self, covariates: Covariates | None) -> Covariates:
+        """The batch's covariates, which a model built with them requires."""
+        if (
+            covariates is None
+            or (covariates.past is None) != (self.n_past == 0)
+            or (covariates.future is None) != (self.n_future == 0)
+        ):
+            raise ValueError(
+                f"this model reads {self.n_past} past-only and {self.n_future} known-future covariates; pass them"
+            )
+        return covariates
+
+    def _per_sequence(self, out: torch.Tensor) -> torch.Tensor:
+        """(B, ...) shared by a window's series -> (N, ...), one per sequence (N = B * C when independent)."""
+        return out.repeat_interleave(self.n_series, dim=0) if self.cfg.channel_independent else out
+
+    def _encode(self, x: torch.Tensor, observed: torch.Tensor | None, covariates: Covariates | None) -> Encoded:
         """Sequences, their causal statistics, and the blocks' output for every token."""
         b, length, c = x.shape
         if length != self.cfg.context_len or c != self.n_series:
@@ -180,6 +211,9 @@ class Forecaster(nn.Module):
         series, mask = self._sequences(x, observed)  # (N, T*P, k), (N, T*P)
         mean, std = normalisation.instance_stats(series, mask, self.cfg.patch_len)  # (N, T, k) each
         hidden, token_real = self._embed(series, mask, mean, std)  # (N, T, d), (N, T)
+        if self.covariate_embedding is not None:
+            embedded = self.covariate_embedding(self._covariates(covariates), self.pad_len, self.n_tokens)  # (B, T, d)
+            hidden = hidden + self._per_sequence(embedded)
         attn_mask = None if observed is None else attention_mask(token_real)  # (N, 1, T, T); None: causal only
         for block in self.blocks:
             hidden = block(hidden, attn_mask)
@@ -229,6 +263,7 @@ class Forecaster(nn.Module):
         observed: torch.Tensor | None = None,
         target: torch.Tensor | None = None,
         target_observed: torch.Tensor | None = None,
+        covariates: Covariates | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """-> (forecast (B, H, C), loss). target is (B, H, C) for the last token or (B, T, H, C) for all.
 
@@ -237,8 +272,8 @@ class Forecaster(nn.Module):
         Without a target only the last token's forecast is computed.
         """
         if target is None:
-            return self.forecast_last(x, observed), None
-        tokens = self.forecast_tokens(x, observed)
+            return self.forecast_last(x, observed, covariates), None
+        tokens = self.forecast_tokens(x, observed, covariates)
         forecast = tokens[:, -1]
         predicted = tokens if target.dim() == 4 else forecast
         if target_observed is None:
@@ -248,21 +283,29 @@ class Forecaster(nn.Module):
         return forecast, loss
 
     @torch.no_grad()
-    def predict(self, x: torch.Tensor, observed: torch.Tensor | None = None) -> torch.Tensor:
+    def predict(
+        self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
+    ) -> torch.Tensor:
         """Forecast in eval mode: (B, context_len, C) -> (B, horizon, C)."""
         was_training = self.training
         self.eval()
-        forecast, _ = self(x, observed)
+        forecast, _ = self(x, observed, covariates=covariates)
         self.train(was_training)
         return forecast
 
     def predict_batches(
-        self, contexts: torch.Tensor, observed: torch.Tensor | None = None, batch_size: int = PREDICT_BATCH
+        self,
+        contexts: torch.Tensor,
+        observed: torch.Tensor | None = None,
+        covariates: Covariates | None = None,
+        batch_size: int = PREDICT_BATCH,
     ) -> Iterator[torch.Tensor]:
-        """`predict` over many contexts (N, L, C) (and their observed mask), batch by batch: yields
-        (batch_size, H, C) forecasts in order, on the model's device, so a caller can keep them all
+        """`predict` over many contexts (N, L, C) (and their observed mask and covariates), batch by batch:
+        yields (batch_size, H, C) forecasts in order, on the model's device, so a caller can keep them all
         (torch.cat) or reduce them as they come."""
         device = self.positional_encoding.device
         for start in range(0, len(contexts), batch_size):
-            mask = None if observed is None else observed[start : start + batch_size].to(device)
-            yield self.predict(contexts[start : start + batch_size].to(device), mask)
+            end = start + batch_size
+            mask = None if observed is None else observed[start:end].to(device)
+            batch_covariates = None if covariates is None else covariates.rows(start, end, device)
+            yield self.predict(contexts[start:end].to(device), mask, batch_covariates)

@@ -1,0 +1,195 @@
+"""Covariates: calendar features, known-future and past-only columns, what each token may read, --future."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from helpers import TINY_FLAGS, tiny_config
+from test_cli_errors import assert_error, invoke
+
+from tsformer.checkpoint import load_checkpoint
+from tsformer.data import prepare
+from tsformer.data.calendar import calendar_features, calendar_names
+from tsformer.leakage import check_model, check_windows
+from tsformer.model import Covariates, Forecaster
+from tsformer.model import covariates as covariates_module
+from tsformer.predict import predict
+from tsformer.train import train
+
+HORIZON = 4
+
+
+def test_calendar_features_are_the_phase_of_each_cycle():
+    assert calendar_names("h") == ("day_sin", "day_cos", "week_sin", "week_cos")
+    assert calendar_names("D") == ("week_sin", "week_cos", "year_sin", "year_cos")
+    assert calendar_names("W-SUN") == ("year_sin", "year_cos") and calendar_names("MS") == ("month_sin", "month_cos")
+    assert calendar_names("YS") == ()
+    stamps = pd.DatetimeIndex(["2024-01-01 06:00", "2024-01-03 18:00"])  # a Monday 06:00, a Wednesday 18:00
+    features = calendar_features(stamps, "h")
+    np.testing.assert_allclose(features[0, :2], [1.0, 0.0], atol=1e-6)  # a quarter of the day
+    np.testing.assert_allclose(features[1, :2], [-1.0, 0.0], atol=1e-6)  # three quarters
+    week = 2 * np.pi * (2 + 18 / 24) / 7  # Wednesday is day 2 of the week
+    np.testing.assert_allclose(features[1, 2:], [np.sin(week), np.cos(week)], atol=1e-6)
+
+
+def covariate_frame(n_per_series: int = 120, seed: int = 0) -> pd.DataFrame:
+    """Two series whose target follows a known-future driver (y = 3 x + small noise) and carries a
+    past-only covariate (yesterday's y)."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for k, uid in enumerate(("A", "B")):
+        x = rng.normal(size=n_per_series)
+        y = 3 * x + 10 * (k + 1) + 0.05 * rng.normal(size=n_per_series)
+        stamps = pd.date_range("2024-01-01", periods=n_per_series, freq="h").strftime("%Y-%m-%d %H:%M:%S")
+        lagged = np.concatenate([[y[0]], y[:-1]])
+        parts.append(pd.DataFrame({"unique_id": uid, "ds": stamps, "y": y, "load": x, "seen": lagged}))
+    return pd.concat(parts, ignore_index=True)
+
+
+@pytest.fixture
+def covariate_csv(tmp_path):
+    path = tmp_path / "covariates.csv"
+    covariate_frame().to_csv(path, index=False)
+    return path
+
+
+def covariate_config(csv, **data):
+    cfg = tiny_config(csv)
+    data = {"future_covs": ("load",), "past_covs": ("seen",), **data}
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **data))
+
+
+def test_windows_carry_past_covariates_before_the_origin_and_future_ones_to_the_horizon(covariate_csv):
+    data = prepare(covariate_config(covariate_csv))
+    assert data.layout.past == ("seen",) and data.layout.known_future == ("load", *calendar_names("h"))
+    windows = data.split_windows("test").split(16)
+    past, future = windows.covariates
+    assert past.shape == (2, 16, 1) and future.shape == (2, 16 + HORIZON, 5)
+    frame = data.frame
+    for i in range(2):  # the last 4 rows of each series are its test targets
+        rows = frame.rows_of(i)
+        load = frame.covariates[rows, 1][-20:]  # covariates: past (seen), then future (load)
+        mean, std = data.scaler.mean[i, 2], data.scaler.std[i, 2]  # inputs: y, seen, load
+        np.testing.assert_allclose(future[i, :, 0].numpy() * std + mean, load, rtol=1e-5)
+    assert all(r.passed for r in check_windows(data))
+
+
+def test_a_window_handing_past_covariates_over_the_origin_fails_the_data_check(covariate_csv, monkeypatch):
+    data = prepare(covariate_config(covariate_csv))
+    module = importlib.import_module("tsformer.data.prepare")
+    real_split = module.Windows.split
+
+    def past_to_the_end(self, context_len):
+        split = real_split(self, context_len)
+        c = self.layout.n_targets
+        leaked = self.values[:, -context_len:, c : c + 1]  # past-only covariates shifted by the horizon
+        return split._replace(covariates=Covariates(leaked, split.covariates.future))
+
+    monkeypatch.setattr(module.Windows, "split", past_to_the_end)
+    results = {r.name: r for r in check_windows(data)}
+    assert (
+        not results["data/window"].passed and "covariate cells read after the origin" in results["data/window"].detail
+    )
+
+
+def covariate_model(n_past: int = 1, n_future: int = 2) -> Forecaster:
+    cfg = tiny_config().model
+    return Forecaster(cfg, 1, n_past=n_past, n_future=n_future)
+
+
+def test_the_model_checks_pass_with_covariates_and_state_the_future_allowance():
+    results = {r.name: r for r in check_model(covariate_model())}
+    assert all(r.passed for r in results.values()), [r.line() for r in results.values() if not r.passed]
+    assert "known-future covariates in (t, t + 4]" in results["model/covariates"].detail
+
+
+def test_a_model_reading_past_only_covariates_ahead_fails(monkeypatch):
+    real = covariates_module.CovariateEmbedding.forward
+
+    def one_patch_ahead(self, covariates, pad_len, n_tokens):
+        past = torch.roll(covariates.past, shifts=-self.patch_len, dims=1)  # token k reads patch k + 1
+        return real(self, Covariates(past, covariates.future), pad_len, n_tokens)
+
+    monkeypatch.setattr(covariates_module.CovariateEmbedding, "forward", one_patch_ahead)
+    results = {r.name: r for r in check_model(covariate_model())}
+    assert not results["model/forward"].passed and not results["model/gradient"].passed
+
+
+def test_a_model_reading_known_future_covariates_past_the_horizon_fails(monkeypatch):
+    real = covariates_module.future_windows
+
+    def two_horizons(future, pad_len, patch_len, horizon):
+        shifted = torch.roll(future, shifts=-horizon, dims=1)  # the horizon after the one forecast
+        return real(shifted, pad_len, patch_len, horizon)
+
+    monkeypatch.setattr(covariates_module, "future_windows", two_horizons)
+    results = {r.name: r for r in check_model(covariate_model(n_past=0))}
+    assert not results["model/forward"].passed
+
+
+def test_a_known_future_driver_is_learnt_and_used_at_predict(covariate_csv, tmp_path):
+    """y = 3 x + level: with x as a known-future covariate the forecast follows x; without, it cannot."""
+    frame = covariate_frame()
+    errors = {}
+    for name, data in (("with", {}), ("without", {"future_covs": (), "past_covs": ()})):
+        cfg = covariate_config(covariate_csv, calendar=False, **data)
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, epochs=30, lr=0.01, fallback=False))
+        run = tmp_path / name
+        train(cfg, run, show_progress=False)
+        history = frame.groupby("unique_id", sort=False).head(-HORIZON)
+        future = frame.groupby("unique_id", sort=False).tail(HORIZON)
+        history.to_csv(tmp_path / "history.csv", index=False)
+        future.drop(columns=["y", "seen"]).to_csv(tmp_path / "future.csv", index=False)
+        forecast = predict(run, tmp_path / "history.csv", future=tmp_path / "future.csv" if not data else None)
+        errors[name] = float(np.mean((forecast.frame["y"].to_numpy() - future["y"].to_numpy()) ** 2))
+    assert errors["with"] < 0.25 * errors["without"], errors  # x's variance is 9 of y's
+
+
+def test_predict_needs_the_future_rows_of_every_series(covariate_csv, tmp_path):
+    run = tmp_path / "run"
+    train(covariate_config(covariate_csv), run, show_progress=False)
+    frame = covariate_frame()
+    future = frame.groupby("unique_id", sort=False).tail(HORIZON).drop(columns=["y", "seen"])
+    history = frame.groupby("unique_id", sort=False).head(-HORIZON)
+    history.to_csv(tmp_path / "history.csv", index=False)
+    cases = {
+        "none": (None, ("--future CSV", "load")),
+        "short": (future.iloc[1:], ("has 3 rows", "series 'A'", "exactly the 4 steps")),
+        "missing-series": (future[future.unique_id == "A"], ("no rows for series 'B'",)),
+        "missing-column": (future.drop(columns=["load"]), ("covariate 'load' not in",)),
+    }
+    for name, (table, fragments) in cases.items():
+        args = ["predict", run, tmp_path / "history.csv"]
+        if table is not None:
+            table.to_csv(tmp_path / f"{name}.csv", index=False)
+            args += ["--future", tmp_path / f"{name}.csv"]
+        assert_error(invoke(*args), *fragments)
+    future.to_csv(tmp_path / "good.csv", index=False)
+    result = invoke("predict", run, tmp_path / "history.csv", "--future", tmp_path / "good.csv")
+    assert result.exit_code == 0, result.output
+
+
+def test_the_cli_takes_covariates_and_a_non_numeric_one_is_an_error(covariate_csv, tmp_path):
+    run = tmp_path / "run"
+    result = invoke("train", covariate_csv, "--out", run, "--future-cov", "load", "--past-cov", "seen", *TINY_FLAGS)
+    assert result.exit_code == 0, result.output
+    ckpt = load_checkpoint(run / "model.pt")
+    assert ckpt.past_covs == ("seen",) and ckpt.future_covs == ("load",) and ckpt.calendar == calendar_names("h")
+    check = invoke("check", run)
+    assert check.exit_code == 0 and "model/covariates" in check.stdout, check.output
+    bad = covariate_frame().assign(load="high")
+    bad.to_csv(tmp_path / "bad.csv", index=False)
+    assert_error(
+        invoke("train", tmp_path / "bad.csv", "--out", tmp_path / "bad_run", "--future-cov", "load", *TINY_FLAGS),
+        "covariate 'load' is not numeric",
+        "static covariate",
+        left_behind=(tmp_path / "bad_run",),
+    )
+    assert_error(invoke("train", covariate_csv, "--future-cov", "price", *TINY_FLAGS), "covariate 'price' not in")
+    result = invoke("train", covariate_csv, "--out", tmp_path / "plain", "--no-calendar", *TINY_FLAGS)
+    assert result.exit_code == 0 and load_checkpoint(tmp_path / "plain" / "model.pt").calendar == ()
