@@ -15,7 +15,7 @@ CONFIGS ?= configs/etth1.yaml
 HORIZONS ?= 96
 RUN_FLAGS ?=
 
-.PHONY: install demo test lint runs bench perf fuzz clean
+.PHONY: install demo test lint runs bench bench-m4 bench-electricity perf fuzz clean
 
 install: $(STAMP)
 
@@ -52,6 +52,14 @@ BENCH_CONFIGS ?= configs/etth1_96.yaml configs/etth1_192.yaml configs/etth1_336.
 BENCH_FLAGS ?=
 bench: install
 	@for config in $(BENCH_CONFIGS); do $(BIN)/tsformer bench $$config $(BENCH_FLAGS) || exit 1; done
+
+# M4 Hourly (414 series, long format): train on the train file, score the official test set -> benchmarks/results/m4_hourly.md
+bench-m4: install
+	$(BIN)/python benchmarks/m4_hourly.py $(BENCH_FLAGS)
+
+# Day-ahead electricity prices, 4 markets, with and without covariates -> benchmarks/results/electricity.md
+bench-electricity: install
+	$(BIN)/python benchmarks/electricity.py $(BENCH_FLAGS)
 
 # Thousands of random CSVs through the loader and the CLI (make test runs a few hundred).
 fuzz: install

@@ -1,3 +1,4 @@
+import dataclasses
 import importlib
 
 import numpy as np
@@ -148,9 +149,9 @@ def test_window_checks_pass_and_catch_a_shifted_window(tiny_csv, monkeypatch):
     results = by_name(check_windows(data))
     assert not results["data/splits"].passed
     # Borders 168/192/240: validation targets now start at row 166 and test targets at 190, so rows
-    # 166-167 and 190-191 are targets of two splits (4), and 2 + 1 target cells per split lie before it (6).
-    assert results["data/splits"].max_change == 10.0
-    assert "in two splits (4) or outside their split or series (6)" in results["data/splits"].detail
+    # 166-167 and 190-191 are targets of two splits (4), and 2 windows per split start before it (4).
+    assert results["data/splits"].max_change == 8.0
+    assert "in two splits (4) or outside their split or series (4)" in results["data/splits"].detail
     assert results["data/window"].passed  # targets still follow their own inputs
 
 
@@ -158,13 +159,14 @@ def test_window_targets_overlapping_inputs_fail(tiny_csv, monkeypatch):
     data = prepare(tiny_config(tiny_csv))
     prepare_module = importlib.import_module("tsformer.data.prepare")  # not the function
 
-    real_make_windows = prepare_module.make_windows
+    real_gather = prepare_module.WindowIndex._gather
 
-    def inputs_end_at_the_last_target(values, starts, context_len, horizon):
-        real = real_make_windows(values, starts, context_len, horizon)  # rows [s - L, s + H)
-        return torch.cat([real[:, horizon:], real[:, context_len:]], dim=1)  # inputs [s - L + H, s + H)
+    def inputs_end_at_the_last_target(self, starts, floors, device):
+        real = real_gather(self, starts, floors, device)  # rows [s - L, s + H)
+        values = torch.cat([real.values[:, self.horizon :], real.values[:, self.context_len :]], dim=1)
+        return dataclasses.replace(real, values=values)  # inputs [s - L + H, s + H)
 
-    monkeypatch.setattr(prepare_module, "make_windows", inputs_end_at_the_last_target)
+    monkeypatch.setattr(prepare_module.WindowIndex, "_gather", inputs_end_at_the_last_target)
     results = by_name(check_windows(data))
     assert not results["data/window"].passed
 

@@ -287,52 +287,63 @@ def check_scaler(frame: SeriesFrame, borders: SplitBorders, scaler: Scaler) -> C
     return CheckResult("data/scaler", change <= tolerance, change, f"scaler vs. statistics of {where} training rows")
 
 
+WINDOW_SAMPLE = 100_000  # windows per split gathered on row numbers (all of them when fewer); the rest by arithmetic
+WINDOW_CHUNK = 4096
+
+
 def check_windows(data: Prepared) -> list[CheckResult]:
     """Run the real windowing on row numbers: targets stay in their split and their series, after their
-    inputs (and the padding before a short series), and no series has a target timestamp in two splits."""
+    inputs (and the padding before a short series), covariates are read only where allowed, and no
+    series has a target timestamp in two splits.
+
+    Every window's rows are checked by arithmetic on the real window index; the real gather runs on
+    row numbers for every window of a split, or for WINDOW_SAMPLE evenly spaced ones when there are
+    more (memory stays bounded for millions of windows)."""
     frame, borders = data.frame, data.borders
-    ids = torch.from_numpy(frame.id_of_rows())
+    ids = frame.id_of_rows()
     n_inputs = data.scaled.shape[1]
     rows = torch.arange(frame.n_rows, dtype=torch.float64).unsqueeze(1).expand(-1, n_inputs)  # row ids as values
-    target_rows: dict[str, np.ndarray] = {}
-    worst_overlap, outside, covariates_ahead = 0, 0, 0
+    covered: dict[str, np.ndarray] = {}
+    worst_overlap, outside, covariates_ahead, gathered = 0, 0, 0, 0
     for split in SPLITS:
         index = dataclasses.replace(data.split_windows(split), source=rows, source_observed=None)
-        windows = index.all().split(index.context_len)
-        inputs, targets = windows.context[..., 0].long(), windows.target[..., 0].long()  # (N, L), (N, H)
-        if windows.context_observed is not None:  # padding (before a series' first row) reads nothing
-            inputs = torch.where(windows.context_observed[..., 0], inputs, torch.full_like(inputs, -1))
-        overlap = (inputs.max(1).values - targets.min(1).values + 1).clamp(min=0)
-        worst_overlap = max(worst_overlap, int(overlap.max()) if len(overlap) else 0)
-        if windows.covariates is not None and len(targets):
-            origin, end = targets[:, :1], targets[:, -1:]  # (N, 1): the first and last target row
-            past, future = windows.covariates
-            if past is not None:  # past-only covariates: rows before the origin only
-                covariates_ahead += int((past.long() >= origin.unsqueeze(-1)).sum())
-            if future is not None:  # known-future ones: up to the last step forecast, not beyond
-                covariates_ahead += int((future.long() > end.unsqueeze(-1)).sum())
-        series = ids[targets[:, :1]]  # (N, 1) the series of each window's first target
-        real_inputs = inputs >= 0
-        mixed = (ids[targets] != series).sum() + ((ids[inputs.clamp(min=0)] != series) & real_inputs).sum()
+        starts, floors = index.starts.numpy(), index.floors.numpy()
+        horizon, context_len = index.horizon, index.context_len
+        series = np.searchsorted(frame.bounds, floors, side="right") - 1  # (N,)
         first, end = borders.target_range(split)
-        start = torch.from_numpy(frame.bounds[:-1])[series]  # (N, 1) the series' first row
-        within = targets - start
-        low, high = torch.from_numpy(first)[series], torch.from_numpy(end)[series]
-        outside += int(((within < low) | (within >= high)).sum()) + int(mixed)
-        target_rows[split] = np.unique(targets.numpy())
+        within = starts - floors
+        outside += int(((within < first[series]) | (within + horizon > end[series])).sum())
+        outside += int((floors != frame.bounds[series]).sum())  # a window's floor is its series' first row
+        sample = np.arange(len(starts))
+        if len(sample) > WINDOW_SAMPLE:
+            sample = np.unique(np.linspace(0, len(starts) - 1, WINDOW_SAMPLE).round().astype(np.int64))
+        gathered += len(sample)
+        for chunk in range(0, len(sample), WINDOW_CHUNK):
+            windows = index.take(torch.from_numpy(sample[chunk : chunk + WINDOW_CHUNK])).split(context_len)
+            overlap, ahead, mixed = _window_rows(windows, ids)
+            worst_overlap, covariates_ahead, outside = (
+                max(worst_overlap, overlap),
+                covariates_ahead + ahead,
+                outside + mixed,
+            )
+        hits = np.zeros(frame.n_rows + 1, dtype=np.int64)  # rows each split forecasts: +1 at a start, -1 after its end
+        np.add.at(hits, starts, 1)
+        np.add.at(hits, np.minimum(starts + horizon, frame.n_rows), -1)
+        covered[split] = np.flatnonzero(np.cumsum(hits)[:-1] > 0)
     pairs = np.empty(frame.n_rows, dtype=[("series", np.int64), ("time", np.int64)])  # (series, timestamp) per row
-    pairs["series"], pairs["time"] = ids.numpy(), frame.timestamps.as_unit("ns").asi8
+    pairs["series"], pairs["time"] = ids, frame.timestamps.as_unit("ns").asi8
     shared = 0
     for i, a in enumerate(SPLITS):
         for b in SPLITS[i + 1 :]:
-            shared += len(np.intersect1d(pairs[target_rows[a]], pairs[target_rows[b]]))
+            shared += len(np.intersect1d(pairs[covered[a]], pairs[covered[b]]))
     return [
         CheckResult(
             "data/window",
             worst_overlap == 0 and covariates_ahead == 0,
             float(worst_overlap + covariates_ahead),
             f"steps a window's target shares with its own input ({worst_overlap}), covariate cells read after the "
-            f"origin (past-only) or after the horizon (known-future) ({covariates_ahead})",
+            f"origin (past-only) or after the horizon (known-future) ({covariates_ahead}); {gathered:,} windows "
+            "gathered on row numbers",
         ),
         CheckResult(
             "data/splits",
@@ -341,6 +352,30 @@ def check_windows(data: Prepared) -> list[CheckResult]:
             f"(series, target timestamp) pairs in two splits ({shared}) or outside their split or series ({outside})",
         ),
     ]
+
+
+def _window_rows(windows, ids: np.ndarray) -> tuple[int, int, int]:
+    """Of windows gathered from row numbers: the most target steps shared with the window's own input, the
+    covariate cells read after the origin (past-only) or the horizon (known-future), and the cells read
+    from another series."""
+    inputs, targets = windows.context[..., 0].long(), windows.target[..., 0].long()  # (N, L), (N, H)
+    if windows.context_observed is not None:  # padding (before a series' first row) reads nothing
+        inputs = torch.where(windows.context_observed[..., 0], inputs, torch.full_like(inputs, -1))
+    if not len(targets):
+        return 0, 0, 0
+    overlap = int((inputs.max(1).values - targets.min(1).values + 1).clamp(min=0).max())
+    ahead = 0
+    if windows.covariates is not None:
+        origin, end = targets[:, :1], targets[:, -1:]  # (N, 1): the first and last target row
+        past, future = windows.covariates
+        if past is not None:  # past-only covariates: rows before the origin only
+            ahead += int((past.long() >= origin.unsqueeze(-1)).sum())
+        if future is not None:  # known-future ones: up to the last step forecast, not beyond
+            ahead += int((future.long() > end.unsqueeze(-1)).sum())
+    ids = torch.from_numpy(ids)
+    series = ids[targets[:, :1]]  # (N, 1) the series of each window's first target
+    mixed = (ids[targets] != series).sum() + ((ids[inputs.clamp(min=0)] != series) & (inputs >= 0)).sum()
+    return overlap, ahead, int(mixed)
 
 
 def check_fill(frame: SeriesFrame, method: str, n_origins: int = 32) -> CheckResult:
