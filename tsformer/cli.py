@@ -216,6 +216,44 @@ def predict(
 
 @app.command()
 @domain_errors
+def backtest(
+    run: Path | None = typer.Argument(None, help="Run folder (or its model.pt); with --refit, a folder for the folds."),
+    config: Path | None = typer.Option(None, "--config", "-c", help="With --refit: the config to train each fold."),
+    csv: Path | None = typer.Option(None, "--csv", help="Backtest on this CSV instead of the run's (or config's)."),
+    windows: int = typer.Option(20, "--windows", min=1, help="How many origins."),
+    step: int = typer.Option(0, "--step", min=0, help="Steps between origins (default: the horizon)."),
+    start: str | None = typer.Option(None, "--start", help="First origin at or after this date (default: the end)."),
+    refit: bool = typer.Option(False, "--refit", help="Train a new model at each origin on the data before it."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write every forecast and its truth (long CSV)."),
+    plot: Path | None = typer.Option(None, "--plot", help="Write a PNG of the error by origin."),
+) -> None:
+    """Forecast at rolling origins in the past and score each, beside the naive forecasters.
+
+    Example: tsformer backtest runs/demo --windows 10 --step 24 --out backtest.csv
+    """
+    from tsformer.backtest import backtest as run_backtest
+    from tsformer.backtest import format_summary, refit_backtest
+
+    if refit:
+        from tsformer.config import load_config, with_data_path
+
+        if config is None or run is None:
+            fail("--refit trains each fold from a config: tsformer backtest FOLDS_DIR --config CONFIG --refit")
+        cfg = load_config(config)
+        if csv is not None:
+            cfg = with_data_path(cfg, csv)
+        result = refit_backtest(cfg, run, windows, step, start, out=out, plot=plot)
+    else:
+        if run is None or config is not None:
+            fail("give a trained run folder (tsformer backtest RUN), or --config with --refit")
+        result = run_backtest(run, csv, windows, step, start, out=out, plot=plot)
+    for note in result.notes:
+        typer.echo(note, err=True)
+    typer.echo(format_summary(result))
+
+
+@app.command()
+@domain_errors
 def check(
     run: Path = typer.Argument(..., help="Run folder (or its model.pt)."),
     csv: Path | None = typer.Option(None, "--csv", help="CSV for the data checks (default: the training CSV)."),

@@ -75,3 +75,16 @@ def plot_forecast(history: pd.DataFrame, forecast: pd.DataFrame, path: Path | Bi
     axes[0, 0].legend(fontsize=8)
     fig.autofmt_xdate()
     _save(fig, path)
+
+
+def plot_backtest(summary: pd.DataFrame, path: Path | BinaryIO) -> None:
+    """MASE of each forecaster at each backtest origin (summary: origin, forecaster, mase rows)."""
+    fig, ax = plt.subplots(figsize=(8, 3.5), constrained_layout=True)
+    for name, rows in summary.groupby("forecaster", sort=False):
+        ax.plot(range(len(rows)), rows["mase"], marker="o", label=name)
+    origins = summary["origin"].drop_duplicates().tolist()
+    ax.set_xticks(range(len(origins)), [o[:16] for o in origins], rotation=45, ha="right", fontsize=7)
+    ax.set_ylabel("MASE")
+    ax.set_title("Backtest: error by origin")
+    ax.legend(fontsize=8)
+    _save(fig, path)

@@ -1,0 +1,88 @@
+"""Backtests: rolling origins in the past, with the trained model or a model refit at each origin."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import make_frame, tiny_config, write_csv
+from test_cli_errors import assert_error, invoke
+
+from tsformer.backtest import backtest, refit_backtest
+from tsformer.checkpoint import load_checkpoint
+from tsformer.errors import DataError
+from tsformer.train import train
+
+
+@pytest.fixture
+def run(tmp_path):
+    csv = write_csv(tmp_path / "data.csv", make_frame(n_rows=240))
+    train(tiny_config(csv), tmp_path / "run", show_progress=False)
+    return tmp_path / "run"
+
+
+def test_backtest_forecasts_equal_evaluates_on_the_windows_they_share(run, monkeypatch):
+    import tsformer.evaluate as evaluate_module
+
+    scored = []
+    real_score = evaluate_module.score
+    monkeypatch.setattr(evaluate_module, "score", lambda f, *a, **k: scored.append(f) or real_score(f, *a, **k))
+    evaluate_module.evaluate(run, write=False)
+    shipped = scored[0]  # (N, H, C): the model row of evaluate, every stride-1 test window, scaled
+    ckpt = load_checkpoint(run / "model.pt")
+    result = backtest(run, windows=6, step=1)  # the last 6 windows: evaluate's last 6 test windows
+    forecast = result.forecasts["forecast"].to_numpy().reshape(6, 4, 2)  # (origin, step, column)
+    expected = ckpt.scaler.inverse(shipped[-6:])
+    np.testing.assert_allclose(forecast, expected, rtol=1e-6, atol=1e-6)
+    truth = result.forecasts["truth"].to_numpy().reshape(6, 4, 2)
+    frame = pd.read_csv(run.parent / "data.csv")
+    np.testing.assert_allclose(truth[-1], frame[["a", "b"]].to_numpy()[-4:], rtol=1e-5)
+    assert set(result.summary.forecaster) == {"model", "repeat_last", "seasonal_naive"}
+    assert (result.summary.origin == "all").sum() == 3
+
+
+def test_origins_inside_the_training_data_are_refused(run):
+    with pytest.raises(DataError, match="inside the data the model was trained on"):
+        backtest(run, windows=20, step=4)  # reaches back past row 168, where training targets end
+
+
+def test_the_cli_writes_the_long_csv_and_the_plot(run, tmp_path):
+    result = invoke(
+        "backtest", run, "--windows", "3", "--step", "4", "--out", tmp_path / "bt.csv", "--plot", tmp_path / "bt.png"
+    )
+    assert result.exit_code == 0, result.output
+    assert "origin (last step read)" in result.stdout and result.stdout.strip().splitlines()[-1].startswith("all")
+    table = pd.read_csv(tmp_path / "bt.csv")
+    assert list(table.columns[:3]) == ["origin", "date", "target"] and len(table) == 3 * 4 * 2
+    assert (tmp_path / "bt.png").stat().st_size > 0
+    assert_error(invoke("backtest", run, "--windows", "30", "--step", "4"), "inside the data the model was trained on")
+    assert_error(invoke("backtest", tmp_path / "folds", "--refit"), "--refit trains each fold from a config")
+
+
+def test_refit_trains_each_fold_on_the_rows_before_its_origin(tmp_path):
+    csv = write_csv(tmp_path / "data.csv", make_frame(n_rows=240))
+    result = refit_backtest(tiny_config(csv), tmp_path / "folds", windows=2, step=8)
+    values = pd.read_csv(csv)[["a", "b"]].to_numpy()
+    origins = [240 - 4 - 8, 240 - 4]
+    for fold, origin in enumerate(origins, start=1):
+        ckpt = load_checkpoint(tmp_path / "folds" / f"fold_{fold}" / "model.pt")
+        train_end = int(ckpt.borders.train_end[0])
+        assert int(ckpt.borders.val_end[0]) == origin  # validation ends where the fold forecasts from
+        np.testing.assert_allclose(ckpt.scaler.mean[0], values[:train_end].mean(0), rtol=1e-5)
+        np.testing.assert_allclose(ckpt.scaler.std[0], values[:train_end].std(0), rtol=1e-5)
+    assert len(result.forecasts) == 2 * 4 * 2 and result.forecasts["truth"].notna().all()
+    assert len(result.notes) == 2
+
+
+def test_backtest_of_a_long_format_run_covers_every_series(tmp_path):
+    from test_long_format import long_frame
+
+    csv = tmp_path / "long.csv"
+    long_frame({"A": 120, "B": 96}).to_csv(csv, index=False)
+    cfg = tiny_config(csv)
+    import dataclasses
+
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, split_ratios=(0.6, 0.2, 0.2)))
+    train(cfg, tmp_path / "run", show_progress=False)
+    result = backtest(tmp_path / "run", windows=3, step=4)
+    assert result.forecasts.groupby("unique_id").size().to_dict() == {"A": 12, "B": 12}

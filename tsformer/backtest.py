@@ -1,0 +1,251 @@
+"""`backtest(run)`: how the model would have done at rolling origins in the past.
+
+Each origin is a cut in every series: the forecast reads only the steps before it and forecasts the
+`horizon` steps from it, which are then scored against the truth, beside the naive forecasters on
+the same cuts. Origins step back from the end of each series (or forward from `start`). Without
+refitting, an origin must not lie inside the run's training targets; with `refit`, every fold trains
+a new model (scaler included) on the steps before its origin only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from tsformer.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint
+from tsformer.config import Config
+from tsformer.data import Prepared, SeriesFrame
+from tsformer.errors import DataError
+from tsformer.evaluate import load_run_data
+from tsformer.fallback import FORECASTERS, all_forecasts, apply, season_for
+from tsformer.files import atomic_open, check_output_path
+from tsformer.intervals import label
+from tsformer.metrics import mase_scale, score
+
+
+@dataclass(frozen=True)
+class BacktestResult:
+    forecasts: pd.DataFrame  # one row per (origin, series, step, target column): forecasts, intervals and truth
+    summary: pd.DataFrame  # one row per (origin, forecaster) and per forecaster over every origin ("all")
+    notes: tuple[str, ...] = ()
+
+
+def origin_rows(frame: SeriesFrame, horizon: int, windows: int, step: int, start: str | None) -> np.ndarray:
+    """(n_ids, windows) each origin's row within each series: the first step forecast from it.
+
+    Without `start` the last origin forecasts each series' last `horizon` steps and the others step
+    back by `step`; with `start`, origins step forward from the first step at or after it."""
+    lengths = frame.lengths
+    if start is None:
+        last = lengths - horizon  # (n_ids,)
+        rows = last[:, None] - step * np.arange(windows)[::-1][None, :]
+    else:
+        when = pd.Timestamp(start)
+        first = np.array([frame.timestamps[frame.rows_of(i)].searchsorted(when) for i in range(len(lengths))])
+        rows = first[:, None] + step * np.arange(windows)[None, :]
+    bad = (rows < 1) | (rows + horizon > lengths[:, None])
+    if bad.any():
+        i = int(np.flatnonzero(bad.any(axis=1))[0])
+        where = f"series {frame.names[i]!r} has" if frame.id_cols else "the data have"
+        raise DataError(
+            f"{windows} origins {step} steps apart do not fit: {where} {lengths[i]} rows, and every origin needs "
+            f"history before it and {horizon} steps after it; ask for fewer --windows or a smaller --step"
+        )
+    return rows
+
+
+def backtest(
+    run: str | Path,
+    csv: str | Path | None = None,
+    windows: int = 20,
+    step: int = 0,
+    start: str | None = None,
+    out: Path | None = None,
+    plot: Path | None = None,
+) -> BacktestResult:
+    """Forecast at `windows` origins `step` apart (default: the horizon) with the run's model, fallback
+    and intervals, and score each; with `out`/`plot`, write the long CSV and a plot of error by origin."""
+    for path, flag in ((out, "--out"), (plot, "--plot")):
+        if path is not None:
+            check_output_path(path, flag)
+    ckpt = load_checkpoint(resolve_checkpoint(run))
+    data = load_run_data(ckpt, csv)
+    horizon = ckpt.config.model.horizon
+    rows = origin_rows(data.frame, horizon, windows, step or horizon, start)
+    inside = rows < data.borders.train_end[:, None]
+    if inside.any():
+        i, k = (int(v[0]) for v in np.nonzero(inside))
+        where = f" of series {data.frame.names[i]!r}" if ckpt.id_cols else ""
+        first = data.frame.timestamps[int(data.frame.bounds[i] + data.borders.train_end[i])]
+        cutoff = data.frame.timestamps[int(data.frame.bounds[i] + rows[i, k]) - 1]
+        raise DataError(
+            f"origin {cutoff}{where} lies inside the data the "
+            f"model was trained on (its training targets end before {first}); without --refit every origin must "
+            f"come after them: ask for fewer --windows, a later --start, or retrain at each origin with --refit"
+        )
+    result = score_origins(ckpt, data, rows)
+    _write(result, out, plot)
+    return result
+
+
+def score_origins(ckpt: Checkpoint, data: Prepared, rows: np.ndarray) -> BacktestResult:
+    """Forecast and score the windows whose first target is at `rows` (n_ids, n_origins) of each series."""
+    frame, cfg = data.frame, ckpt.config.model
+    n_ids, n_origins = rows.shape
+    floors = np.repeat(frame.bounds[:-1], n_origins)  # (n_ids * n_origins,) series after series
+    starts = floors + rows.reshape(-1)
+    index = dataclasses.replace(
+        data.split_windows("test"), starts=torch.from_numpy(starts), floors=torch.from_numpy(floors)
+    )
+    windows = index.all().split(cfg.context_len)
+    season = season_for(ckpt.freq, cfg.context_len)
+    forecasts = all_forecasts(ckpt.build_model(), windows, season)  # (N, H, C) each
+    forecasts["model"] = apply(ckpt.fallback, forecasts)
+    ids = np.repeat(np.arange(n_ids), n_origins)  # (N,)
+    folds = np.tile(np.arange(n_origins), n_ids)  # (N,)
+    scales = np.stack(
+        [mase_scale(frame.values[frame.rows_of(i)][: data.borders.train_end[i]], season) for i in range(n_ids)]
+    )
+    mean, std, scale = data.scaler.mean[ids], data.scaler.std[ids], scales[ids]  # (N, C + ...) and (N, C)
+    n_targets = len(frame.columns)
+    mean, std = mean[:, :n_targets], std[:, :n_targets]
+    truth = windows.target.numpy()
+    observed = None if windows.target_observed is None else windows.target_observed.numpy()
+    cutoffs = frame.timestamps[starts - 1]  # the last step each forecast may read
+    summary = []
+    for fold in range(n_origins):
+        keep = folds == fold
+        for name in FORECASTERS:
+            s = score(
+                forecasts[name].numpy()[keep],
+                truth[keep],
+                mean[keep],
+                std[keep],
+                frame.columns,
+                scale[keep],
+                None if observed is None else observed[keep],
+            )["mean"]
+            summary.append({"origin": str(cutoffs[np.flatnonzero(keep)[0]]), "forecaster": name, **s})
+    for name in FORECASTERS:
+        s = score(forecasts[name].numpy(), truth, mean, std, frame.columns, scale, observed)["mean"]
+        summary.append({"origin": "all", "forecaster": name, **s})
+    table = _long_table(ckpt, frame, forecasts, truth, observed, mean, std, starts, cutoffs)
+    return BacktestResult(table, pd.DataFrame(summary))
+
+
+def _long_table(ckpt, frame, forecasts, truth, observed, mean, std, starts, cutoffs) -> pd.DataFrame:
+    """One row per origin, series, step and target column, in the CSV's units."""
+    horizon, n_targets = truth.shape[1], truth.shape[2]
+    n = len(starts)
+
+    def units(scaled: np.ndarray) -> np.ndarray:  # (N, H, C) scaled -> (N * H * C,) in the CSV's units
+        return (scaled * std[:, None] + mean[:, None]).reshape(-1)
+
+    point = forecasts["model"].numpy()
+    columns: dict[str, np.ndarray] = {
+        "origin": np.repeat(np.asarray(cutoffs.astype(str)), horizon * n_targets),
+    }
+    key_rows = np.repeat(np.searchsorted(frame.bounds, starts, side="right") - 1, horizon * n_targets)
+    for j, name in enumerate(ckpt.id_cols):
+        columns[name] = np.array([key[j] for key in frame.keys], dtype=object)[key_rows]
+    steps = (starts[:, None] + np.arange(horizon)[None, :]).reshape(-1)  # (N * H,)
+    columns[ckpt.time_col] = np.repeat(np.asarray(frame.timestamps[steps].astype(str)), n_targets)
+    columns["target"] = np.tile(np.array(frame.columns, dtype=object), n * horizon)
+    columns["forecast"] = units(point)
+    widths = [] if ckpt.interval_widths is None else ckpt.interval_widths.numpy()  # (n_levels, H, C)
+    for level, width in zip(ckpt.interval_levels, widths, strict=True):
+        columns[f"lower_{label(level)}"] = units(point - width[None])
+        columns[f"upper_{label(level)}"] = units(point + width[None])
+    for name in FORECASTERS[1:]:
+        columns[name] = units(forecasts[name].numpy())
+    truth_units = units(truth)
+    if observed is not None:
+        truth_units = np.where(observed.reshape(-1), truth_units, np.nan)
+    columns["truth"] = truth_units
+    return pd.DataFrame(columns)
+
+
+def refit_backtest(
+    cfg: Config,
+    out_dir: Path,
+    windows: int = 5,
+    step: int = 0,
+    start: str | None = None,
+    out: Path | None = None,
+    plot: Path | None = None,
+    show_progress: bool = False,
+) -> BacktestResult:
+    """Train a model per origin on the steps before it only (an expanding window: its last validation-long
+    stretch validates, its scaler comes from the rest), forecast from the origin, and score."""
+    from tsformer.data import prepare
+    from tsformer.train import resolve, train
+
+    for path, flag in ((out, "--out"), (plot, "--plot")):
+        if path is not None:
+            check_output_path(path, flag)
+    cfg = resolve(cfg)
+    data = prepare(cfg)  # the whole file, for the origins and each fold's size
+    horizon = data.config.model.horizon
+    rows = origin_rows(data.frame, horizon, windows, step or horizon, start)
+    if not (rows == rows[:1]).all():
+        raise DataError(
+            "--refit needs every series to have its origins at the same rows (series of equal length); "
+            "backtest a trained run without --refit instead"
+        )
+    val_len = int((data.borders.val_end - data.borders.train_end).min())
+    results, notes = [], []
+    for fold, origin in enumerate(rows[0]):
+        train_end = int(origin) - val_len
+        borders = (train_end, int(origin), int(origin) + horizon)
+        fold_cfg = dataclasses.replace(data.config, data=dataclasses.replace(data.config.data, split_borders=borders))
+        run = out_dir / f"fold_{fold + 1}"
+        train(fold_cfg, run, overwrite=True, show_progress=show_progress)
+        ckpt = load_checkpoint(run / "model.pt")
+        fold_data = load_run_data(ckpt)
+        results.append(score_origins(ckpt, fold_data, np.full((data.frame.n_ids, 1), origin)))
+        notes.append(
+            f"fold {fold + 1}: trained on rows 0..{train_end - 1}, validated on {train_end}..{int(origin) - 1}"
+        )
+    forecasts = pd.concat([r.forecasts for r in results], ignore_index=True)
+    per_origin = pd.concat([r.summary[r.summary.origin != "all"] for r in results], ignore_index=True)
+    overall = per_origin.groupby("forecaster", sort=False).mean(numeric_only=True).reset_index()
+    summary = pd.concat([per_origin, overall.assign(origin="all")], ignore_index=True)
+    result = BacktestResult(forecasts, summary, tuple(notes))
+    _write(result, out, plot)
+    return result
+
+
+def _write(result: BacktestResult, out: Path | None, plot: Path | None) -> None:
+    """The long CSV and the error-by-origin plot, each renamed into place only when both were written."""
+    with contextlib.ExitStack() as stack:
+        if out is not None:
+            stack.enter_context(atomic_open(out)).write(result.forecasts.to_csv(index=False).encode("utf-8"))
+        if plot is not None:
+            from tsformer.plots import plot_backtest
+
+            image = io.BytesIO()
+            plot_backtest(result.summary[result.summary.origin != "all"], image)
+            stack.enter_context(atomic_open(plot)).write(image.getbuffer())
+
+
+def format_summary(result: BacktestResult) -> str:
+    """Per origin: the model's MAE (CSV units), sMAPE and MASE beside the naive forecasters'; then overall."""
+    table = result.summary.pivot_table(index="origin", columns="forecaster", values="mase", sort=False)
+    mae = result.summary.pivot_table(index="origin", columns="forecaster", values="mae_original", sort=False)
+    lines = [
+        f"{'origin (last step read)':<26}{'model MAE':>12}{'MASE':>8}{'repeat-last':>13}{'seasonal naive':>16}"
+        "   (MASE; MAE in the CSV's units)"
+    ]
+    for origin in table.index:
+        lines.append(
+            f"{origin:<26}{mae.loc[origin, 'model']:>12.4g}{table.loc[origin, 'model']:>8.3f}"
+            f"{table.loc[origin, 'repeat_last']:>13.3f}{table.loc[origin, 'seasonal_naive']:>16.3f}"
+        )
+    return "\n".join(lines)
