@@ -72,3 +72,39 @@ def test_interval_levels_from_the_command_line(tiny_csv, tmp_path):
     assert load_checkpoint(run / "model.pt").interval_levels == (0.5, 0.9)
     bad = CliRunner().invoke(app, ["train", str(tiny_csv), "--out", str(tmp_path / "x"), "--interval", "1.5"])
     assert bad.exit_code == 2 and "train.intervals must be distinct levels in (0, 1), got [1.5]" in bad.stderr
+
+
+def test_msis_against_a_hand_computation():
+    from tsformer.intervals import msis
+
+    forecast = np.zeros((1, 3, 1))  # (N, H, C), scaled
+    truth = np.array([[[0.5], [2.0], [-3.0]]])  # inside, 1 above, 2 below an interval of +-1
+    width = np.ones((3, 1))
+    std, scale = np.array([[2.0]]), np.array([[4.0]])  # scaled -> units: x 2; MASE scale 4 units
+    # per step: width 2 + 2/0.05 x miss = 2, 2 + 40 x 1, 2 + 40 x 2 (scaled) -> x 2 / 4
+    expected = np.mean([2, 42, 82]) * 2 / 4
+    assert msis(forecast, truth, None, width, std, scale, 0.95) == pytest.approx(expected)
+    observed = np.array([[[True], [False], [True]]])
+    assert msis(forecast, truth, observed, width, std, scale, 0.95) == pytest.approx(np.mean([2, 82]) * 2 / 4)
+
+
+def test_quantile_loss_against_a_hand_computation():
+    from tsformer.intervals import quantile_loss
+
+    forecast = np.array([[[10.0], [10.0]]])  # (1, 2, 1), scaled = units (mean 0, std 1)
+    truth = np.array([[[12.0], [9.0]]])
+    widths = np.array([[[1.0], [1.0]]])  # one level (0.8): quantiles 0.1 at 9, 0.9 at 11
+    mean, std = np.zeros((1, 1)), np.ones((1, 1))
+
+    def pinball(q, y, f):
+        return max(q * (y - f), (q - 1) * (y - f))
+
+    total = 12 + 9
+    expected = np.mean(
+        [
+            2 * (pinball(0.5, 12, 10) + pinball(0.5, 9, 10)) / total,
+            2 * (pinball(0.1, 12, 9) + pinball(0.1, 9, 9)) / total,
+            2 * (pinball(0.9, 12, 11) + pinball(0.9, 9, 11)) / total,
+        ]
+    )
+    assert quantile_loss(forecast, truth, None, widths, (0.8,), mean, std) == pytest.approx(expected)

@@ -17,7 +17,7 @@ from tsformer.data import Prepared, SeriesFrame, prepare
 from tsformer.errors import DataError
 from tsformer.fallback import all_forecasts, apply, season_for
 from tsformer.files import atomic_write_text
-from tsformer.intervals import coverage, label
+from tsformer.intervals import coverage, label, msis, quantile_loss
 from tsformer.leakage import check_scaler
 from tsformer.metrics import mase_scale, score, score_by_series
 
@@ -31,7 +31,8 @@ class EvalReport:
     columns: tuple[str, ...]
     scores: dict[str, dict]  # "model" (with its fallback), "repeat_last", "seasonal_naive" -> score()
     fallback: tuple[str, ...] = ()  # per column, the forecaster chosen on validation
-    intervals: dict[str, dict] = dataclasses.field(default_factory=dict)  # level label -> coverage and width
+    intervals: dict[str, dict] = dataclasses.field(default_factory=dict)  # level label -> coverage, width, MSIS
+    quantile_loss: dict = dataclasses.field(default_factory=dict)  # the intervals' implied quantiles -> WQL
     n_series: int = 1  # series scored (long format); 1 for a wide file
     worst_series: list[dict] = dataclasses.field(default_factory=list)  # long format: the ten with the highest MASE
 
@@ -92,7 +93,8 @@ def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True)
         name: score(f.numpy(), truth.numpy(), *stats[:2], frame.columns, stats[2], truth_mask)
         for name, f in forecasts.items()
     }
-    intervals = _interval_scores(ckpt, forecasts["model"], truth, truth_observed, data.scaler.std[ids])
+    intervals = _interval_scores(ckpt, forecasts["model"], truth, truth_observed, stats)
+    wql = _quantile_loss(ckpt, forecasts["model"], truth, truth_observed, stats)
     by_series = None
     if ckpt.id_cols:
         by_series = _series_table(forecasts, truth.numpy(), stats, truth_mask, ids, frame)
@@ -105,6 +107,7 @@ def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True)
         scores,
         ckpt.fallback,
         intervals,
+        quantile_loss=wql,
         n_series=len(np.unique(ids)),
         worst_series=_worst(by_series, ckpt.id_cols) if by_series is not None else [],
     )
@@ -155,25 +158,61 @@ def _worst(by_series: pd.DataFrame, id_cols: tuple[str, ...], n: int = 10) -> li
 
 
 def _interval_scores(
-    ckpt: Checkpoint, forecast: torch.Tensor, truth: torch.Tensor, observed: torch.Tensor | None, std: np.ndarray
+    ckpt: Checkpoint,
+    forecast: torch.Tensor,
+    truth: torch.Tensor,
+    observed: torch.Tensor | None,
+    stats: tuple[np.ndarray, np.ndarray, np.ndarray],
 ) -> dict[str, dict]:
-    """Per calibrated level: the share of observed test truth inside the interval (nominal: the level) and its
-    mean width in the CSV's units (std (N, C): each window's series' scale), per column and averaged."""
-    out = {}
-    widths = [] if ckpt.interval_widths is None else ckpt.interval_widths  # (n_levels, H, C), scaled
+    """Per calibrated level: the share of observed test truth inside the interval (nominal: the level), its
+    mean width in the CSV's units, and its MSIS (M4's interval score over the MASE scale); per column and
+    averaged. stats: each window's (mean, std, MASE scale), (N, C) each."""
+    out: dict[str, dict] = {}
+    if ckpt.interval_widths is None or not ckpt.interval_levels:
+        return out
+    n_targets = len(ckpt.columns)
+    mean, std, scale = (x[:, :n_targets] for x in stats)
+    f, y = forecast.numpy(), truth.numpy()
+    mask = None if observed is None else observed.numpy()
+    widths = ckpt.interval_widths.numpy()  # (n_levels, H, C), scaled
     for level, width in zip(ckpt.interval_levels, widths, strict=True):
-        share, _ = coverage(forecast, truth, observed, width)
-        width_units = 2 * width.mean(dim=0).numpy() * std.mean(axis=0)  # (C,)
+        share, _ = coverage(forecast, truth, observed, torch.from_numpy(width))
+        width_units = 2 * width.mean(axis=0) * std.mean(axis=0)  # (C,)
+        scores = [
+            msis(f[..., j : j + 1], y[..., j : j + 1], None if mask is None else mask[..., j : j + 1],
+                 width[:, j : j + 1], std[:, j : j + 1], scale[:, j : j + 1], level)
+            for j in range(n_targets)
+        ]  # fmt: skip
         per_column = {
-            name: {"coverage": float(share[j]), "width": float(width_units[j])} for j, name in enumerate(ckpt.columns)
+            name: {"coverage": float(share[j]), "width": float(width_units[j]), "msis": scores[j]}
+            for j, name in enumerate(ckpt.columns)
         }
         out[label(level)] = {
             "nominal": level,
             "coverage": float(np.mean(share)),
             "width": float(np.mean(width_units)),
+            "msis": float(np.mean(scores)),
             "per_column": per_column,
         }
     return out
+
+
+def _quantile_loss(
+    ckpt: Checkpoint,
+    forecast: torch.Tensor,
+    truth: torch.Tensor,
+    observed: torch.Tensor | None,
+    stats: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> dict:
+    """The weighted quantile loss of the quantiles the intervals imply (and the point forecast as the median)."""
+    if ckpt.interval_widths is None or not ckpt.interval_levels:
+        return {}
+    n_targets = len(ckpt.columns)
+    mean, std = stats[0][:, :n_targets], stats[1][:, :n_targets]
+    mask = None if observed is None else observed.numpy()
+    levels = ckpt.interval_levels
+    wql = quantile_loss(forecast.numpy(), truth.numpy(), mask, ckpt.interval_widths.numpy(), levels, mean, std)
+    return {"quantiles": [0.5, *sorted(q for a in levels for q in ((1 - a) / 2, (1 + a) / 2))], "wql": wql}
 
 
 def _plot_windows(contexts, truth, forecast, data: Prepared, ids: np.ndarray, by_series, path: Path) -> None:
@@ -225,10 +264,17 @@ def format_report(report: EvalReport) -> str:
     fallen_back = [f"{column} uses {name}" for column, name in pairs if name != "model"]
     if fallen_back:
         lines.append(f"model row with the fallback chosen on validation: {', '.join(fallen_back)}")
+    if report.quantile_loss:
+        quantiles = ", ".join(f"{q:g}" for q in report.quantile_loss["quantiles"])
+        lines.append(
+            f"weighted quantile loss {report.quantile_loss['wql']:.4f} over the quantiles {quantiles} (the point "
+            "forecast as the median, the interval bounds as the others)"
+        )
     for tag, interval in report.intervals.items():
         lines.append(
             f"{tag} % interval (conformal, calibrated on validation): coverage {100 * interval['coverage']:.1f} % "
-            f"of test points, mean width {interval['width']:.4g} (original units, averaged over columns)"
+            f"of test points, mean width {interval['width']:.4g} (original units, averaged over columns), "
+            f"MSIS {interval['msis']:.3f}"
         )
     lines += ["", "model per column:"]
     for column, m in report.scores["model"]["per_column"].items():
