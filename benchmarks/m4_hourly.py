@@ -116,6 +116,9 @@ def main() -> None:
     forecast_csv = run / "forecast.csv"
     predicted = timed([*tsformer, "predict", str(run), str(train_csv), "--out", str(forecast_csv)])
 
+    from tsformer.evaluate import evaluate
+
+    validation = evaluate(run, split="val", write=False).scores  # each series' validation window: for selection
     train = pd.read_csv(train_csv)
     test = pd.read_csv(test_csv)
     model = m4_scores(pd.read_csv(forecast_csv), train, test)
@@ -129,6 +132,7 @@ def main() -> None:
         "seasonal_naive": naive,
         "references": {name: {"smape": s, "mase": m} for name, (s, m) in REFERENCES.items()},
         "best_val_mse": float(history["val_loss"].min()),
+        "validation": {name: {k: v["mean"][k] for k in ("smape", "mase")} for name, v in validation.items()},
         "epochs_run": int(history["epoch"].max()),
         "train": {k: trained[k] for k in ("command", "wall_seconds", "peak_rss_mib")},
         "predict": {k: predicted[k] for k in ("command", "wall_seconds", "peak_rss_mib")},
@@ -139,7 +143,8 @@ def main() -> None:
     print(
         f"{args.name}: sMAPE {model['smape']:.3f} MASE {model['mase']:.3f} on {model['n_series']} series "
         f"(seasonal naive {naive['smape']:.3f} / {naive['mase']:.3f}); "
-        f"best validation MSE {result['best_val_mse']:.4f}; "
+        f"validation sMAPE {result['validation']['model']['smape']:.3f} "
+        f"MASE {result['validation']['model']['mase']:.3f}; "
         f"train {trained['wall_seconds']:.0f} s, peak RSS {trained['peak_rss_mib']:.0f} MiB; "
         f"predict {predicted['wall_seconds']:.1f} s, {predicted['peak_rss_mib']:.0f} MiB"
     )
@@ -171,6 +176,10 @@ def markdown(result: dict) -> str:
         "",
         f"- Train: {result['train']['wall_seconds']:.0f} s wall, peak RSS {result['train']['peak_rss_mib']:.0f} MiB, "
         f"{result['epochs_run']} epochs, best validation MSE {result['best_val_mse']:.4f} ({result['machine']}).",
+        f"- Validation (each series' 48 steps before its own test split; what settings were chosen on): sMAPE "
+        f"{result['validation']['model']['smape']:.3f}, MASE {result['validation']['model']['mase']:.3f} "
+        f"(seasonal naive {result['validation']['seasonal_naive']['smape']:.3f} / "
+        f"{result['validation']['seasonal_naive']['mase']:.3f}).",
         f"- Predict (414 series): {result['predict']['wall_seconds']:.1f} s wall, peak RSS "
         f"{result['predict']['peak_rss_mib']:.0f} MiB.",
         f"- Command: `{result['train']['command']}`",

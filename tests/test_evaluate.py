@@ -64,3 +64,12 @@ def test_evaluate_scores_every_test_window(tiny_csv, tmp_path):
     assert (tmp_path / "run" / "test_windows.png").stat().st_size > 1000
     text = format_report(report)
     assert "test windows: 45" in text and "seasonal_naive" in text
+
+
+def test_evaluate_on_validation_scores_the_validation_windows_and_writes_nothing(tiny_csv, tmp_path):
+    result = train(tiny_config(tiny_csv, fallback=False), tmp_path / "run", show_progress=False)
+    report = evaluate(tmp_path / "run", split="val")
+    assert report.split == "val" and report.n_windows == 192 - 168 - 4 + 1
+    assert report.scores["model"]["mean"]["mse"] == pytest.approx(result.best_val_loss, rel=1e-5)
+    assert not (tmp_path / "run" / "metrics.json").exists()
+    assert format_report(report).startswith("validation windows: 21")

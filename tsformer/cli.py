@@ -175,6 +175,7 @@ def train(
 def evaluate(
     run: Path = typer.Argument(..., help="Run folder (or its model.pt)."),
     csv: Path | None = typer.Option(None, "--csv", help="Evaluate on this CSV instead of the training CSV."),
+    split: str = typer.Option("test", "--split", help="test, or val to compare runs on validation (writes nothing)."),
 ) -> None:
     """Score the model on every test window, beside repeat-last and seasonal-naive baselines.
 
@@ -183,7 +184,9 @@ def evaluate(
     from tsformer.evaluate import evaluate as run_evaluation
     from tsformer.evaluate import format_report
 
-    report = run_evaluation(run, csv)
+    if split not in ("test", "val"):
+        fail(f"--split must be test or val, got {split!r}")
+    report = run_evaluation(run, csv, split=split)
     typer.echo(format_report(report))
 
 

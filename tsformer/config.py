@@ -21,6 +21,7 @@ from tsformer.errors import ConfigError, DataError
 from tsformer.files import atomic_write_text
 
 FILL_METHODS = ("", "ffill", "zero")
+SCALES = ("std", "seasonal")
 DEFAULT_SPLIT_RATIOS = (0.7, 0.1, 0.2)  # train, validation, test of a wide file when data.split_ratios is ()
 MAX_SEED = 2**63 - 1  # torch.manual_seed takes a signed 64-bit integer
 MAX_COUNT = 2**31 - 1  # sizes, strides and counts beyond this are typos, not settings
@@ -61,6 +62,9 @@ class DataConfig:
     sort: bool = False  # accept unsorted rows by sorting them on the time column
     dayfirst: bool = False  # read ambiguous dates such as 01/02/2024 as day/month
     fill: str = ""  # "", ffill or zero: how NaN/inf cells are filled (never from later rows)
+    # Each series' scale (from its training steps): std, or seasonal = the mean absolute change over one season
+    # (MASE's denominator), which weighs smooth, regular series more in the loss
+    scale: str = "std"
     # train, validation, test shares of each series; () = DEFAULT_SPLIT_RATIOS for a wide file, and for
     # long format (many series) the last `horizon` steps of each series as test, the `horizon` before as validation
     split_ratios: tuple[float, ...] = ()
@@ -72,6 +76,7 @@ class DataConfig:
             "data.fill=interpolate was removed: it read values after the forecast origin; use ffill or zero",
         )
         _require(self.fill in FILL_METHODS, f"data.fill must be one of {FILL_METHODS[1:]}, got {self.fill!r}")
+        _require(self.scale in SCALES, f"data.scale must be one of {SCALES}, got {self.scale!r}")
         _check_finite(self, "data")
         _require(
             len(self.split_ratios) in (0, 3), "data.split_ratios needs three numbers (train, validation, test), or none"

@@ -14,6 +14,7 @@ import torch
 from tsformer.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint
 from tsformer.config import with_data_path
 from tsformer.data import Prepared, SeriesFrame, prepare
+from tsformer.data.prepare import scale_season
 from tsformer.errors import DataError
 from tsformer.fallback import all_forecasts, apply, season_for
 from tsformer.files import atomic_write_text
@@ -24,6 +25,7 @@ from tsformer.metrics import mase_scale, score, score_by_series
 
 @dataclass(frozen=True)
 class EvalReport:
+    split: str  # "test" (or "val")
     n_windows: int
     context_len: int
     horizon: int
@@ -60,7 +62,7 @@ def load_run_data(ckpt: Checkpoint, csv: str | Path | None = None) -> Prepared:
             f"{ckpt.borders.test_end[i]}; use the CSV the model was trained on"
         )
     data = dataclasses.replace(data, borders=ckpt.borders)
-    if not check_scaler(data.frame, data.borders, data.scaler).passed:
+    if not check_scaler(data.frame, data.borders, data.scaler, scale_season(cfg, ckpt.freq)).passed:
         raise DataError(
             f"the training rows of {cfg.data.path} differ from those the run was trained on; "
             "use the CSV the model was trained on"
@@ -68,19 +70,20 @@ def load_run_data(ckpt: Checkpoint, csv: str | Path | None = None) -> Prepared:
     return data
 
 
-def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True) -> EvalReport:
+def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True, split: str = "test") -> EvalReport:
     """Score the run's best model on every stride-1 test window; write metrics.json and a PNG (and, for
-    many series, metrics_by_series.csv)."""
+    many series, metrics_by_series.csv). `split="val"` scores the validation windows instead (to compare
+    runs on validation) and writes nothing."""
     path = resolve_checkpoint(run)
     ckpt = load_checkpoint(path)
     data = load_run_data(ckpt, csv)
     model = ckpt.build_model()
     context_len, horizon = ckpt.config.model.context_len, ckpt.config.model.horizon
-    windows = data.split_windows("test")
-    split = windows.split(context_len)  # masks None: all observed
-    contexts, truth, truth_observed = split.context, split.target, split.target_observed
+    windows = data.split_windows(split)
+    cut = windows.split(context_len)  # masks None: all observed
+    contexts, truth, truth_observed = cut.context, cut.target, cut.target_observed
     season = season_for(ckpt.freq, context_len)
-    forecasts = all_forecasts(model, split, season)  # (N, H, C) each
+    forecasts = all_forecasts(model, cut, season)  # (N, H, C) each
     forecasts["model"] = apply(ckpt.fallback, forecasts)  # what predict gives: the validation choice per column
     frame = data.frame
     ids = window_ids(frame, windows.floors.numpy())  # (N,) each window's series
@@ -99,6 +102,7 @@ def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True)
     if ckpt.id_cols:
         by_series = _series_table(forecasts, truth.numpy(), stats, truth_mask, ids, frame)
     report = EvalReport(
+        split,
         len(windows),
         context_len,
         horizon,
@@ -111,7 +115,7 @@ def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True)
         n_series=len(np.unique(ids)),
         worst_series=_worst(by_series, ckpt.id_cols) if by_series is not None else [],
     )
-    if write:
+    if write and split == "test":
         run_dir = path.parent
         atomic_write_text(run_dir / "metrics.json", json.dumps(report.to_dict(), indent=2))
         if by_series is not None:
@@ -247,10 +251,11 @@ def _plot_windows(contexts, truth, forecast, data: Prepared, ids: np.ndarray, by
 def format_report(report: EvalReport) -> str:
     """A table: one row per forecaster, averaged over columns, then the model per column (and, for many
     series, the ten worst series)."""
+    name = "test" if report.split == "test" else "validation"
     windows = (
-        f"test windows: {report.n_windows} of {report.n_series} series (the last {report.horizon} steps of each)"
+        f"{name} windows: {report.n_windows} of {report.n_series} series"
         if report.worst_series or report.n_series > 1
-        else f"test windows: {report.n_windows} (every window, stride 1)"
+        else f"{name} windows: {report.n_windows} (every window, stride 1)"
     )
     lines = [
         f"{windows}   context_len {report.context_len}   horizon {report.horizon}   season {report.season}",

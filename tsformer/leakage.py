@@ -25,6 +25,7 @@ from tsformer.data import (
     SplitBorders,
     fill_column,
 )
+from tsformer.data.prepare import scale_season
 from tsformer.errors import LeakageError
 from tsformer.model import Covariates, Forecaster
 
@@ -265,7 +266,7 @@ def check_padding(model: Forecaster, generator: torch.Generator) -> CheckResult:
     )
 
 
-def check_scaler(frame: SeriesFrame, borders: SplitBorders, scaler: Scaler) -> CheckResult:
+def check_scaler(frame: SeriesFrame, borders: SplitBorders, scaler: Scaler, season: int = 0) -> CheckResult:
     """The scaler's statistics must be those of each series' training rows alone (targets and covariates),
     recomputed here with pandas: a series with no training value in a column has those of every series'."""
     inputs = frame.inputs() if frame.id_cols else frame.inputs()[: int(borders.train_end[0])]
@@ -277,6 +278,16 @@ def check_scaler(frame: SeriesFrame, borders: SplitBorders, scaler: Scaler) -> C
     std = groups.std(ddof=0).reindex(range(frame.n_ids))
     mean = mean.fillna(training.mean()).fillna(0.0).to_numpy()
     std = std.fillna(training.std(ddof=0)).to_numpy()
+    if season:  # data.scale=seasonal: the mean absolute change over one season within each series
+        series = pd.Series(ids[position < borders.train_end[ids]])
+        lengths = series.value_counts().reindex(range(frame.n_ids), fill_value=0).to_numpy()
+        change = pd.DataFrame(index=range(frame.n_ids), columns=training.columns, dtype=float)
+        for i in range(frame.n_ids):
+            rows = training[(series == i).to_numpy()]
+            lag = season if season < lengths[i] else 1
+            change.loc[i] = (rows - rows.shift(lag)).abs().mean().to_numpy()
+        change = change.to_numpy(dtype=float)
+        std = np.where(np.isfinite(change) & (change > 1e-12), change, std)
     std = np.where(std > 1e-12, std, 1.0)
     if mean.shape != scaler.mean.shape:
         detail = f"scaler of shape {scaler.mean.shape} for data of {mean.shape}"
@@ -411,7 +422,7 @@ def check_data(data: Prepared, cfg: Config) -> list[CheckResult]:
     frame = data.frame
     return [
         check_fill(frame, cfg.data.fill),
-        check_scaler(frame, data.borders, data.scaler),
+        check_scaler(frame, data.borders, data.scaler, scale_season(cfg, frame.freq)),
         *check_windows(data),
     ]
 

@@ -16,7 +16,7 @@ from pandas.tseries.frequencies import to_offset
 from tsformer.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint
 from tsformer.data import Scaler, SeriesFrame, read_series
 from tsformer.data.calendar import calendar_features
-from tsformer.data.prepare import Layout, Windows
+from tsformer.data.prepare import Layout, Windows, scale_season
 from tsformer.errors import DataError
 from tsformer.fallback import all_forecasts, apply, season_for
 from tsformer.files import atomic_open, check_output_path
@@ -158,7 +158,7 @@ def series_scaler(ckpt: Checkpoint, frame: SeriesFrame) -> tuple[Scaler, int]:
             stds.append(ckpt.scaler.std[known[key]])
             continue
         new += 1
-        own = Scaler.fit(frame.inputs()[frame.rows_of(i)])  # a column with no value at all: mean 0, std 1
+        own = Scaler.fit(frame.inputs()[frame.rows_of(i)], scale_season(ckpt.config, ckpt.freq))  # no value: 0, 1
         means.append(own.mean[0])
         stds.append(own.std[0])
     return Scaler(mean=np.stack(means), std=np.stack(stds)), new

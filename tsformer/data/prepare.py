@@ -233,7 +233,7 @@ def prepare(
     if panel:
         notes += (_split_note(cfg, frame, borders, train_history),)
     if scaler is None:
-        scaler, notes = fit_scaler(frame, borders, notes)
+        scaler, notes = fit_scaler(frame, borders, notes, scale_season(cfg, frame.freq))
     calendar = calendar_names(frame.freq) if cfg.data.calendar else ()
     layout = Layout(frame.columns, cfg.data.past_covs, cfg.data.future_covs, calendar)
     scaled = _scale(frame, scaler)  # (n_rows, C + n_covariates)
@@ -256,8 +256,13 @@ def prepare(
     )
 
 
+def scale_season(cfg: Config, freq: str) -> int:
+    """The season the scaler measures change over (data.scale=seasonal), else 0: the std."""
+    return max(season_length(freq), 1) if cfg.data.scale == "seasonal" else 0
+
+
 def fit_scaler(
-    frame: SeriesFrame, borders: SplitBorders, notes: tuple[str, ...] = ()
+    frame: SeriesFrame, borders: SplitBorders, notes: tuple[str, ...] = (), season: int = 0
 ) -> tuple[Scaler, tuple[str, ...]]:
     """The train-only scaler of the targets and covariates: a wide file's columns, or each series of a
     panel on its own training rows."""
@@ -271,8 +276,8 @@ def fit_scaler(
                 f"column {name!r} has no value in the {train_end} training rows, so it cannot be "
                 "scaled or learned; give it training data or choose other --target columns"
             )
-        return Scaler.fit(inputs[:train_end]), notes
-    scaler, borrowed = Scaler.fit_series(inputs, frame.bounds, borders.train_end)
+        return Scaler.fit(inputs[:train_end], season), notes
+    scaler, borrowed = Scaler.fit_series(inputs, frame.bounds, borders.train_end, season)
     if borrowed.any():
         notes += (
             f"{int(borrowed.sum())} series have no training value in some column ({_first_names(frame, borrowed)}); "

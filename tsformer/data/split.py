@@ -135,11 +135,14 @@ class Scaler:
     """Per series and column standardisation, fit on each series' training rows only."""
 
     mean: np.ndarray  # (n_ids, n_columns) float32
-    std: np.ndarray  # (n_ids, n_columns) float32
+    std: np.ndarray  # (n_ids, n_columns) float32: the scale (the std, or the seasonal MAE with data.scale=seasonal)
 
     @classmethod
-    def fit(cls, train_values: np.ndarray) -> Scaler:
-        """One series: mean and std of each column's observed (not NaN) training cells, (1, n_columns)."""
+    def fit(cls, train_values: np.ndarray, season: int = 0) -> Scaler:
+        """One series: each column's mean and scale over its observed (not NaN) training cells, (1, n_columns).
+
+        The scale is the std, or with `season` the mean absolute change over one season (a season longer
+        than the rows: over one step), falling back to the std where that is 0."""
         observed = ~np.isnan(train_values)  # every column has some (prepare says which one does not)
         if observed.all():
             mean = train_values.mean(axis=0, dtype=np.float64)
@@ -149,11 +152,16 @@ class Scaler:
                 warnings.simplefilter("ignore", RuntimeWarning)
                 mean = np.nan_to_num(np.nanmean(train_values.astype(np.float64), axis=0))
                 std = np.nanstd(train_values.astype(np.float64), axis=0)
+        if season:
+            change = _seasonal_mae(train_values, season)
+            std = np.where(change > 1e-12, change, std)
         std = np.where(std > 1e-12, std, 1.0)
         return cls(mean=mean.astype(np.float32)[None], std=std.astype(np.float32)[None])
 
     @classmethod
-    def fit_series(cls, values: np.ndarray, bounds: np.ndarray, train_end: np.ndarray) -> tuple[Scaler, np.ndarray]:
+    def fit_series(
+        cls, values: np.ndarray, bounds: np.ndarray, train_end: np.ndarray, season: int = 0
+    ) -> tuple[Scaler, np.ndarray]:
         """Each series' statistics from its own training rows; a series with no observed training cell in a
         column takes the statistics of every series' training rows there. Returns the scaler and the (n_ids,)
         mask of series that had to borrow them."""
@@ -163,12 +171,12 @@ class Scaler:
         for i, rows in enumerate(train_rows):
             if pooled is not None and np.isnan(rows).all(axis=0).any():
                 borrowed[i] = True
-                own = cls.fit(rows) if len(rows) and not np.isnan(rows).all() else pooled
+                own = cls.fit(rows, season) if len(rows) and not np.isnan(rows).all() else pooled
                 empty = np.isnan(rows).all(axis=0) if len(rows) else np.ones(rows.shape[1], dtype=bool)
                 means.append(np.where(empty, pooled.mean[0], own.mean[0]))
                 stds.append(np.where(empty, pooled.std[0], own.std[0]))
                 continue
-            one = cls.fit(rows)
+            one = cls.fit(rows, season)
             means.append(one.mean[0])
             stds.append(one.std[0])
         return cls(mean=np.stack(means).astype(np.float32), std=np.stack(stds).astype(np.float32)), borrowed
@@ -186,6 +194,15 @@ class Scaler:
     @classmethod
     def from_dict(cls, raw: dict[str, list[list[float]]]) -> Scaler:
         return cls(mean=np.asarray(raw["mean"], dtype=np.float32), std=np.asarray(raw["std"], dtype=np.float32))
+
+
+def _seasonal_mae(values: np.ndarray, season: int) -> np.ndarray:
+    """(n_columns,) mean |x_t - x_{t - season}| over pairs of observed cells (NaN where there is none)."""
+    season = season if season < len(values) else 1
+    diffs = np.abs(values[season:].astype(np.float64) - values[:-season])
+    pairs = ~np.isnan(diffs)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(pairs, diffs, 0.0).sum(axis=0) / pairs.sum(axis=0)
 
 
 def window_counts(split: str, borders: SplitBorders, min_history: int, horizon: int) -> np.ndarray:
