@@ -89,7 +89,7 @@ def test_msis_against_a_hand_computation():
 
 
 def test_quantile_loss_against_a_hand_computation():
-    from tsformer.intervals import quantile_loss
+    from tsformer.intervals import interval_quantiles, quantile_loss
 
     forecast = np.array([[[10.0], [10.0]]])  # (1, 2, 1), scaled = units (mean 0, std 1)
     truth = np.array([[[12.0], [9.0]]])
@@ -107,4 +107,6 @@ def test_quantile_loss_against_a_hand_computation():
             2 * (pinball(0.9, 12, 11) + pinball(0.9, 9, 11)) / total,
         ]
     )
-    assert quantile_loss(forecast, truth, None, widths, (0.8,), mean, std) == pytest.approx(expected)
+    implied = interval_quantiles(forecast, widths, (0.8,))
+    assert [q for q, _ in implied] == [0.1, 0.5, 0.9]
+    assert quantile_loss(implied, truth, None, mean, std) == pytest.approx(expected)

@@ -26,6 +26,7 @@ from tsformer.data.calendar import calendar_names
 from tsformer.errors import CheckpointError, TsformerError
 from tsformer.fallback import FORECASTERS
 from tsformer.files import atomic_write
+from tsformer.intervals import quantile_pairs
 from tsformer.model import Forecaster
 
 FORMAT_NAME = "tsformer-checkpoint"
@@ -52,6 +53,7 @@ class Checkpoint:
     fallback: tuple[str, ...] = ()  # per column, the forecaster chosen on validation (tsformer.fallback); () = model
     interval_levels: tuple[float, ...] = ()  # conformal interval levels (tsformer.intervals)
     interval_widths: torch.Tensor | None = None  # (n_levels, H, C) half-widths in scaled units
+    quantile_adjust: torch.Tensor | None = None  # (n_pairs, H, C) conformal widening of each (q, 1 - q) pair
     train_state: dict[str, Any] | None = None  # optimizer, epoch, RNG, history; only in last.pt
     package_version: str = __version__
 
@@ -62,6 +64,7 @@ class Checkpoint:
             self.config.train.loss,
             len(self.past_covs),
             len(self.future_covs) + len(self.calendar),
+            self.config.train.quantiles,
         )
         try:
             model.load_state_dict(self.model_state)
@@ -98,6 +101,7 @@ def save_checkpoint(ckpt: Checkpoint, path: str | Path) -> None:
         "fallback": list(ckpt.fallback),
         "interval_levels": list(ckpt.interval_levels),
         "interval_widths": ckpt.interval_widths,
+        "quantile_adjust": ckpt.quantile_adjust,
         "model_state": {k: v.detach().cpu() for k, v in ckpt.model_state.items()},
         "train_state": ckpt.train_state,
     }
@@ -159,6 +163,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             fallback=tuple(payload.get("fallback") or ()),  # () = the model for every column
             interval_levels=tuple(float(level) for level in payload.get("interval_levels") or ()),
             interval_widths=payload.get("interval_widths"),
+            quantile_adjust=payload.get("quantile_adjust"),
             train_state=payload.get("train_state"),
             package_version=str(payload.get("package_version", "")),
         )
@@ -219,6 +224,11 @@ def _validate(ckpt: Checkpoint) -> None:
         isinstance(widths, torch.Tensor) and widths.shape == (len(ckpt.interval_levels), horizon, len(columns))
     ):
         raise ValueError(f"interval widths must be (levels, horizon, columns) for levels {list(ckpt.interval_levels)}")
+    adjust, pairs = ckpt.quantile_adjust, quantile_pairs(ckpt.config.train.quantiles)
+    if adjust is not None and not (
+        isinstance(adjust, torch.Tensor) and adjust.shape == (len(pairs), horizon, len(columns))
+    ):
+        raise ValueError(f"quantile adjustments must be (pairs, horizon, columns) for the pairs {pairs}")
     state = ckpt.model_state
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ValueError("model weights must be a mapping of names to tensors")

@@ -114,6 +114,9 @@ def train(
     no_fallback: bool = typer.Option(
         False, "--no-fallback", help="Always forecast with the model, even where a naive forecaster did better."
     ),
+    quantiles: str | None = typer.Option(
+        None, "--quantiles", help="Also forecast these quantiles, e.g. 0.1,0.5,0.9 (pinball loss; default: none)."
+    ),
 ) -> None:
     """Train a model on a CSV into a run folder.
 
@@ -143,6 +146,7 @@ def train(
             "seed": seed,
             "fallback": False if no_fallback else None,
             "intervals": list(interval) or None,
+            "quantiles": quantiles,
         },
     }
     if resume:

@@ -169,12 +169,17 @@ class TrainConfig:
     device: str = "cpu"  # cpu, cuda or auto
     fallback: bool = True  # per column, forecast with a naive forecaster that beat the model on validation
     intervals: tuple[float, ...] = (0.8, 0.95)  # conformal interval levels, calibrated on validation windows
+    quantiles: tuple[float, ...] = ()  # also forecast these quantiles (pinball loss), e.g. (0.1, 0.5, 0.9)
 
     def __post_init__(self) -> None:
         _check_finite(self, "train")
         _require(
             all(0 < level < 1 for level in self.intervals) and len(set(self.intervals)) == len(self.intervals),
             f"train.intervals must be distinct levels in (0, 1), got {list(self.intervals)}",
+        )
+        _require(
+            all(0 < q < 1 for q in self.quantiles) and len(set(self.quantiles)) == len(self.quantiles),
+            f"train.quantiles must be distinct levels in (0, 1), got {list(self.quantiles)}",
         )
         for name in ("epochs", "batch_size", "patience", "train_stride"):
             _require(getattr(self, name) >= 1, f"train.{name} must be at least 1, got {getattr(self, name)}")

@@ -16,9 +16,17 @@ from tsformer.config import with_data_path
 from tsformer.data import Prepared, SeriesFrame, prepare
 from tsformer.data.prepare import scale_season
 from tsformer.errors import DataError
-from tsformer.fallback import all_forecasts, apply, season_for
+from tsformer.fallback import all_forecasts, apply, season_for, shipped_quantiles
 from tsformer.files import atomic_write_text
-from tsformer.intervals import coverage, label, msis, quantile_loss
+from tsformer.intervals import (
+    adjust_quantiles,
+    coverage,
+    interval_quantiles,
+    label,
+    msis,
+    quantile_loss,
+    quantile_pairs,
+)
 from tsformer.leakage import check_scaler
 from tsformer.metrics import mase_scale, score, score_by_series
 
@@ -97,7 +105,7 @@ def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True,
         for name, f in forecasts.items()
     }
     intervals = _interval_scores(ckpt, forecasts["model"], truth, truth_observed, stats)
-    wql = _quantile_loss(ckpt, forecasts["model"], truth, truth_observed, stats)
+    wql = _quantile_scores(ckpt, model, cut, forecasts, stats)
     by_series = None
     if ckpt.id_cols:
         by_series = _series_table(forecasts, truth.numpy(), stats, truth_mask, ids, frame)
@@ -201,22 +209,45 @@ def _interval_scores(
     return out
 
 
-def _quantile_loss(
+def _quantile_scores(
     ckpt: Checkpoint,
-    forecast: torch.Tensor,
-    truth: torch.Tensor,
-    observed: torch.Tensor | None,
+    model,
+    cut,
+    forecasts: dict[str, torch.Tensor],
     stats: tuple[np.ndarray, np.ndarray, np.ndarray],
 ) -> dict:
-    """The weighted quantile loss of the quantiles the intervals imply (and the point forecast as the median)."""
-    if ckpt.interval_widths is None or not ckpt.interval_levels:
-        return {}
+    """The weighted quantile loss of the model's quantiles (conformally adjusted, with --quantiles) and the
+    coverage of each (q, 1 - q) pair; without quantiles, of those the intervals imply (the point forecast
+    as the median)."""
     n_targets = len(ckpt.columns)
     mean, std = stats[0][:, :n_targets], stats[1][:, :n_targets]
-    mask = None if observed is None else observed.numpy()
-    levels = ckpt.interval_levels
-    wql = quantile_loss(forecast.numpy(), truth.numpy(), mask, ckpt.interval_widths.numpy(), levels, mean, std)
-    return {"quantiles": [0.5, *sorted(q for a in levels for q in ((1 - a) / 2, (1 + a) / 2))], "wql": wql}
+    truth = cut.target.numpy()
+    mask = None if cut.target_observed is None else cut.target_observed.numpy()
+    quantiles = shipped_quantiles(model, cut, forecasts, ckpt.fallback)
+    if quantiles is None:
+        if ckpt.interval_widths is None or not ckpt.interval_levels:
+            return {}
+        implied = interval_quantiles(forecasts["model"].numpy(), ckpt.interval_widths.numpy(), ckpt.interval_levels)
+        return {
+            "source": "intervals",
+            "quantiles": [q for q, _ in implied],
+            "wql": quantile_loss(implied, truth, mask, mean, std),
+        }
+    levels = sorted(ckpt.config.train.quantiles)
+    pairs = quantile_pairs(ckpt.config.train.quantiles)
+    adjusted = adjust_quantiles(quantiles, ckpt.quantile_adjust, pairs).numpy()  # (N, H, C, Q)
+    inside = {}
+    for lo, hi in pairs:
+        hit = (adjusted[..., lo] <= truth) & (truth <= adjusted[..., hi])
+        keep = np.ones(hit.shape, dtype=bool) if mask is None else mask
+        inside[f"{levels[lo]:g}-{levels[hi]:g}"] = float(hit[keep].mean())
+    pairs_of_values = [(q, adjusted[..., k]) for k, q in enumerate(levels)]
+    return {
+        "source": "model",
+        "quantiles": levels,
+        "wql": quantile_loss(pairs_of_values, truth, mask, mean, std),
+        "coverage": inside,
+    }
 
 
 def _plot_windows(contexts, truth, forecast, data: Prepared, ids: np.ndarray, by_series, path: Path) -> None:
@@ -269,12 +300,17 @@ def format_report(report: EvalReport) -> str:
     fallen_back = [f"{column} uses {name}" for column, name in pairs if name != "model"]
     if fallen_back:
         lines.append(f"model row with the fallback chosen on validation: {', '.join(fallen_back)}")
-    if report.quantile_loss:
-        quantiles = ", ".join(f"{q:g}" for q in report.quantile_loss["quantiles"])
-        lines.append(
-            f"weighted quantile loss {report.quantile_loss['wql']:.4f} over the quantiles {quantiles} (the point "
-            "forecast as the median, the interval bounds as the others)"
+    scores = report.quantile_loss
+    if scores:
+        quantiles = ", ".join(f"{q:g}" for q in scores["quantiles"])
+        source = (
+            "the model's, conformally adjusted on validation"
+            if scores["source"] == "model"
+            else "the point forecast as the median, the interval bounds as the others"
         )
+        lines.append(f"weighted quantile loss {scores['wql']:.4f} over the quantiles {quantiles} ({source})")
+        for pair, share in scores.get("coverage", {}).items():
+            lines.append(f"quantiles {pair}: cover {100 * share:.1f} % of test points")
     for tag, interval in report.intervals.items():
         lines.append(
             f"{tag} % interval (conformal, calibrated on validation): coverage {100 * interval['coverage']:.1f} % "

@@ -86,3 +86,14 @@ def apply(choice: tuple[str, ...], forecasts: dict[str, torch.Tensor]) -> torch.
     if not choice or all(name == "model" for name in choice):
         return forecasts["model"]
     return torch.stack([forecasts[name][..., j] for j, name in enumerate(choice)], dim=-1)
+
+
+def shipped_quantiles(model: Forecaster, windows: Split, forecasts: dict[str, torch.Tensor], choice: tuple[str, ...]):
+    """The model's quantiles (N, H, C, Q) of the windows, moved with the shipped forecast: where a column falls
+    back to a naive forecaster, its quantiles keep their offsets from the model's forecast around the naive one.
+    None for a model without quantiles."""
+    if model.quantile_head is None:
+        return None
+    batches = model.quantile_batches(windows.context, windows.context_observed, windows.covariates)
+    quantiles = torch.cat(list(batches)).cpu()
+    return quantiles + (apply(choice, forecasts) - forecasts["model"]).unsqueeze(-1)

@@ -67,28 +67,74 @@ def msis(
     return float(points[keep].mean()) if keep.any() else float("nan")
 
 
-def quantile_loss(
-    forecast: np.ndarray,
-    truth: np.ndarray,
-    observed: np.ndarray | None,
-    half_widths: np.ndarray,
-    levels: tuple[float, ...],
-    mean: np.ndarray,
-    std: np.ndarray,
-) -> float:
-    """Weighted quantile loss (the mean over quantiles of 2 x pinball loss / sum |y|, in the CSV's units)
-    of the quantiles the intervals imply: the point forecast as the median, each interval's bounds as its
-    (1 -+ level) / 2 quantiles. An approximation of the CRPS over those quantiles."""
-    to_units = lambda x: x * std[:, None] + mean[:, None]  # noqa: E731  (N, H, C) scaled -> units
-    y = to_units(truth)
-    keep = np.ones(y.shape, dtype=bool) if observed is None else observed
+def interval_quantiles(
+    forecast: np.ndarray, half_widths: np.ndarray, levels: tuple[float, ...]
+) -> list[tuple[float, np.ndarray]]:
+    """The quantiles the intervals imply: the point forecast as the median, each interval's bounds as its
+    (1 -+ level) / 2 quantiles; (level, values (N, H, C)) pairs."""
     quantiles = [(0.5, forecast)]
     for level, width in zip(levels, half_widths, strict=True):
         quantiles += [((1 - level) / 2, forecast - width), ((1 + level) / 2, forecast + width)]
-    denominator = np.abs(y[keep]).sum()
+    return sorted(quantiles, key=lambda pair: pair[0])
+
+
+def quantile_loss(
+    quantiles: list[tuple[float, np.ndarray]],
+    truth: np.ndarray,
+    observed: np.ndarray | None,
+    mean: np.ndarray,
+    std: np.ndarray,
+) -> float:
+    """Weighted quantile loss: the mean over quantiles of 2 x the pinball loss summed over points / sum |y|,
+    in the CSV's units (an approximation of the CRPS over those quantiles). Values and truth (N, H, C)
+    scaled; mean and std (N, C) per window."""
+    to_units = lambda x: x * std[:, None] + mean[:, None]  # noqa: E731  (N, H, C) scaled -> units
+    y = to_units(truth)
+    keep = np.ones(y.shape, dtype=bool) if observed is None else observed
+    denominator = max(float(np.abs(y[keep]).sum()), 1e-12)
     losses = []
     for q, scaled in quantiles:
         error = y - to_units(scaled)
         pinball = np.maximum(q * error, (q - 1) * error)
-        losses.append(2 * pinball[keep].sum() / max(denominator, 1e-12))
+        losses.append(2 * pinball[keep].sum() / denominator)
     return float(np.mean(losses))
+
+
+def quantile_pairs(quantiles: tuple[float, ...]) -> list[tuple[int, int]]:
+    """(lower, upper) indexes into the sorted quantiles of each symmetric pair (q, 1 - q), q < 0.5."""
+    ordered = sorted(quantiles)
+    index = {round(q, 9): i for i, q in enumerate(ordered)}
+    return [(i, index[round(1 - q, 9)]) for i, q in enumerate(ordered) if q < 0.5 and round(1 - q, 9) in index]
+
+
+def calibrate_quantiles(
+    quantiles: torch.Tensor, truth: torch.Tensor, observed: torch.Tensor | None, pairs: list[tuple[int, int]], levels
+) -> torch.Tensor:
+    """Conformalised quantile regression: per pair, step and column, how far to widen [lower, upper] so that
+    it holds its nominal share of the validation truth. quantiles (N, H, C, Q) -> (n_pairs, H, C), scaled."""
+    widths = []
+    y = truth.double()
+    for lo, hi in pairs:
+        excess = torch.maximum(quantiles[..., lo].double() - y, y - quantiles[..., hi].double())  # (N, H, C)
+        errors = excess.numpy()
+        if observed is not None:
+            errors = np.where(observed.numpy(), errors, np.nan)
+        counts = np.maximum((~np.isnan(errors)).sum(axis=0), 1)
+        ordered = np.sort(errors, axis=0)  # NaN last
+        level = float(levels[hi] - levels[lo])
+        rank = np.minimum(np.ceil((counts + 1) * level).astype(int), counts) - 1
+        widths.append(np.take_along_axis(ordered, rank[None], axis=0)[0])
+    return torch.from_numpy(np.stack(widths)).float() if widths else torch.zeros(0, *truth.shape[1:])
+
+
+def adjust_quantiles(
+    quantiles: torch.Tensor, adjust: torch.Tensor | None, pairs: list[tuple[int, int]]
+) -> torch.Tensor:
+    """Widen each pair by its adjustment (negative: narrow), then sort so that none cross: (N, H, C, Q)."""
+    if adjust is None:
+        return quantiles
+    out = quantiles.clone()
+    for k, (lo, hi) in enumerate(pairs):
+        out[..., lo] = quantiles[..., lo] - adjust[k]
+        out[..., hi] = quantiles[..., hi] + adjust[k]
+    return out.sort(dim=-1).values

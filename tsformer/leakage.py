@@ -114,6 +114,26 @@ def random_covariates(model: Forecaster, batch: int, generator: torch.Generator)
     return Covariates(past if model.n_past else None, future if model.n_future else None)
 
 
+def token_outputs(
+    model: Forecaster, x: torch.Tensor, observed: torch.Tensor | None, covariates: Covariates | None
+) -> torch.Tensor:
+    """Everything each token outputs, (B, T, ...): its forecast and, with quantiles, its quantiles."""
+    point, quantiles = model.outputs_tokens(x, observed, covariates)
+    if quantiles is None:
+        return point.flatten(2)
+    return torch.cat([point.flatten(2), quantiles.flatten(2)], dim=-1)
+
+
+def last_outputs(
+    model: Forecaster, x: torch.Tensor, observed: torch.Tensor | None, covariates: Covariates | None
+) -> torch.Tensor:
+    """The same for the last token, through the inference path (predict, predict_quantiles): (B, ...)."""
+    point = model.predict(x, observed, covariates).flatten(1)
+    if model.quantile_head is None:
+        return point
+    return torch.cat([point, model.predict_quantiles(x, observed, covariates).flatten(1)], dim=-1)
+
+
 def _randomised(model: Forecaster, generator: torch.Generator) -> Forecaster:
     """A copy with every weight drawn from N(0, 1/fan_in), so no piece of it is silent."""
     other = copy.deepcopy(model)
@@ -130,7 +150,10 @@ def _check_inference_path(
     """`predict` (last token only, for speed) must equal the last token of the audited all-token forward."""
     with torch.no_grad():
         change = max(
-            (model.predict(x, mask, covariates) - model.forecast_tokens(x, mask, covariates)[:, -1]).abs().max().item()
+            (last_outputs(model, x, mask, covariates) - token_outputs(model, x, mask, covariates)[:, -1])
+            .abs()
+            .max()
+            .item()
             for mask in (None, observed)
         )
     return CheckResult(
@@ -188,12 +211,12 @@ def _probe_future(
     inputs after k; and the largest change of the outputs after k (which must respond)."""
     ends, horizon = probe.token_ends(), probe.cfg.horizon
     with torch.no_grad():
-        base = probe.forecast_tokens(x, observed, covariates)  # (B, T, H, C)
+        base = token_outputs(probe, x, observed, covariates)  # (B, T, ...)
     worst_forward, worst_grad, moved_later = 0.0, 0.0, 0.0
     for k in positions:
         changed, changed_covariates = _after(x, covariates, ends[k], horizon, generator)
         with torch.no_grad():
-            out = probe.forecast_tokens(changed, observed, changed_covariates)
+            out = token_outputs(probe, changed, observed, changed_covariates)
         worst_forward = max(worst_forward, (out[:, : k + 1] - base[:, : k + 1]).abs().max().item())
         moved_later = max(moved_later, (out[:, k + 1 :] - base[:, k + 1 :]).abs().max().item())
         inputs = [x.clone().requires_grad_(True)]
@@ -201,7 +224,7 @@ def _probe_future(
         if covariates is not None:
             grad_covariates = Covariates(*(None if t is None else t.clone().requires_grad_(True) for t in covariates))
             inputs += [t for t in grad_covariates if t is not None]
-        past_outputs = probe.forecast_tokens(inputs[0], observed, grad_covariates)[:, : k + 1]
+        past_outputs = token_outputs(probe, inputs[0], observed, grad_covariates)[:, : k + 1]
         grads = torch.autograd.grad(past_outputs.sum(), inputs, allow_unused=True)
         worst_grad = max(worst_grad, grads[0][:, ends[k] :].abs().max().item())
         if grad_covariates is not None:
@@ -252,8 +275,11 @@ def check_padding(model: Forecaster, generator: torch.Generator) -> CheckResult:
     other = torch.where(observed, x, 1e3 * torch.randn(shape, generator=generator, dtype=torch.float64))
     with torch.no_grad():
         change = max(
-            (model.predict(x, observed, covariates) - model.predict(other, observed, covariates)).abs().max().item(),
-            (model.forecast_tokens(x, observed, covariates) - model.forecast_tokens(other, observed, covariates))
+            (last_outputs(model, x, observed, covariates) - last_outputs(model, other, observed, covariates))
+            .abs()
+            .max()
+            .item(),
+            (token_outputs(model, x, observed, covariates) - token_outputs(model, other, observed, covariates))
             .abs()
             .max()
             .item(),

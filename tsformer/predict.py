@@ -18,9 +18,9 @@ from tsformer.data import Scaler, SeriesFrame, read_series
 from tsformer.data.calendar import calendar_features
 from tsformer.data.prepare import Layout, Windows, scale_season
 from tsformer.errors import DataError
-from tsformer.fallback import all_forecasts, apply, season_for
+from tsformer.fallback import all_forecasts, apply, season_for, shipped_quantiles
 from tsformer.files import atomic_open, check_output_path
-from tsformer.intervals import label
+from tsformer.intervals import adjust_quantiles, label, quantile_pairs
 
 
 @dataclass(frozen=True)
@@ -194,8 +194,13 @@ def forecast_frame(
             windows[i, start:, n_scaled:] = torch.from_numpy(calendar_features(stamps, ckpt.freq))
     layout = Layout(ckpt.columns, ckpt.past_covs, ckpt.future_covs, ckpt.calendar)
     split = Windows(windows, observed, layout).split(cfg.context_len)
-    forecasts = all_forecasts(ckpt.build_model(), split, season_for(ckpt.freq, cfg.context_len))
+    model = ckpt.build_model()
+    forecasts = all_forecasts(model, split, season_for(ckpt.freq, cfg.context_len))
     scaled = apply(ckpt.fallback, forecasts).numpy()  # (S, H, C): per column, the forecaster chosen on validation
+    quantiles = shipped_quantiles(model, split, forecasts, ckpt.fallback)  # (S, H, C, Q) or None
+    if quantiles is not None:
+        pairs = quantile_pairs(ckpt.config.train.quantiles)
+        quantiles = adjust_quantiles(quantiles, ckpt.quantile_adjust, pairs).numpy()
     ids = np.arange(frame.n_ids)[:, None]  # (S, 1): each row's series, for the scaler
     target_scaler = Scaler(scaler.mean[:, :n_columns], scaler.std[:, :n_columns])
     point = target_scaler.inverse(scaled, ids)
@@ -210,6 +215,8 @@ def forecast_frame(
         for tag, lower, upper in bands:
             columns[f"{name}_lower_{tag}"] = lower[..., j].reshape(-1)
             columns[f"{name}_upper_{tag}"] = upper[..., j].reshape(-1)
+        for k, level in enumerate(sorted(ckpt.config.train.quantiles) if quantiles is not None else ()):
+            columns[f"{name}_q{level:g}"] = target_scaler.inverse(quantiles[..., k], ids)[..., j].reshape(-1)
     if not ckpt.id_cols:
         return pd.DataFrame(columns, index=timestamps)
     ids_frame = pd.DataFrame(

@@ -26,9 +26,9 @@ from tsformer.checkpoint import LAST_FILE, MODEL_FILE, Checkpoint, load_checkpoi
 from tsformer.config import MAX_SEED, Config, save_config, with_data_path
 from tsformer.data import Prepared, WindowIndex, Windows, prepare
 from tsformer.errors import CheckpointError, ConfigError, DataError, Interrupted, TrainingError
-from tsformer.fallback import Decision, all_forecasts, apply, decide, season_for
+from tsformer.fallback import Decision, all_forecasts, apply, decide, season_for, shipped_quantiles
 from tsformer.files import atomic_write_text
-from tsformer.intervals import calibrate
+from tsformer.intervals import calibrate, calibrate_quantiles, quantile_pairs
 from tsformer.leakage import check_data, check_model, require_passed
 from tsformer.model import Forecaster
 from tsformer.progress import Progress
@@ -107,7 +107,14 @@ def _train(
         _require_same_data(previous, data, out_dir)
     torch.manual_seed(cfg.train.seed)
     layout = data.layout
-    model = Forecaster(cfg.model, len(layout.targets), cfg.train.loss, len(layout.past), len(layout.known_future))
+    model = Forecaster(
+        cfg.model,
+        len(layout.targets),
+        cfg.train.loss,
+        len(layout.past),
+        len(layout.known_future),
+        cfg.train.quantiles,
+    )
     _run_leakage_checks(model, data, cfg)
     train_windows = data.split_windows("train", cfg.train.train_stride)
     val_windows = data.split_windows("val")
@@ -143,13 +150,20 @@ def _calibrate(model_file: Path, val_windows: WindowIndex, cfg: Config) -> Decis
     calibrate conformal intervals around the chosen forecast; store both in model.pt."""
     best = load_checkpoint(model_file)
     windows = val_windows.split(cfg.model.context_len)
-    forecasts = all_forecasts(best.build_model(), windows, season_for(best.freq, cfg.model.context_len))
+    model = best.build_model()
+    forecasts = all_forecasts(model, windows, season_for(best.freq, cfg.model.context_len))
     decision = decide(forecasts, windows.target, windows.target_observed, best.columns, enabled=cfg.train.fallback)
     levels = cfg.train.intervals
     widths = calibrate(apply(decision.choice, forecasts), windows.target, windows.target_observed, levels)
-    save_checkpoint(
-        dataclasses.replace(best, fallback=decision.choice, interval_levels=levels, interval_widths=widths), model_file
+    adjust = None
+    quantiles = shipped_quantiles(model, windows, forecasts, decision.choice)
+    if quantiles is not None:
+        pairs = quantile_pairs(cfg.train.quantiles)
+        adjust = calibrate_quantiles(quantiles, windows.target, windows.target_observed, pairs, model.quantile_levels)
+    calibrated = dataclasses.replace(
+        best, fallback=decision.choice, interval_levels=levels, interval_widths=widths, quantile_adjust=adjust
     )
+    save_checkpoint(calibrated, model_file)
     return decision
 
 

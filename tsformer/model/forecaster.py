@@ -19,6 +19,19 @@ LOSSES = {"mse": F.mse_loss, "mae": F.l1_loss}
 PREDICT_BATCH = 64  # windows per inference batch (evaluation, validation): fastest on CPU, benchmarks/large_input.py
 
 
+def pinball_loss(
+    quantiles: torch.Tensor, target: torch.Tensor, levels: torch.Tensor, weights: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Mean pinball (quantile) loss: max(q (y - f), (q - 1) (y - f)) for quantiles (..., Q) of target (...),
+    over the cells where `weights` (target's shape) is 1 (None: every cell)."""
+    error = target.unsqueeze(-1) - quantiles  # (..., Q)
+    loss = torch.maximum(levels * error, (levels - 1) * error)
+    if weights is None:
+        return loss.mean()
+    cells = weights.unsqueeze(-1).expand_as(loss)
+    return (loss * cells).sum() / cells.sum().clamp(min=1.0)
+
+
 class FeedForward(nn.Module):
     def __init__(self, d_model: int, d_ff: int, dropout: float):
         super().__init__()
@@ -127,10 +140,19 @@ class Forecaster(nn.Module):
     (`tsformer.model.covariates`) are shared by the series of a window.
     """
 
-    def __init__(self, cfg: ModelConfig, n_series: int, loss: str = "mse", n_past: int = 0, n_future: int = 0):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        n_series: int,
+        loss: str = "mse",
+        n_past: int = 0,
+        n_future: int = 0,
+        quantiles: tuple[float, ...] = (),
+    ):
         super().__init__()
         self.cfg = cfg
         self.n_series = n_series
+        self.register_buffer("quantile_levels", torch.tensor(sorted(quantiles)), persistent=False)
         self.n_past, self.n_future = n_past, n_future
         self.loss_fn = LOSSES[loss]
         self.n_tokens = cfg.n_tokens
@@ -149,6 +171,13 @@ class Forecaster(nn.Module):
             CovariateEmbedding(cfg.patch_len, cfg.horizon, n_past, n_future, cfg.d_model) if n_past + n_future else None
         )
         self.future_skip = FutureSkip(cfg.patch_len, cfg.horizon, n_future, self.token_channels) if n_future else None
+        # quantiles: offsets from the point forecast, sorted so that they never cross
+        n_quantiles = len(quantiles)
+        self.quantile_head = (
+            FlattenHead(cfg.d_model, self.n_tokens, cfg.head_token_width, out_features * n_quantiles)
+            if n_quantiles
+            else None
+        )
 
     def token_ends(self) -> list[int]:
         """Exclusive end, in context steps, of each token's patch: output k sees steps < end k only."""
@@ -164,6 +193,18 @@ class Forecaster(nn.Module):
         self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
     ) -> torch.Tensor:
         """Every token's forecast: x (B, context_len, n_series), observed (B, context_len) bool -> (B, T, H, C)."""
+        return self.outputs_tokens(x, observed, covariates)[0]
+
+    def forecast_last(
+        self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
+    ) -> torch.Tensor:
+        """The last token's forecast only (heads run on one token): -> (B, H, C), = forecast_tokens(...)[:, -1]."""
+        return self.outputs_last(x, observed, covariates)[0]
+
+    def outputs_tokens(
+        self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Every token's forecast (B, T, H, C) and, with quantiles, its quantiles (B, T, H, C, Q)."""
         enc = self._encode(x, observed, covariates)
         n, t, h, k = enc.series.shape[0], self.n_tokens, self.cfg.horizon, self.token_channels
         out = self.head(enc.hidden, enc.token_real).view(n, t, h, k)  # (N, T, H, k), standardised
@@ -171,21 +212,36 @@ class Forecaster(nn.Module):
             out = out + self.context_skip(enc.series, enc.mask, enc.mean, enc.std)
         if self.future_skip is not None:
             out = out + self._per_sequence(self.future_skip(self._covariates(covariates).future, self.pad_len))
-        return self._to_series(out * enc.std.unsqueeze(2) + enc.mean.unsqueeze(2), x.shape[0])
+        mean, std = enc.mean.unsqueeze(2), enc.std.unsqueeze(2)  # (N, T, 1, k)
+        point = self._to_series(out * std + mean, x.shape[0])
+        if self.quantile_head is None:
+            return point, None
+        offsets = self.quantile_head(enc.hidden, enc.token_real).view(n, t, h, k, -1)  # (N, T, H, k, Q)
+        levels = (out.unsqueeze(-1) + offsets).sort(dim=-1).values  # never crossing
+        return point, self._quantiles_to_series(levels * std.unsqueeze(-1) + mean.unsqueeze(-1), x.shape[0])
 
-    def forecast_last(
+    def outputs_last(
         self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
-    ) -> torch.Tensor:
-        """The last token's forecast only (heads run on one token): -> (B, H, C), = forecast_tokens(...)[:, -1]."""
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The last token's forecast (B, H, C) and quantiles (B, H, C, Q) or None; = outputs_tokens(...)[:, -1]."""
         enc = self._encode(x, observed, covariates)
         n, h, k = enc.series.shape[0], self.cfg.horizon, self.token_channels
-        mean, std = enc.mean[:, -1], enc.std[:, -1]  # (N, k) each
+        mean, std = enc.mean[:, -1].unsqueeze(1), enc.std[:, -1].unsqueeze(1)  # (N, 1, k) each
         out = self.head.last(enc.hidden, enc.token_real).view(n, h, k)  # (N, H, k), standardised
         if self.context_skip is not None:
-            out = out + self.context_skip.last(enc.series, enc.mask, mean, std)
+            out = out + self.context_skip.last(enc.series, enc.mask, mean[:, 0], std[:, 0])
         if self.future_skip is not None:
             out = out + self._per_sequence(self.future_skip.last(self._covariates(covariates).future))
-        return self._to_series(out * std.unsqueeze(1) + mean.unsqueeze(1), x.shape[0])
+        point = self._to_series(out * std + mean, x.shape[0])
+        if self.quantile_head is None:
+            return point, None
+        offsets = self.quantile_head.last(enc.hidden, enc.token_real).view(n, h, k, -1)  # (N, H, k, Q)
+        levels = (out.unsqueeze(-1) + offsets).sort(dim=-1).values
+        return point, self._quantiles_to_series(levels * std.unsqueeze(-1) + mean.unsqueeze(-1), x.shape[0])
+
+    def _quantiles_to_series(self, levels: torch.Tensor, b: int) -> torch.Tensor:
+        """(N, ..., H, k, Q) -> (B, ..., H, C, Q)."""
+        return self._to_series(levels.movedim(-1, 1), b).movedim(1, -1)
 
     def _covariates(self, covariates: Covariates | None) -> Covariates:
         """The batch's covariates, which a model built with them requires."""
@@ -273,13 +329,19 @@ class Forecaster(nn.Module):
         """
         if target is None:
             return self.forecast_last(x, observed, covariates), None
-        tokens = self.forecast_tokens(x, observed, covariates)
+        tokens, quantiles = self.outputs_tokens(x, observed, covariates)
         forecast = tokens[:, -1]
-        predicted = tokens if target.dim() == 4 else forecast
-        if target_observed is None:
-            return forecast, self.loss_fn(predicted, target)
-        weights = target_observed.to(predicted.dtype)
-        loss = (self.loss_fn(predicted, target, reduction="none") * weights).sum() / weights.sum().clamp(min=1.0)
+        every_token = target.dim() == 4
+        predicted = tokens if every_token else forecast
+        weights = None if target_observed is None else target_observed.to(predicted.dtype)
+        if weights is None:
+            loss = self.loss_fn(predicted, target)
+        else:
+            loss = (self.loss_fn(predicted, target, reduction="none") * weights).sum() / weights.sum().clamp(min=1.0)
+        if quantiles is not None:
+            loss = loss + pinball_loss(
+                quantiles if every_token else quantiles[:, -1], target, self.quantile_levels, weights
+            )
         return forecast, loss
 
     @torch.no_grad()
@@ -292,6 +354,34 @@ class Forecaster(nn.Module):
         forecast, _ = self(x, observed, covariates=covariates)
         self.train(was_training)
         return forecast
+
+    @torch.no_grad()
+    def predict_quantiles(
+        self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
+    ) -> torch.Tensor:
+        """The quantiles in eval mode: (B, context_len, C) -> (B, horizon, C, Q), Q = len(quantile_levels)."""
+        was_training = self.training
+        self.eval()
+        _, quantiles = self.outputs_last(x, observed, covariates)
+        self.train(was_training)
+        if quantiles is None:
+            raise ValueError("this model forecasts no quantiles (train --quantiles)")
+        return quantiles
+
+    def quantile_batches(
+        self,
+        contexts: torch.Tensor,
+        observed: torch.Tensor | None = None,
+        covariates: Covariates | None = None,
+        batch_size: int = PREDICT_BATCH,
+    ) -> Iterator[torch.Tensor]:
+        """`predict_quantiles` batch by batch, like `predict_batches`: yields (batch_size, H, C, Q)."""
+        device = self.positional_encoding.device
+        for start in range(0, len(contexts), batch_size):
+            end = start + batch_size
+            mask = None if observed is None else observed[start:end].to(device)
+            batch_covariates = None if covariates is None else covariates.rows(start, end, device)
+            yield self.predict_quantiles(contexts[start:end].to(device), mask, batch_covariates)
 
     def predict_batches(
         self,
