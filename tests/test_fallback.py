@@ -24,10 +24,10 @@ def test_each_column_keeps_its_best_forecaster_on_validation():
         "seasonal_naive": torch.tensor([0.3, 0.4, 0.5]).expand(4, 2, 3),
     }
     decision = decide(forecasts, truth, None, ("a", "b", "c"))
-    assert decision.choice == ("model", "repeat_last", "model")  # a tie keeps the model
-    assert decision.val_mse["model"] == pytest.approx((0.01, 1.0, 0.25))
+    assert decision.choice == (("model", "repeat_last", "model"),)  # one series; a tie keeps the model
+    assert decision.val_mse["model"][0] == pytest.approx((0.01, 1.0, 0.25))
     assert decision.lines()[1] == "b: model 1 vs repeat-last 0.09 on validation: using repeat-last"
-    assert decide(forecasts, truth, None, ("a", "b", "c"), enabled=False).choice == ("model",) * 3
+    assert decide(forecasts, truth, None, ("a", "b", "c"), enabled=False).choice == (("model",) * 3,)
     combined = apply(decision.choice, forecasts)
     assert combined[0, 0].tolist() == pytest.approx([0.1, 0.3, 0.5])
 
@@ -37,7 +37,23 @@ def test_unobserved_validation_cells_do_not_count():
     observed = torch.tensor([[[True], [False]]])
     forecasts = {"model": torch.zeros(1, 2, 1), "repeat_last": torch.full((1, 2, 1), 100.0)}
     forecasts["seasonal_naive"] = forecasts["repeat_last"]
-    assert decide(forecasts, truth, observed, ("y",)).choice == ("model",)
+    assert decide(forecasts, truth, observed, ("y",)).choice == (("model",),)
+
+
+def test_each_series_keeps_its_best_forecaster_and_one_without_validation_keeps_the_model():
+    truth = torch.zeros(4, 2, 1)  # (N, H, C): windows of series 0, 0, 1, 1; series 2 has none
+    forecasts = {
+        "model": torch.tensor([0.1, 0.1, 2.0, 2.0]).view(4, 1, 1).expand(4, 2, 1),
+        "repeat_last": torch.tensor([1.0, 1.0, 0.5, 0.5]).view(4, 1, 1).expand(4, 2, 1),
+        "seasonal_naive": torch.ones(4, 2, 1),
+    }
+    ids = np.array([0, 0, 1, 1])
+    decision = decide(forecasts, truth, None, ("y",), ids=ids, n_ids=3)
+    assert decision.choice == (("model",), ("repeat_last",), ("model",))
+    assert np.isnan(decision.val_mse["model"][2, 0])
+    assert "chosen per series: the model in 2, repeat-last in 1 of 3 series" in decision.lines()[0]
+    shipped = apply(decision.choice, forecasts, ids)
+    assert shipped[:, 0, 0].tolist() == pytest.approx([0.1, 0.1, 0.5, 0.5])
 
 
 def _train(tmp_path, values: np.ndarray, *extra: str):
@@ -53,7 +69,7 @@ def _train(tmp_path, values: np.ndarray, *extra: str):
 def test_a_random_walk_falls_back_to_repeat_last_everywhere_it_is_used(tmp_path):
     walk = np.cumsum(np.random.default_rng(0).normal(size=600)) + 100
     csv, run, output = _train(tmp_path, walk)
-    assert load_checkpoint(run / "model.pt").fallback == ("repeat_last",)
+    assert load_checkpoint(run / "model.pt").fallback == (("repeat_last",),)
     assert output.strip().splitlines()[-1].endswith("on validation: using repeat-last")
     forecast = predict(run, csv).frame["y"].to_numpy()
     np.testing.assert_allclose(forecast, walk[-1], rtol=1e-5)  # the last value, repeated, in the CSV's units
@@ -66,12 +82,12 @@ def test_a_seasonal_series_with_a_trend_keeps_the_model(tmp_path):
     series = 0.05 * t + 3 * np.sin(2 * np.pi * t / 24) + np.random.default_rng(0).normal(0, 0.1, len(t))
     _, run, output = _train(tmp_path, series, "--epochs", "6")
     decision = load_checkpoint(run / "model.pt").fallback
-    assert decision == ("model",), output
+    assert decision == (("model",),), output
     assert output.strip().splitlines()[-1].endswith("on validation: using the model")
 
 
 def test_no_fallback_always_uses_the_model(tmp_path):
     walk = np.cumsum(np.random.default_rng(0).normal(size=600)) + 100
     _, run, output = _train(tmp_path, walk, "--no-fallback")
-    assert load_checkpoint(run / "model.pt").fallback == ("model",)
+    assert load_checkpoint(run / "model.pt").fallback == (("model",),)
     assert output.strip().splitlines()[-1].endswith("using the model")

@@ -107,8 +107,8 @@ def score_origins(ckpt: Checkpoint, data: Prepared, rows: np.ndarray) -> Backtes
     windows = index.all().split(cfg.context_len)
     season = season_for(ckpt.freq, cfg.context_len)
     forecasts = all_forecasts(ckpt.build_model(), windows, season)  # (N, H, C) each
-    forecasts["model"] = apply(ckpt.fallback, forecasts)
     ids = np.repeat(np.arange(n_ids), n_origins)  # (N,)
+    forecasts["model"] = apply(ckpt.fallback, forecasts, ids)
     folds = np.tile(np.arange(n_origins), n_ids)  # (N,)
     scales = np.stack(
         [mase_scale(frame.values[frame.rows_of(i)][: data.borders.train_end[i]], season) for i in range(n_ids)]

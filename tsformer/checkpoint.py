@@ -30,7 +30,7 @@ from tsformer.intervals import quantile_pairs
 from tsformer.model import Forecaster
 
 FORMAT_NAME = "tsformer-checkpoint"
-FORMAT_VERSION = 3  # 2: data fingerprint; renamed model weights. 3: many series (ids, per-series borders, scaler)
+FORMAT_VERSION = 4  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series
 MODEL_FILE = "model.pt"  # best weights, for evaluate/predict/check
 LAST_FILE = "last.pt"  # latest epoch with optimizer and RNG state, for --resume
 
@@ -50,7 +50,7 @@ class Checkpoint:
     future_covs: tuple[str, ...] = ()  # known-future ones from the data
     calendar: tuple[str, ...] = ()  # known-future calendar features derived from the timestamps
     data_fingerprint: dict[str, str | int] = field(default_factory=dict)  # the data it was trained on
-    fallback: tuple[str, ...] = ()  # per column, the forecaster chosen on validation (tsformer.fallback); () = model
+    fallback: tuple[tuple[str, ...], ...] = ()  # per series and column, the forecaster chosen on validation; () = model
     interval_levels: tuple[float, ...] = ()  # conformal interval levels (tsformer.intervals)
     interval_widths: torch.Tensor | None = None  # (n_levels, H, C) half-widths in scaled units
     quantile_adjust: torch.Tensor | None = None  # (n_pairs, H, C) conformal widening of each (q, 1 - q) pair
@@ -98,7 +98,7 @@ def save_checkpoint(ckpt: Checkpoint, path: str | Path) -> None:
         "scaler": ckpt.scaler.to_dict(),
         "borders": ckpt.borders.to_list(),
         "data_fingerprint": dict(ckpt.data_fingerprint),
-        "fallback": list(ckpt.fallback),
+        "fallback": [list(row) for row in ckpt.fallback],
         "interval_levels": list(ckpt.interval_levels),
         "interval_widths": ckpt.interval_widths,
         "quantile_adjust": ckpt.quantile_adjust,
@@ -160,7 +160,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             calendar=tuple(payload["calendar"]),
             model_state=payload["model_state"],
             data_fingerprint=payload["data_fingerprint"],
-            fallback=tuple(payload.get("fallback") or ()),  # () = the model for every column
+            fallback=tuple(tuple(row) for row in payload.get("fallback") or ()),  # () = the model everywhere
             interval_levels=tuple(float(level) for level in payload.get("interval_levels") or ()),
             interval_widths=payload.get("interval_widths"),
             quantile_adjust=payload.get("quantile_adjust"),
@@ -217,8 +217,11 @@ def _validate(ckpt: Checkpoint) -> None:
     fingerprint = ckpt.data_fingerprint
     if not isinstance(fingerprint, dict) or set(fingerprint) != {"rows", "first", "last", "sha256"}:
         raise ValueError("data fingerprint must hold rows, first, last and sha256")
-    if ckpt.fallback and (len(ckpt.fallback) != len(columns) or not set(ckpt.fallback) <= set(FORECASTERS)):
-        raise ValueError(f"fallback {list(ckpt.fallback)} must name one of {', '.join(FORECASTERS)} per column")
+    if ckpt.fallback and (
+        len(ckpt.fallback) != len(series)
+        or any(len(row) != len(columns) or not set(row) <= set(FORECASTERS) for row in ckpt.fallback)
+    ):
+        raise ValueError(f"fallback must name one of {', '.join(FORECASTERS)} per series and column")
     widths, horizon = ckpt.interval_widths, ckpt.config.model.horizon
     if ckpt.interval_levels and not (
         isinstance(widths, torch.Tensor) and widths.shape == (len(ckpt.interval_levels), horizon, len(columns))

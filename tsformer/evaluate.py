@@ -40,7 +40,7 @@ class EvalReport:
     season: int
     columns: tuple[str, ...]
     scores: dict[str, dict]  # "model" (with its fallback), "repeat_last", "seasonal_naive" -> score()
-    fallback: tuple[str, ...] = ()  # per column, the forecaster chosen on validation
+    fallback: tuple[tuple[str, ...], ...] = ()  # per series and column, the forecaster chosen on validation
     intervals: dict[str, dict] = dataclasses.field(default_factory=dict)  # level label -> coverage, width, MSIS
     quantile_loss: dict = dataclasses.field(default_factory=dict)  # the intervals' implied quantiles -> WQL
     n_series: int = 1  # series scored (long format); 1 for a wide file
@@ -92,9 +92,10 @@ def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True,
     contexts, truth, truth_observed = cut.context, cut.target, cut.target_observed
     season = season_for(ckpt.freq, context_len)
     forecasts = all_forecasts(model, cut, season)  # (N, H, C) each
-    forecasts["model"] = apply(ckpt.fallback, forecasts)  # what predict gives: the validation choice per column
     frame = data.frame
     ids = window_ids(frame, windows.floors.numpy())  # (N,) each window's series
+    model_only = forecasts["model"]
+    forecasts["model"] = apply(ckpt.fallback, forecasts, ids)  # what predict gives: the validation choice
     per_series = np.stack(
         [mase_scale(frame.values[frame.rows_of(i)][: data.borders.train_end[i]], season) for i in range(frame.n_ids)]
     )  # (n_ids, C)
@@ -105,7 +106,7 @@ def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True,
         for name, f in forecasts.items()
     }
     intervals = _interval_scores(ckpt, forecasts["model"], truth, truth_observed, stats)
-    wql = _quantile_scores(ckpt, model, cut, forecasts, stats)
+    wql = _quantile_scores(ckpt, model, cut, {**forecasts, "model": model_only}, stats, ids)
     by_series = None
     if ckpt.id_cols:
         by_series = _series_table(forecasts, truth.numpy(), stats, truth_mask, ids, frame)
@@ -215,6 +216,7 @@ def _quantile_scores(
     cut,
     forecasts: dict[str, torch.Tensor],
     stats: tuple[np.ndarray, np.ndarray, np.ndarray],
+    ids: np.ndarray,
 ) -> dict:
     """The weighted quantile loss of the model's quantiles (conformally adjusted, with --quantiles) and the
     coverage of each (q, 1 - q) pair; without quantiles, of those the intervals imply (the point forecast
@@ -223,11 +225,12 @@ def _quantile_scores(
     mean, std = stats[0][:, :n_targets], stats[1][:, :n_targets]
     truth = cut.target.numpy()
     mask = None if cut.target_observed is None else cut.target_observed.numpy()
-    quantiles = shipped_quantiles(model, cut, forecasts, ckpt.fallback)
+    quantiles = shipped_quantiles(model, cut, forecasts, ckpt.fallback, ids)  # forecasts: the model's own
     if quantiles is None:
         if ckpt.interval_widths is None or not ckpt.interval_levels:
             return {}
-        implied = interval_quantiles(forecasts["model"].numpy(), ckpt.interval_widths.numpy(), ckpt.interval_levels)
+        shipped = apply(ckpt.fallback, forecasts, ids).numpy()
+        implied = interval_quantiles(shipped, ckpt.interval_widths.numpy(), ckpt.interval_levels)
         return {
             "source": "intervals",
             "quantiles": [q for q, _ in implied],
@@ -296,8 +299,14 @@ def format_report(report: EvalReport) -> str:
     ]
     for name, s in report.scores.items():
         lines.append(f"{name:<16}{_metrics_row(s['mean'])}")
-    pairs = zip(report.columns, report.fallback, strict=False)  # no fallback recorded: ()
-    fallen_back = [f"{column} uses {name}" for column, name in pairs if name != "model"]
+    fallen_back = []
+    for j, column in enumerate(report.columns):
+        names = [row[j] for row in report.fallback]  # no fallback recorded: ()
+        naive = sum(name != "model" for name in names)
+        if naive and len(names) == 1:
+            fallen_back.append(f"{column} uses {names[0]}")
+        elif naive:
+            fallen_back.append(f"{column} uses a naive forecaster in {naive} of {len(names)} series")
     if fallen_back:
         lines.append(f"model row with the fallback chosen on validation: {', '.join(fallen_back)}")
     scores = report.quantile_loss

@@ -1,15 +1,18 @@
-"""Never worse than naive on validation: per column, the forecast is the model's or a naive forecaster's.
+"""Never worse than naive on validation: per series and column, the forecast is the model's or a naive
+forecaster's.
 
 At the end of training the model and the naive forecasters (repeat-last, seasonal naive) are scored
-on the validation windows only; each column keeps the forecaster with the lowest MSE there (the model
-on a tie). The choice is stored in the checkpoint, and `predict` and `evaluate` apply it. The test
-split is never used for it.
+on the validation windows only; each column of each series (one series for a wide file) keeps the
+forecaster with the lowest MSE there (the model on a tie, or without a validation window). The choice
+is stored in the checkpoint, and `predict`, `evaluate` and `backtest` apply it. The test split is never
+used for it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from tsformer.data.prepare import Split
@@ -23,19 +26,22 @@ LABELS = {"model": "the model", "repeat_last": "repeat-last", "seasonal_naive": 
 @dataclass(frozen=True)
 class Decision:
     columns: tuple[str, ...]
-    choice: tuple[str, ...]  # per column, one of FORECASTERS
-    val_mse: dict[str, tuple[float, ...]]  # forecaster -> per-column validation MSE
+    choice: tuple[tuple[str, ...], ...]  # per series, per column: one of FORECASTERS (one series for a wide file)
+    val_mse: dict[str, np.ndarray]  # forecaster -> (n_series, C) validation MSE (NaN: no validation window)
 
     def lines(self) -> list[str]:
-        """One line per column: what each scored on validation and what is used."""
+        """One line per column: what each scored on validation and what is used (per series: how often)."""
         out = []
         for j, column in enumerate(self.columns):
-            model = self.val_mse["model"][j]
-            best_naive = min(FORECASTERS[1:], key=lambda name: self.val_mse[name][j])
-            out.append(
-                f"{column}: model {model:.4g} vs {LABELS[best_naive]} {self.val_mse[best_naive][j]:.4g} "
-                f"on validation: using {LABELS[self.choice[j]]}"
-            )
+            mse = {name: float(np.nanmean(self.val_mse[name][:, j])) for name in FORECASTERS}
+            best_naive = min(FORECASTERS[1:], key=lambda name: mse[name])
+            scores = f"{column}: model {mse['model']:.4g} vs {LABELS[best_naive]} {mse[best_naive]:.4g} on validation"
+            if len(self.choice) == 1:
+                out.append(f"{scores}: using {LABELS[self.choice[0][j]]}")
+                continue
+            counts = {name: sum(row[j] == name for row in self.choice) for name in FORECASTERS}
+            used = ", ".join(f"{LABELS[name]} in {n}" for name, n in counts.items() if n)
+            out.append(f"{scores} (mean over series); chosen per series: {used} of {len(self.choice)} series")
         return out
 
 
@@ -66,29 +72,53 @@ def decide(
     truth_observed: torch.Tensor | None,
     columns: tuple[str, ...],
     enabled: bool = True,
+    ids: np.ndarray | None = None,
+    n_ids: int = 1,
 ) -> Decision:
-    """Per column, the forecaster of `forecasts` (each (N, H, C)) with the lowest MSE on `truth`."""
+    """Per series and column, the forecaster of `forecasts` (each (N, H, C)) with the lowest MSE on `truth`
+    over that series' windows (`ids` (N,) names each window's series; None: one series). A series without
+    a validation window keeps the model."""
+    ids_t = torch.zeros(len(truth), dtype=torch.long) if ids is None else torch.as_tensor(ids, dtype=torch.long)
     weights = torch.ones_like(truth) if truth_observed is None else truth_observed.to(truth.dtype)
-    count = weights.sum(dim=(0, 1)).clamp(min=1.0)  # (C,)
-    val_mse = {
-        name: tuple(((forecasts[name] - truth).square() * weights).sum(dim=(0, 1)).div(count).tolist())
-        for name in FORECASTERS
-    }
+    count = torch.zeros(n_ids, truth.shape[-1], dtype=torch.float64).index_add_(0, ids_t, weights.sum(1).double())
+    val_mse = {}
+    for name in FORECASTERS:
+        squared = ((forecasts[name] - truth).square() * weights).sum(dim=1).double()  # (N, C)
+        total = torch.zeros_like(count).index_add_(0, ids_t, squared)
+        val_mse[name] = torch.where(count > 0, total / count.clamp(min=1.0), torch.nan).numpy()  # (n_ids, C)
     choice = tuple(
-        min(FORECASTERS, key=lambda name: (val_mse[name][j], FORECASTERS.index(name))) if enabled else "model"
-        for j in range(len(columns))
+        tuple(
+            min(FORECASTERS, key=lambda name: (val_mse[name][i, j], FORECASTERS.index(name)))
+            if enabled and count[i, j] > 0
+            else "model"
+            for j in range(len(columns))
+        )
+        for i in range(n_ids)
     )
     return Decision(columns, choice, val_mse)
 
 
-def apply(choice: tuple[str, ...], forecasts: dict[str, torch.Tensor]) -> torch.Tensor:
-    """(N, H, C): each column from its chosen forecaster (the model's where `choice` is empty)."""
-    if not choice or all(name == "model" for name in choice):
+def apply(
+    choice: tuple[tuple[str, ...], ...], forecasts: dict[str, torch.Tensor], ids: np.ndarray | None = None
+) -> torch.Tensor:
+    """(N, H, C): each window's columns from the forecaster chosen for its series (`ids` (N,); None: the
+    first series' choice for every window), the model's where `choice` is empty."""
+    if not choice or all(name == "model" for row in choice for name in row):
         return forecasts["model"]
-    return torch.stack([forecasts[name][..., j] for j, name in enumerate(choice)], dim=-1)
+    index = torch.tensor([[FORECASTERS.index(name) for name in row] for row in choice])  # (n_ids, C)
+    picked = index[0].expand(len(forecasts["model"]), -1) if ids is None else index[torch.as_tensor(ids)]  # (N, C)
+    stacked = torch.stack([forecasts[name] for name in FORECASTERS], dim=-1)  # (N, H, C, F)
+    where = picked[:, None, :, None].expand(*stacked.shape[:-1], 1)
+    return stacked.gather(-1, where).squeeze(-1)
 
 
-def shipped_quantiles(model: Forecaster, windows: Split, forecasts: dict[str, torch.Tensor], choice: tuple[str, ...]):
+def shipped_quantiles(
+    model: Forecaster,
+    windows: Split,
+    forecasts: dict[str, torch.Tensor],
+    choice: tuple[tuple[str, ...], ...],
+    ids: np.ndarray | None = None,
+):
     """The model's quantiles (N, H, C, Q) of the windows, moved with the shipped forecast: where a column falls
     back to a naive forecaster, its quantiles keep their offsets from the model's forecast around the naive one.
     None for a model without quantiles."""
@@ -96,4 +126,4 @@ def shipped_quantiles(model: Forecaster, windows: Split, forecasts: dict[str, to
         return None
     batches = model.quantile_batches(windows.context, windows.context_observed, windows.covariates)
     quantiles = torch.cat(list(batches)).cpu()
-    return quantiles + (apply(choice, forecasts) - forecasts["model"]).unsqueeze(-1)
+    return quantiles + (apply(choice, forecasts, ids) - forecasts["model"]).unsqueeze(-1)

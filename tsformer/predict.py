@@ -196,8 +196,11 @@ def forecast_frame(
     split = Windows(windows, observed, layout).split(cfg.context_len)
     model = ckpt.build_model()
     forecasts = all_forecasts(model, split, season_for(ckpt.freq, cfg.context_len))
-    scaled = apply(ckpt.fallback, forecasts).numpy()  # (S, H, C): per column, the forecaster chosen on validation
-    quantiles = shipped_quantiles(model, split, forecasts, ckpt.fallback)  # (S, H, C, Q) or None
+    known = {key: i for i, key in enumerate(ckpt.series)}  # a series not in training: its model forecast
+    choice = tuple(ckpt.fallback[known[key]] if key in known and ckpt.fallback else ("model",) * n_columns
+                   for key in frame.keys)  # fmt: skip
+    scaled = apply(choice, forecasts, np.arange(frame.n_ids)).numpy()  # (S, H, C): the choice made on validation
+    quantiles = shipped_quantiles(model, split, forecasts, choice, np.arange(frame.n_ids))  # (S, H, C, Q) or None
     if quantiles is not None:
         pairs = quantile_pairs(ckpt.config.train.quantiles)
         quantiles = adjust_quantiles(quantiles, ckpt.quantile_adjust, pairs).numpy()

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -131,7 +132,7 @@ def _train(
         from tsformer.plots import plot_history
 
         plot_history(pd.DataFrame(state.history), folder.path / "loss.png")
-        decision = _calibrate(folder.path / MODEL_FILE, val_windows, cfg)
+        decision = _calibrate(folder.path / MODEL_FILE, val_windows, data.frame.bounds, cfg)
     return TrainResult(
         run_dir=out_dir,
         best_epoch=state.best_epoch,
@@ -145,18 +146,22 @@ def _train(
     )
 
 
-def _calibrate(model_file: Path, val_windows: WindowIndex, cfg: Config) -> Decision:
+def _calibrate(model_file: Path, val_windows: WindowIndex, bounds: np.ndarray, cfg: Config) -> Decision:
     """On the validation windows: score the best model and the naive forecasters, choose per column, and
     calibrate conformal intervals around the chosen forecast; store both in model.pt."""
     best = load_checkpoint(model_file)
     windows = val_windows.split(cfg.model.context_len)
     model = best.build_model()
     forecasts = all_forecasts(model, windows, season_for(best.freq, cfg.model.context_len))
-    decision = decide(forecasts, windows.target, windows.target_observed, best.columns, enabled=cfg.train.fallback)
+    ids = np.searchsorted(bounds, val_windows.floors.numpy(), side="right") - 1  # each window's series
+    decision = decide(
+        forecasts, windows.target, windows.target_observed, best.columns, cfg.train.fallback, ids, len(bounds) - 1
+    )
     levels = cfg.train.intervals
-    widths = calibrate(apply(decision.choice, forecasts), windows.target, windows.target_observed, levels)
+    shipped = apply(decision.choice, forecasts, ids)
+    widths = calibrate(shipped, windows.target, windows.target_observed, levels)
     adjust = None
-    quantiles = shipped_quantiles(model, windows, forecasts, decision.choice)
+    quantiles = shipped_quantiles(model, windows, forecasts, decision.choice, ids)
     if quantiles is not None:
         pairs = quantile_pairs(cfg.train.quantiles)
         adjust = calibrate_quantiles(quantiles, windows.target, windows.target_observed, pairs, model.quantile_levels)
