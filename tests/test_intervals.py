@@ -108,5 +108,5 @@ def test_quantile_loss_against_a_hand_computation():
         ]
     )
     implied = interval_quantiles(forecast, widths, (0.8,))
-    assert [q for q, _ in implied] == [0.1, 0.5, 0.9]
+    assert [q for q, _ in implied] == pytest.approx([0.1, 0.5, 0.9])
     assert quantile_loss(implied, truth, None, mean, std) == pytest.approx(expected)

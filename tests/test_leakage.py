@@ -99,14 +99,14 @@ def test_ignoring_the_observed_mask_fails_the_padding_check(monkeypatch):
 
 def test_a_model_blind_to_later_inputs_fails_the_sensitivity_check(monkeypatch):
     model = model_for(patch_len=4)
-    real_tokens = Forecaster.forecast_tokens
+    real_tokens = Forecaster.outputs_tokens
 
     def first_token_only(self, x, observed=None, covariates=None):
         keep = torch.zeros_like(x)
         keep[:, : self.token_ends()[0]] = 1.0  # reads the first patch, nothing after it
         return real_tokens(self, x * keep, observed, covariates)
 
-    monkeypatch.setattr(Forecaster, "forecast_tokens", first_token_only)
+    monkeypatch.setattr(Forecaster, "outputs_tokens", first_token_only)
     results = by_name(check_model(model))
     assert results["model/forward"].passed and results["model/gradient"].passed  # vacuously
     assert not results["model/sensitive"].passed and results["model/sensitive"].max_change == 0.0

@@ -33,7 +33,7 @@ class Decision:
         """One line per column: what each scored on validation and what is used (per series: how often)."""
         out = []
         for j, column in enumerate(self.columns):
-            mse = {name: float(np.nanmean(self.val_mse[name][:, j])) for name in FORECASTERS}
+            mse = {name: _mean_observed(self.val_mse[name][:, j]) for name in FORECASTERS}
             best_naive = min(FORECASTERS[1:], key=lambda name: mse[name])
             scores = f"{column}: model {mse['model']:.4g} vs {LABELS[best_naive]} {mse[best_naive]:.4g} on validation"
             if len(self.choice) == 1:
@@ -43,6 +43,12 @@ class Decision:
             used = ", ".join(f"{LABELS[name]} in {n}" for name, n in counts.items() if n)
             out.append(f"{scores} (mean over series); chosen per series: {used} of {len(self.choice)} series")
         return out
+
+
+def _mean_observed(values: np.ndarray) -> float:
+    """The mean over series that had validation cells (NaN when none had)."""
+    seen = values[~np.isnan(values)]
+    return float(seen.mean()) if len(seen) else float("nan")
 
 
 def season_for(freq: str, context_len: int) -> int:
