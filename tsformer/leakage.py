@@ -320,8 +320,12 @@ def check_scaler(frame: SeriesFrame, borders: SplitBorders, scaler: Scaler, seas
         return CheckResult("data/scaler", False, math.inf, detail)
     change = float(max(np.abs(mean - scaler.mean).max(), np.abs(std - scaler.std).max()))
     tolerance = 1e-5 * float(max(1.0, np.abs(mean).max(), std.max()))
-    where = f"each of {frame.n_ids} series'" if frame.id_cols else f"rows 0..{int(borders.train_end[0]) - 1}:"
-    return CheckResult("data/scaler", change <= tolerance, change, f"scaler vs. statistics of {where} training rows")
+    where = (
+        f"each of {frame.n_ids} series' training rows"
+        if frame.id_cols
+        else (f"training rows 0..{int(borders.train_end[0]) - 1}")
+    )
+    return CheckResult("data/scaler", change <= tolerance, change, f"scaler vs. statistics of {where}")
 
 
 WINDOW_SAMPLE = 100_000  # windows per split gathered on row numbers (all of them when fewer); the rest by arithmetic
