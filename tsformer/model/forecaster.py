@@ -345,25 +345,27 @@ class Forecaster(nn.Module):
         return forecast, loss
 
     @torch.no_grad()
+    def _inference(
+        self, x: torch.Tensor, observed: torch.Tensor | None, covariates: Covariates | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`outputs_last` in eval mode, without gradients; the training mode is restored."""
+        was_training = self.training
+        self.eval()
+        outputs = self.outputs_last(x, observed, covariates)
+        self.train(was_training)
+        return outputs
+
     def predict(
         self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
     ) -> torch.Tensor:
         """Forecast in eval mode: (B, context_len, C) -> (B, horizon, C)."""
-        was_training = self.training
-        self.eval()
-        forecast, _ = self(x, observed, covariates=covariates)
-        self.train(was_training)
-        return forecast
+        return self._inference(x, observed, covariates)[0]
 
-    @torch.no_grad()
     def predict_quantiles(
         self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
     ) -> torch.Tensor:
         """The quantiles in eval mode: (B, context_len, C) -> (B, horizon, C, Q), Q = len(quantile_levels)."""
-        was_training = self.training
-        self.eval()
-        _, quantiles = self.outputs_last(x, observed, covariates)
-        self.train(was_training)
+        quantiles = self._inference(x, observed, covariates)[1]
         if quantiles is None:
             raise ValueError("this model forecasts no quantiles (train --quantiles)")
         return quantiles
@@ -376,12 +378,7 @@ class Forecaster(nn.Module):
         batch_size: int = PREDICT_BATCH,
     ) -> Iterator[torch.Tensor]:
         """`predict_quantiles` batch by batch, like `predict_batches`: yields (batch_size, H, C, Q)."""
-        device = self.positional_encoding.device
-        for start in range(0, len(contexts), batch_size):
-            end = start + batch_size
-            mask = None if observed is None else observed[start:end].to(device)
-            batch_covariates = None if covariates is None else covariates.rows(start, end, device)
-            yield self.predict_quantiles(contexts[start:end].to(device), mask, batch_covariates)
+        return self._batches(self.predict_quantiles, contexts, observed, covariates, batch_size)
 
     def predict_batches(
         self,
@@ -393,9 +390,13 @@ class Forecaster(nn.Module):
         """`predict` over many contexts (N, L, C) (and their observed mask and covariates), batch by batch:
         yields (batch_size, H, C) forecasts in order, on the model's device, so a caller can keep them all
         (torch.cat) or reduce them as they come."""
+        return self._batches(self.predict, contexts, observed, covariates, batch_size)
+
+    def _batches(self, method, contexts, observed, covariates, batch_size: int) -> Iterator[torch.Tensor]:
+        """method(batch of contexts, their mask, their covariates) for each batch, on the model's device."""
         device = self.positional_encoding.device
         for start in range(0, len(contexts), batch_size):
             end = start + batch_size
             mask = None if observed is None else observed[start:end].to(device)
             batch_covariates = None if covariates is None else covariates.rows(start, end, device)
-            yield self.predict(contexts[start:end].to(device), mask, batch_covariates)
+            yield method(contexts[start:end].to(device), mask, batch_covariates)
