@@ -193,3 +193,23 @@ def test_the_cli_takes_covariates_and_a_non_numeric_one_is_an_error(covariate_cs
     assert_error(invoke("train", covariate_csv, "--future-cov", "price", *TINY_FLAGS), "covariate 'price' not in")
     result = invoke("train", covariate_csv, "--out", tmp_path / "plain", "--no-calendar", *TINY_FLAGS)
     assert result.exit_code == 0 and load_checkpoint(tmp_path / "plain" / "model.pt").calendar == ()
+
+
+def test_a_wide_file_with_two_targets_and_a_covariate_evaluates_and_predicts(tmp_path):
+    """The scaler holds the covariate's statistics beside the targets'; metrics use the targets' only."""
+    from helpers import make_frame, write_csv
+
+    from tsformer.evaluate import evaluate
+
+    frame = make_frame()
+    frame["driver"] = np.random.default_rng(0).normal(size=len(frame))
+    csv = write_csv(tmp_path / "wide.csv", frame)
+    cfg = tiny_config(csv)
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, targets=("a", "b"), past_covs=("driver",)))
+    train(cfg, tmp_path / "run", show_progress=False)
+    assert load_checkpoint(tmp_path / "run" / "model.pt").scaler.mean.shape == (1, 3)
+    report = evaluate(tmp_path / "run", write=False)
+    assert set(report.scores["model"]["per_column"]) == {"a", "b"}
+    frame["id"] = 7  # a column named like an id: a wide model does not read it as one at predict
+    forecast = predict(tmp_path / "run", write_csv(tmp_path / "with_id.csv", frame)).frame
+    assert list(forecast.columns[:1]) == ["a"] and len(forecast) == HORIZON

@@ -3,8 +3,9 @@
 Each origin is a cut in every series: the forecast reads only the steps before it and forecasts the
 `horizon` steps from it, which are then scored against the truth, beside the naive forecasters on
 the same cuts. Origins step back from the end of each series (or forward from `start`). Without
-refitting, an origin must not lie inside the run's training targets; with `refit`, every fold trains
-a new model (scaler included) on the steps before its origin only.
+refitting, an origin must come after the run's training and validation targets (validation chose the
+epoch, the fallback and the intervals); with `refit`, every fold trains a new model (scaler included)
+on the steps before its origin only.
 """
 
 from __future__ import annotations
@@ -47,7 +48,17 @@ def origin_rows(frame: SeriesFrame, horizon: int, windows: int, step: int, start
         last = lengths - horizon  # (n_ids,)
         rows = last[:, None] - step * np.arange(windows)[::-1][None, :]
     else:
-        when = pd.Timestamp(start)
+        try:
+            when = pd.Timestamp(start)
+        except ValueError:
+            raise DataError(
+                f"--start {start!r} is not a date; write it like the timestamps, e.g. {frame.timestamps[0]}"
+            ) from None
+        if (when.tz is None) != (frame.timestamps.tz is None):
+            raise DataError(
+                f"--start {start!r} and the timestamps differ in having a UTC offset; write it like them, e.g. "
+                f"{frame.timestamps[0]}"
+            )
         first = np.array([frame.timestamps[frame.rows_of(i)].searchsorted(when) for i in range(len(lengths))])
         rows = first[:, None] + step * np.arange(windows)[None, :]
     bad = (rows < 1) | (rows + horizon > lengths[:, None])
@@ -79,16 +90,16 @@ def backtest(
     data = load_run_data(ckpt, csv)
     horizon = ckpt.config.model.horizon
     rows = origin_rows(data.frame, horizon, windows, step or horizon, start)
-    inside = rows < data.borders.train_end[:, None]
+    inside = rows < data.borders.val_end[:, None]  # training targets, or validation (early stopping, fallback)
     if inside.any():
         i, k = (int(v[0]) for v in np.nonzero(inside))
         where = f" of series {data.frame.names[i]!r}" if ckpt.id_cols else ""
-        first = data.frame.timestamps[int(data.frame.bounds[i] + data.borders.train_end[i])]
+        first = data.frame.timestamps[int(data.frame.bounds[i] + data.borders.val_end[i])]
         cutoff = data.frame.timestamps[int(data.frame.bounds[i] + rows[i, k]) - 1]
         raise DataError(
-            f"origin {cutoff}{where} lies inside the data the "
-            f"model was trained on (its training targets end before {first}); without --refit every origin must "
-            f"come after them: ask for fewer --windows, a later --start, or retrain at each origin with --refit"
+            f"origin {cutoff}{where} lies inside the data the model was trained or selected on (its training "
+            f"and validation targets end before {first}); without --refit every origin must come after them: "
+            "ask for fewer --windows, a later --start, or retrain at each origin with --refit"
         )
     result = score_origins(ckpt, data, rows)
     _write(result, out, plot)

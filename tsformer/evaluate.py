@@ -99,7 +99,8 @@ def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True,
     per_series = np.stack(
         [mase_scale(frame.values[frame.rows_of(i)][: data.borders.train_end[i]], season) for i in range(frame.n_ids)]
     )  # (n_ids, C)
-    stats = (data.scaler.mean[ids], data.scaler.std[ids], per_series[ids])  # (N, C) each
+    n_targets = len(frame.columns)  # the scaler also holds the covariates' statistics
+    stats = (data.scaler.mean[ids, :n_targets], data.scaler.std[ids, :n_targets], per_series[ids])  # (N, C) each
     truth_mask = None if truth_observed is None else truth_observed.numpy()
     scores = {
         name: score(f.numpy(), truth.numpy(), *stats[:2], frame.columns, stats[2], truth_mask)

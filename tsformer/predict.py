@@ -88,7 +88,7 @@ def read_history(ckpt: Checkpoint, csv: str | Path) -> SeriesFrame:
         future_covs=ckpt.future_covs,
     )
     try:
-        return read_series(csv, data_cfg, expected_freq=ckpt.freq)
+        return read_series(csv, data_cfg, expected_freq=ckpt.freq, expected_ids=ckpt.id_cols)
     except DataError as exc:
         if str(exc).startswith(("target column", "time column", "id column")):
             ids = f", id column{'s' * (len(ckpt.id_cols) > 1)} {', '.join(ckpt.id_cols)}" if ckpt.id_cols else ""
@@ -121,7 +121,7 @@ def read_future(ckpt: Checkpoint, history: SeriesFrame, future: str | Path | Non
         fill="",
     )
     try:
-        frame = read_series(future, data_cfg, expected_freq=ckpt.freq)
+        frame = read_series(future, data_cfg, expected_freq=ckpt.freq, expected_ids=ckpt.id_cols)
     except DataError as exc:
         raise DataError(f"--future {future}: {str(exc).replace('target column', 'covariate')}") from None
     rows = {key: i for i, key in enumerate(frame.keys)}

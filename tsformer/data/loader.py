@@ -94,7 +94,9 @@ class SeriesFrame:
         return np.repeat(np.arange(self.n_ids), self.lengths)
 
 
-def read_series(path: str | Path, cfg: DataConfig, expected_freq: str = "") -> SeriesFrame:
+def read_series(
+    path: str | Path, cfg: DataConfig, expected_freq: str = "", expected_ids: tuple[str, ...] | None = None
+) -> SeriesFrame:
     """Read `path`, pick the time column and targets, check order, spacing and values.
 
     `expected_freq` (a trained model's frequency) must match the data's unless `cfg.freq` states one.
@@ -102,8 +104,11 @@ def read_series(path: str | Path, cfg: DataConfig, expected_freq: str = "") -> S
     path = Path(path)
     table, delimiter = read_table(path)
     time_col = _find_time_col(table, cfg.time_col, path)
-    id_cols = _find_id_cols(table, cfg.id_cols, time_col, path)
-    codes, keys = _series_codes(table, id_cols)
+    if expected_ids is None:  # training: the id columns given, else found by name
+        id_cols = _find_id_cols(table, cfg.id_cols, time_col, path)
+    else:  # a trained model's (none for a wide file): exactly those, whatever the names of the columns
+        id_cols = _find_id_cols(table, expected_ids, time_col, path) if expected_ids else ()
+    codes, keys = _series_codes(table, id_cols, check_unique=expected_ids is None)
     timestamps, time_notes = _parse_timestamps(table[time_col], time_col, cfg, sample=codes == 0)
     covariate_names = _pick_covariates(table, cfg, (time_col, *id_cols), path)
     targets, target_notes = _pick_targets(table, (time_col, *id_cols), cfg.targets, path, delimiter, covariate_names)
@@ -168,8 +173,13 @@ def _find_id_cols(table: pd.DataFrame, requested: tuple[str, ...], time_col: str
     return next(((by_lower[name],) for name in ID_COL_NAMES if name in by_lower), ())
 
 
-def _series_codes(table: pd.DataFrame, id_cols: tuple[str, ...]) -> tuple[np.ndarray, tuple[tuple[str, ...], ...]]:
-    """Each row's series index (in order of first appearance) and each series' id values as text."""
+def _series_codes(
+    table: pd.DataFrame, id_cols: tuple[str, ...], check_unique: bool = True
+) -> tuple[np.ndarray, tuple[tuple[str, ...], ...]]:
+    """Each row's series index (in order of first appearance) and each series' id values as text.
+
+    With `check_unique`, an id column with a different value on every row is an error (training: every
+    series would be one row); a file of a model's known ids (a --future file, one row per series) is not."""
     if not id_cols:
         return np.zeros(len(table), dtype=np.int64), ((),)
     parts = []
@@ -182,7 +192,7 @@ def _series_codes(table: pd.DataFrame, id_cols: tuple[str, ...]) -> tuple[np.nda
             )
         text = column.astype(str).str.strip()
         n_distinct = text.nunique()
-        if n_distinct == len(text) and len(text) > 2:
+        if check_unique and n_distinct == len(text) and len(text) > 2:
             raise DataError(
                 f"id column {name!r} has a different value on each of the {len(text)} rows, so every series would be "
                 "one row; name the column that identifies each series with --id-col"

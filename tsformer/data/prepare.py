@@ -211,7 +211,8 @@ def prepare(
     if not cfg.data.path:
         raise DataError("no CSV given; pass a CSV path or set data.path in the config")
     data_cfg = cfg.data if not columns else dataclasses.replace(cfg.data, targets=columns)
-    frame = read_series(data_cfg.path, data_cfg, expected_freq=freq)
+    expected_ids = None if series is None else data_cfg.id_cols  # a run's: exactly its id columns, or none
+    frame = read_series(data_cfg.path, data_cfg, expected_freq=freq, expected_ids=expected_ids)
     if series is not None and frame.keys != series:
         raise DataError(f"{data_cfg.path} {_series_difference(frame, series)}; use the CSV the model was trained on")
     if scaler is None and cfg.data.id_cols and frame.n_ids == 1 and frame.n_rows > 1:

@@ -182,8 +182,9 @@ class Scaler:
         return cls(mean=np.stack(means).astype(np.float32), std=np.stack(stds).astype(np.float32)), borrowed
 
     def transform(self, values: np.ndarray, ids: np.ndarray | int = 0) -> np.ndarray:
-        """values (..., n_columns) of series `ids` (one index, or one per leading row) -> scaled."""
-        return ((values - self.mean[ids]) / self.std[ids]).astype(np.float32)
+        """values (..., n_columns) of series `ids` (one index, or one per leading row) -> scaled, computed in
+        float64 (as `prepare` scales the data, so a forecast's inputs are the same bits either way)."""
+        return ((values.astype(np.float64) - self.mean[ids]) / self.std[ids]).astype(np.float32)
 
     def inverse(self, scaled: np.ndarray, ids: np.ndarray | int = 0) -> np.ndarray:
         return (scaled * self.std[ids] + self.mean[ids]).astype(np.float32)
