@@ -113,9 +113,10 @@ def apply(
         return forecasts["model"]
     index = torch.tensor([[FORECASTERS.index(name) for name in row] for row in choice])  # (n_ids, C)
     picked = index[0].expand(len(forecasts["model"]), -1) if ids is None else index[torch.as_tensor(ids)]  # (N, C)
-    stacked = torch.stack([forecasts[name] for name in FORECASTERS], dim=-1)  # (N, H, C, F)
-    where = picked[:, None, :, None].expand(*stacked.shape[:-1], 1)
-    return stacked.gather(-1, where).squeeze(-1)
+    shipped = forecasts["model"]
+    for k, name in enumerate(FORECASTERS[1:], start=1):  # one (N, H, C) at a time, not all stacked
+        shipped = torch.where((picked == k).unsqueeze(1), forecasts[name], shipped)
+    return shipped
 
 
 def shipped_quantiles(
