@@ -85,11 +85,17 @@ def decide(
     over that series' windows (`ids` (N,) names each window's series; None: one series). A series without
     a validation window keeps the model."""
     ids_t = torch.zeros(len(truth), dtype=torch.long) if ids is None else torch.as_tensor(ids, dtype=torch.long)
-    weights = torch.ones_like(truth) if truth_observed is None else truth_observed.to(truth.dtype)
-    count = torch.zeros(n_ids, truth.shape[-1], dtype=torch.float64).index_add_(0, ids_t, weights.sum(1).double())
+    n, h, c = truth.shape
+    observed_steps = (
+        torch.full((n, c), float(h)) if truth_observed is None else truth_observed.sum(1).to(truth.dtype)
+    )  # (N, C)
+    count = torch.zeros(n_ids, c, dtype=torch.float64).index_add_(0, ids_t, observed_steps.double())
     val_mse = {}
     for name in FORECASTERS:
-        squared = ((forecasts[name] - truth).square() * weights).sum(dim=1).double()  # (N, C)
+        error = (forecasts[name] - truth).square_()  # (N, H, C), one forecaster at a time
+        if truth_observed is not None:
+            error = error.masked_fill_(~truth_observed, 0.0)
+        squared = error.sum(dim=1).double()  # (N, C)
         total = torch.zeros_like(count).index_add_(0, ids_t, squared)
         val_mse[name] = torch.where(count > 0, total / count.clamp(min=1.0), torch.nan).numpy()  # (n_ids, C)
     choice = tuple(

@@ -17,11 +17,12 @@ def calibrate(
     forecast: torch.Tensor, truth: torch.Tensor, observed: torch.Tensor | None, levels: tuple[float, ...]
 ) -> torch.Tensor:
     """Half-widths (n_levels, H, C), scaled units, from validation forecasts and truth (N, H, C)."""
-    errors = (truth - forecast).abs().double().numpy()  # (N, H, C)
+    errors = (truth - forecast).abs().numpy()  # (N, H, C), float32: ample for a rank statistic
     if observed is not None:
-        errors = np.where(observed.numpy(), errors, np.nan)
+        errors = np.where(observed.numpy(), errors, np.float32(np.nan))
     counts = np.maximum((~np.isnan(errors)).sum(axis=0), 1)  # (H, C) observed errors per step and column
-    ordered = np.sort(errors, axis=0)  # NaN last
+    errors.sort(axis=0)  # in place, NaN last
+    ordered = errors
     widths = []
     for level in levels:
         rank = np.minimum(np.ceil((counts + 1) * level).astype(int), counts) - 1  # (H, C), 0-based
