@@ -110,3 +110,26 @@ def test_quantile_loss_against_a_hand_computation():
     implied = interval_quantiles(forecast, widths, (0.8,))
     assert [q for q, _ in implied] == pytest.approx([0.1, 0.5, 0.9])
     assert quantile_loss(implied, truth, None, mean, std) == pytest.approx(expected)
+
+
+def test_seasonal_naive_intervals_come_from_its_in_sample_errors(tiny_csv):
+    from tsformer.data import prepare
+    from tsformer.evaluate import seasonal_naive_widths
+
+    data = prepare(tiny_config(tiny_csv))
+    widths = seasonal_naive_widths(data, season=2, horizon=4, levels=(0.8, 0.95))  # (levels, series, H, C)
+    assert widths.shape == (2, 1, 4, 2)
+    train = data.frame.values[:168].astype(np.float64)  # the training rows (70 % of 240)
+    for h, lag in enumerate([2, 2, 4, 4]):  # season 2: steps 1-2 repeat lag 2, steps 3-4 lag 4
+        errors = np.abs(train[lag:] - train[:-lag])
+        expected = np.quantile(errors, 0.8, axis=0) / data.scaler.std[0]
+        np.testing.assert_allclose(widths[0, 0, h], expected, rtol=1e-5)
+    assert (widths[1] >= widths[0]).all()
+
+
+def test_evaluate_reports_seasonal_naive_intervals_beside_the_models(tiny_csv, tmp_path):
+    train(tiny_config(tiny_csv), tmp_path / "run", show_progress=False)
+    report = evaluate(tmp_path / "run", write=False)
+    naive = report.intervals["80"]["seasonal_naive"]
+    assert 0 <= naive["coverage"] <= 1 and naive["width"] > 0 and naive["msis"] > 0
+    assert "seasonal naive's 80 % interval (from its in-sample errors)" in format_report(report)

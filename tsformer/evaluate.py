@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,7 +107,8 @@ def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True,
         name: score(f.numpy(), truth.numpy(), *stats[:2], frame.columns, stats[2], truth_mask)
         for name, f in forecasts.items()
     }
-    intervals = _interval_scores(ckpt, forecasts["model"], truth, truth_observed, stats)
+    naive_widths = seasonal_naive_widths(data, season, horizon, ckpt.interval_levels)[:, ids]  # (levels, N, H, C)
+    intervals = _interval_scores(ckpt, forecasts, truth, truth_observed, stats, naive_widths)
     wql = _quantile_scores(ckpt, model, cut, {**forecasts, "model": model_only}, stats, ids)
     by_series = None
     if ckpt.id_cols:
@@ -171,42 +173,78 @@ def _worst(by_series: pd.DataFrame, id_cols: tuple[str, ...], n: int = 10) -> li
     return worst.drop(columns=list(id_cols)).assign(series=names.to_numpy()).to_dict(orient="records")
 
 
+def seasonal_naive_widths(data: Prepared, season: int, horizon: int, levels: tuple[float, ...]) -> np.ndarray:
+    """Seasonal-naive intervals from its in-sample errors: per series, level, step h and column, the level-
+    quantile of |y_t - y_(t - lag)| over the series' training rows, lag = season x ceil(h / season) (the
+    lag its h-step forecast repeats); scaled like the data. (n_levels, n_ids, H, C)."""
+    frame = data.frame
+    n_targets = len(frame.columns)
+    lags = season * np.ceil(np.arange(1, horizon + 1) / season).astype(int)  # (H,)
+    out = np.zeros((len(levels), frame.n_ids, horizon, n_targets))
+    values = np.where(frame.observed, frame.values, np.nan)
+    for i in range(frame.n_ids):
+        train = values[frame.rows_of(i)][: data.borders.train_end[i]]
+        for lag in np.unique(lags):
+            steps = lags == lag
+            if lag >= len(train):
+                out[:, i, steps] = np.nan
+                continue
+            errors = np.abs(train[lag:] - train[:-lag])  # (rows, C)
+            with warnings.catch_warnings():  # a column with no pair: NaN, filled below
+                warnings.simplefilter("ignore", RuntimeWarning)
+                out[:, i, steps] = np.nanquantile(errors, levels, axis=0)[:, None, :]
+        out[:, i] /= data.scaler.std[i, :n_targets]
+    widest = np.nanmax(np.where(np.isnan(out), -np.inf, out), axis=(1, 2), keepdims=True)
+    return np.where(np.isnan(out), np.maximum(widest, 0), out)
+
+
 def _interval_scores(
     ckpt: Checkpoint,
-    forecast: torch.Tensor,
+    forecasts: dict[str, torch.Tensor],
     truth: torch.Tensor,
     observed: torch.Tensor | None,
     stats: tuple[np.ndarray, np.ndarray, np.ndarray],
+    naive_widths: np.ndarray,
 ) -> dict[str, dict]:
     """Per calibrated level: the share of observed test truth inside the interval (nominal: the level), its
     mean width in the CSV's units, and its MSIS (M4's interval score over the MASE scale); per column and
-    averaged. stats: each window's (mean, std, MASE scale), (N, C) each."""
+    averaged; and the same for seasonal naive with its in-sample intervals (`naive_widths` (levels, N, H, C)).
+    stats: each window's (mean, std, MASE scale), (N, C) each."""
     out: dict[str, dict] = {}
     if ckpt.interval_widths is None or not ckpt.interval_levels:
         return out
     n_targets = len(ckpt.columns)
     mean, std, scale = (x[:, :n_targets] for x in stats)
-    f, y = forecast.numpy(), truth.numpy()
+    y = truth.numpy()
     mask = None if observed is None else observed.numpy()
     widths = ckpt.interval_widths.numpy()  # (n_levels, H, C), scaled
-    for level, width in zip(ckpt.interval_levels, widths, strict=True):
-        share, _ = coverage(forecast, truth, observed, torch.from_numpy(width))
-        width_units = 2 * width.mean(axis=0) * std.mean(axis=0)  # (C,)
-        scores = [
-            msis(f[..., j : j + 1], y[..., j : j + 1], None if mask is None else mask[..., j : j + 1],
-                 width[:, j : j + 1], std[:, j : j + 1], scale[:, j : j + 1], level)
+
+    def scores(forecast: np.ndarray, width: np.ndarray, level: float) -> dict:
+        """width: (H, C) or (N, H, C), scaled."""
+        share, _ = coverage(torch.from_numpy(forecast), truth, observed, torch.from_numpy(width))
+        width_units = 2 * (np.broadcast_to(width, forecast.shape) * std[:, None]).mean(axis=(0, 1))  # (C,)
+        per_width = np.broadcast_to(width, forecast.shape)
+        interval_scores = [
+            msis(forecast[..., j : j + 1], y[..., j : j + 1], None if mask is None else mask[..., j : j + 1],
+                 per_width[..., j : j + 1], std[:, j : j + 1], scale[:, j : j + 1], level)
             for j in range(n_targets)
         ]  # fmt: skip
-        per_column = {
-            name: {"coverage": float(share[j]), "width": float(width_units[j]), "msis": scores[j]}
-            for j, name in enumerate(ckpt.columns)
-        }
-        out[label(level)] = {
-            "nominal": level,
+        return {
             "coverage": float(np.mean(share)),
             "width": float(np.mean(width_units)),
-            "msis": float(np.mean(scores)),
-            "per_column": per_column,
+            "msis": float(np.mean(interval_scores)),
+            "per_column": {
+                name: {"coverage": float(share[j]), "width": float(width_units[j]), "msis": interval_scores[j]}
+                for j, name in enumerate(ckpt.columns)
+            },
+        }
+
+    model, naive = forecasts["model"].numpy(), forecasts["seasonal_naive"].numpy()
+    for k, (level, width) in enumerate(zip(ckpt.interval_levels, widths, strict=True)):
+        out[label(level)] = {
+            "nominal": level,
+            **scores(model, width, level),
+            "seasonal_naive": scores(naive, naive_widths[k].astype(np.float32), level),
         }
     return out
 
@@ -327,6 +365,12 @@ def format_report(report: EvalReport) -> str:
             f"of test points, mean width {interval['width']:.4g} (original units, averaged over columns), "
             f"MSIS {interval['msis']:.3f}"
         )
+        naive = interval.get("seasonal_naive")
+        if naive:
+            lines.append(
+                f"   seasonal naive's {tag} % interval (from its in-sample errors): coverage "
+                f"{100 * naive['coverage']:.1f} %, mean width {naive['width']:.4g}, MSIS {naive['msis']:.3f}"
+            )
     lines += ["", "model per column:"]
     for column, m in report.scores["model"]["per_column"].items():
         lines.append(f"  {column[:14]:<14}{_metrics_row(m)}")
