@@ -272,3 +272,16 @@ def test_bad_long_input_is_one_error_line(tmp_path, edit, flags, fragments):
 def test_evaluate_refuses_a_csv_without_the_runs_series(long_run, long_csv, tmp_path):
     pd.read_csv(long_csv).query("unique_id != 'B'").to_csv(tmp_path / "two.csv", index=False)
     assert_error(invoke("evaluate", long_run, "--csv", tmp_path / "two.csv"), "lacks 1 of the run's 3 series", "'B'")
+
+
+def test_date_borders_split_series_that_end_on_different_dates(tmp_path):
+    """One border date for all series: each series is split where the dates fall in it; one that ends before
+    a border simply has no rows after it."""
+    csv = tmp_path / "ends.csv"
+    long_frame({"A": 200, "B": 150}).to_csv(csv, index=False)  # B starts 3 h later and ends 47 h earlier
+    cfg = tiny_config(csv)
+    borders = ("2024-01-05 00:00:00", "2024-01-07 00:00:00", "2024-01-09 08:00:00")
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, split_borders=borders))
+    data = prepare(cfg)
+    assert data.borders.to_list() == [[96, 93], [144, 141], [200, 150]]
+    assert all(r.passed for r in check_data(data, data.config))

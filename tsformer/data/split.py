@@ -58,7 +58,11 @@ def split_borders(
     lengths = frame.lengths
     if cfg.split_borders:
         ends = np.stack([_border_rows(b, frame) for b in cfg.split_borders], axis=1)  # (n_ids, 3)
-        bad = ~((0 < ends[:, 0]) & (ends[:, 0] < ends[:, 1]) & (ends[:, 1] < ends[:, 2]) & (ends[:, 2] <= lengths))
+        if frame.id_cols:  # a panel: a border past a series' end (it ends early) stops at its end
+            ends = np.minimum(ends, lengths[:, None])
+            bad = ~((ends[:, 0] <= ends[:, 1]) & (ends[:, 1] <= ends[:, 2]))  # the room is checked over all series
+        else:
+            bad = ~((0 < ends[:, 0]) & (ends[:, 0] < ends[:, 1]) & (ends[:, 1] < ends[:, 2]) & (ends[:, 2] <= lengths))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             where = f" of series {frame.names[i]!r}" if frame.id_cols else ""
