@@ -220,7 +220,7 @@ def test_forward_trains_every_token_but_infers_from_the_last_only(monkeypatch):
     _, loss = model(context, target=model.token_targets(window))
     torch.testing.assert_close(loss, ((tokens - model.token_targets(window)) ** 2).mean())
     calls = []
-    monkeypatch.setattr(Forecaster, "forecast_tokens", lambda *a: calls.append(a) or tokens)
+    monkeypatch.setattr(Forecaster, "outputs_tokens", lambda *a: calls.append(a) or (tokens, None))
     forecast, no_loss = model(context)
     assert no_loss is None and calls == []  # no every-token forward for a plain forecast
     torch.testing.assert_close(forecast, tokens[:, -1])

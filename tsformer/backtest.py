@@ -24,11 +24,11 @@ from tsformer.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint
 from tsformer.config import Config
 from tsformer.data import Prepared, SeriesFrame
 from tsformer.errors import DataError
-from tsformer.evaluate import load_run_data
+from tsformer.evaluate import load_run_data, window_stats
 from tsformer.fallback import FORECASTERS, all_forecasts, apply, season_for
 from tsformer.files import atomic_open, check_output_path
 from tsformer.intervals import label
-from tsformer.metrics import mase_scale, score
+from tsformer.metrics import score
 
 
 @dataclass(frozen=True)
@@ -121,12 +121,7 @@ def score_origins(ckpt: Checkpoint, data: Prepared, rows: np.ndarray) -> Backtes
     ids = np.repeat(np.arange(n_ids), n_origins)  # (N,)
     forecasts["model"] = apply(ckpt.fallback, forecasts, ids)
     folds = np.tile(np.arange(n_origins), n_ids)  # (N,)
-    scales = np.stack(
-        [mase_scale(frame.values[frame.rows_of(i)][: data.borders.train_end[i]], season) for i in range(n_ids)]
-    )
-    mean, std, scale = data.scaler.mean[ids], data.scaler.std[ids], scales[ids]  # (N, C + ...) and (N, C)
-    n_targets = len(frame.columns)
-    mean, std = mean[:, :n_targets], std[:, :n_targets]
+    mean, std, scale = window_stats(data, ids, season)  # (N, C) each
     truth = windows.target.numpy()
     observed = None if windows.target_observed is None else windows.target_observed.numpy()
     cutoffs = frame.timestamps[starts - 1]  # the last step each forecast may read
@@ -147,11 +142,11 @@ def score_origins(ckpt: Checkpoint, data: Prepared, rows: np.ndarray) -> Backtes
     for name in FORECASTERS:
         s = score(forecasts[name].numpy(), truth, mean, std, frame.columns, scale, observed)["mean"]
         summary.append({"origin": "all", "forecaster": name, **s})
-    table = _long_table(ckpt, frame, forecasts, truth, observed, mean, std, starts, cutoffs)
+    table = _long_table(ckpt, frame, forecasts, truth, observed, mean, std, starts, ids, cutoffs)
     return BacktestResult(table, pd.DataFrame(summary))
 
 
-def _long_table(ckpt, frame, forecasts, truth, observed, mean, std, starts, cutoffs) -> pd.DataFrame:
+def _long_table(ckpt, frame, forecasts, truth, observed, mean, std, starts, ids, cutoffs) -> pd.DataFrame:
     """One row per origin, series, step and target column, in the CSV's units."""
     horizon, n_targets = truth.shape[1], truth.shape[2]
     n = len(starts)
@@ -163,7 +158,7 @@ def _long_table(ckpt, frame, forecasts, truth, observed, mean, std, starts, cuto
     columns: dict[str, np.ndarray] = {
         "origin": np.repeat(np.asarray(cutoffs.astype(str)), horizon * n_targets),
     }
-    key_rows = np.repeat(np.searchsorted(frame.bounds, starts, side="right") - 1, horizon * n_targets)
+    key_rows = np.repeat(ids, horizon * n_targets)  # each row's series
     for j, name in enumerate(ckpt.id_cols):
         columns[name] = np.array([key[j] for key in frame.keys], dtype=object)[key_rows]
     steps = (starts[:, None] + np.arange(horizon)[None, :]).reshape(-1)  # (N * H,)

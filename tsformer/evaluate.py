@@ -94,14 +94,10 @@ def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True,
     season = season_for(ckpt.freq, context_len)
     forecasts = all_forecasts(model, cut, season)  # (N, H, C) each
     frame = data.frame
-    ids = window_ids(frame, windows.floors.numpy())  # (N,) each window's series
+    ids = windows.series(frame.bounds)  # (N,) each window's series
     model_only = forecasts["model"]
     forecasts["model"] = apply(ckpt.fallback, forecasts, ids)  # what predict gives: the validation choice
-    per_series = np.stack(
-        [mase_scale(frame.values[frame.rows_of(i)][: data.borders.train_end[i]], season) for i in range(frame.n_ids)]
-    )  # (n_ids, C)
-    n_targets = len(frame.columns)  # the scaler also holds the covariates' statistics
-    stats = (data.scaler.mean[ids, :n_targets], data.scaler.std[ids, :n_targets], per_series[ids])  # (N, C) each
+    stats = window_stats(data, ids, season)
     truth_mask = None if truth_observed is None else truth_observed.numpy()
     scores = {
         name: score(f.numpy(), truth.numpy(), *stats[:2], frame.columns, stats[2], truth_mask)
@@ -136,9 +132,15 @@ def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True,
     return report
 
 
-def window_ids(frame: SeriesFrame, floors: np.ndarray) -> np.ndarray:
-    """(N,) the series index of windows whose series start at rows `floors`."""
-    return np.searchsorted(frame.bounds, floors, side="right") - 1
+def window_stats(data: Prepared, ids: np.ndarray, season: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per window (of series `ids` (N,)), its series' target mean, std and MASE scale (the seasonal-naive MAE
+    on its training rows, in the CSV's units): (N, C) each."""
+    frame = data.frame
+    scales = np.stack(
+        [mase_scale(frame.values[frame.rows_of(i)][: data.borders.train_end[i]], season) for i in range(frame.n_ids)]
+    )  # (n_ids, C)
+    n_targets = len(frame.columns)  # the scaler also holds the covariates' statistics
+    return data.scaler.mean[ids, :n_targets], data.scaler.std[ids, :n_targets], scales[ids]
 
 
 def _series_table(

@@ -350,7 +350,7 @@ def check_windows(data: Prepared) -> list[CheckResult]:
         index = dataclasses.replace(data.split_windows(split), source=rows, source_observed=None)
         starts, floors = index.starts.numpy(), index.floors.numpy()
         horizon, context_len = index.horizon, index.context_len
-        series = np.searchsorted(frame.bounds, floors, side="right") - 1  # (N,)
+        series = index.series(frame.bounds)  # (N,)
         first, end = borders.target_range(split)
         within = starts - floors
         outside += int(((within < first[series]) | (within + horizon > end[series])).sum())

@@ -153,7 +153,7 @@ def _calibrate(model_file: Path, val_windows: WindowIndex, bounds: np.ndarray, c
     windows = val_windows.split(cfg.model.context_len)
     model = best.build_model()
     forecasts = all_forecasts(model, windows, season_for(best.freq, cfg.model.context_len))
-    ids = np.searchsorted(bounds, val_windows.floors.numpy(), side="right") - 1  # each window's series
+    ids = val_windows.series(bounds)  # (N,) each window's series
     decision = decide(
         forecasts, windows.target, windows.target_observed, best.columns, cfg.train.fallback, ids, len(bounds) - 1
     )

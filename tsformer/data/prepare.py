@@ -104,9 +104,9 @@ class WindowIndex:
         """Every `stride`-th window."""
         return dataclasses.replace(self, starts=self.starts[::stride], floors=self.floors[::stride])
 
-    def series_rows(self) -> torch.Tensor:
-        """(n_windows,) the first row of each window's series (which series it is)."""
-        return self.floors
+    def series(self, bounds: np.ndarray) -> np.ndarray:
+        """(n_windows,) the index of each window's series, given the frame's `bounds`."""
+        return np.searchsorted(bounds, self.floors.numpy(), side="right") - 1
 
     def take(self, index: torch.Tensor, device: torch.device | str = "cpu") -> Windows:
         """The windows at `index` (a batch), gathered, on `device`."""

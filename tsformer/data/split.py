@@ -170,10 +170,11 @@ class Scaler:
         column takes the statistics of every series' training rows there. Returns the scaler and the (n_ids,)
         mask of series that had to borrow them."""
         train_rows = [values[int(b) : int(b) + int(n)] for b, n in zip(bounds[:-1], train_end, strict=True)]
-        pooled = cls.fit(np.concatenate(train_rows)) if len(train_rows) > 1 else None
+        lacking = np.array([np.isnan(rows).all(axis=0).any() for rows in train_rows])  # a column with no value
+        pooled = cls.fit(np.concatenate(train_rows)) if len(train_rows) > 1 and lacking.any() else None
         means, stds, borrowed = [], [], np.zeros(len(train_rows), dtype=bool)
         for i, rows in enumerate(train_rows):
-            if pooled is not None and np.isnan(rows).all(axis=0).any():
+            if pooled is not None and lacking[i]:
                 borrowed[i] = True
                 own = cls.fit(rows, season) if len(rows) and not np.isnan(rows).all() else pooled
                 empty = np.isnan(rows).all(axis=0) if len(rows) else np.ones(rows.shape[1], dtype=bool)
