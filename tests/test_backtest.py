@@ -77,6 +77,34 @@ def test_refit_trains_each_fold_on_the_rows_before_its_origin(tmp_path):
     assert len(result.notes) == 2
 
 
+def test_refit_cuts_series_of_different_lengths_at_the_same_dates(tmp_path):
+    from test_long_format import long_frame
+
+    frame = long_frame({"A": 120, "B": 96})
+    a_stamps = frame.loc[frame.unique_id == "A", "ds"]
+    frame.loc[frame.unique_id == "B", "ds"] = a_stamps.iloc[-96:].to_numpy()  # B ends with A, 24 steps shorter
+    csv = write_csv(tmp_path / "long.csv", frame)
+    result = refit_backtest(tiny_config(csv), tmp_path / "folds", windows=2, step=8)
+    lengths = {"A": 120, "B": 96}
+    for fold, back in enumerate((12, 4), start=1):  # origins 12 and 4 steps before each series' end
+        ckpt = load_checkpoint(tmp_path / "folds" / f"fold_{fold}" / "model.pt")
+        for i, key in enumerate(ckpt.series):
+            uid = key[0]
+            origin = lengths[uid] - back
+            assert int(ckpt.borders.val_end[i]) == origin and int(ckpt.borders.train_end[i]) == origin - 4
+            y = frame.loc[frame.unique_id == uid, "y"].to_numpy()
+            np.testing.assert_allclose(ckpt.scaler.mean[i, 0], y[: origin - 4].mean(), rtol=1e-5)
+            np.testing.assert_allclose(ckpt.scaler.std[i, 0], y[: origin - 4].std(), rtol=1e-5)
+    assert result.forecasts.groupby("unique_id").size().to_dict() == {"A": 8, "B": 8}
+    origins = {str(a_stamps.iloc[107]): 8, str(a_stamps.iloc[115]): 8}  # the last steps before A's origins
+    assert result.forecasts.groupby("origin").size().to_dict() == origins
+    assert result.notes[0].startswith("fold 1: trained on the steps before ")
+
+    long_frame({"A": 120, "B": 96}).to_csv(csv, index=False)  # B ends 21 hours before A
+    with pytest.raises(DataError, match="name the first origin with --start DATE"):
+        refit_backtest(tiny_config(csv), tmp_path / "folds", windows=2, step=8)
+
+
 def test_backtest_of_a_long_format_run_covers_every_series(tmp_path):
     from test_long_format import long_frame
 

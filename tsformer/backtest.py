@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from pandas.tseries.frequencies import to_offset
 
 from tsformer.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint
 from tsformer.config import Config
@@ -189,7 +190,11 @@ def refit_backtest(
     show_progress: bool = False,
 ) -> BacktestResult:
     """Train a model per origin on the steps before it only (an expanding window: its last validation-long
-    stretch validates, its scaler comes from the rest), forecast from the origin, and score."""
+    stretch validates, its scaler comes from the rest), forecast from the origin, and score.
+
+    A fold's borders are rows when every series has its origins at the same rows (a wide file, series of
+    equal length), else dates: series of different lengths whose origins fall on the same timestamps (they
+    end together, or --start names the date), each cut at that date."""
     from tsformer.data import prepare
     from tsformer.train import resolve, train
 
@@ -198,27 +203,35 @@ def refit_backtest(
             check_output_path(path, flag)
     cfg = resolve(cfg)
     data = prepare(cfg)  # the whole file, for the origins and each fold's size
-    horizon = data.config.model.horizon
-    rows = origin_rows(data.frame, horizon, windows, step or horizon, start)
-    if not (rows == rows[:1]).all():
-        raise DataError(
-            "--refit needs every series to have its origins at the same rows (series of equal length); "
-            "backtest a trained run without --refit instead"
-        )
+    frame, horizon = data.frame, data.config.model.horizon
+    rows = origin_rows(frame, horizon, windows, step or horizon, start)  # (n_ids, windows)
     val_len = int((data.borders.val_end - data.borders.train_end).min())
+    by_rows = bool((rows == rows[:1]).all())
+    first_steps = frame.timestamps[(frame.bounds[:-1, None] + rows).reshape(-1)]  # series 0's origins first
+    same_dates = (first_steps.asi8.reshape(rows.shape) == first_steps.asi8[: rows.shape[1]]).all()
+    if not by_rows and not same_dates:
+        raise DataError(
+            "--refit needs the origins at the same rows or the same timestamps in every series, and these series "
+            "end at different times; name the first origin with --start DATE, or backtest a trained run "
+            "without --refit"
+        )
+    offset = to_offset(frame.freq)
     results, notes = [], []
-    for fold, origin in enumerate(rows[0]):
-        train_end = int(origin) - val_len
-        borders = (train_end, int(origin), int(origin) + horizon)
+    for fold in range(rows.shape[1]):
+        if by_rows:
+            origin = int(rows[0, fold])
+            borders: tuple[int | str, ...] = (origin - val_len, origin, origin + horizon)
+            note = f"trained on rows 0..{origin - val_len - 1}, validated on {origin - val_len}..{origin - 1}"
+        else:  # every series cut at the same dates
+            when = first_steps[fold]
+            borders = tuple(str(t) for t in (when - val_len * offset, when, when + horizon * offset))
+            note = f"trained on the steps before {borders[0]}, validated on those before {borders[1]}"
         fold_cfg = dataclasses.replace(data.config, data=dataclasses.replace(data.config.data, split_borders=borders))
         run = out_dir / f"fold_{fold + 1}"
         train(fold_cfg, run, overwrite=True, show_progress=show_progress)
         ckpt = load_checkpoint(run / "model.pt")
-        fold_data = load_run_data(ckpt)
-        results.append(score_origins(ckpt, fold_data, np.full((data.frame.n_ids, 1), origin)))
-        notes.append(
-            f"fold {fold + 1}: trained on rows 0..{train_end - 1}, validated on {train_end}..{int(origin) - 1}"
-        )
+        results.append(score_origins(ckpt, load_run_data(ckpt), rows[:, fold : fold + 1]))
+        notes.append(f"fold {fold + 1}: {note}")
     forecasts = pd.concat([r.forecasts for r in results], ignore_index=True)
     per_origin = pd.concat([r.summary[r.summary.origin != "all"] for r in results], ignore_index=True)
     overall = per_origin.groupby("forecaster", sort=False).mean(numeric_only=True).reset_index()
