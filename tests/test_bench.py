@@ -87,7 +87,13 @@ def test_bench_command_on_tiny_data_without_a_reference_file(tiny_csv, tmp_path)
     saved = json.loads((results / "tiny_4.json").read_text())
     assert (saved["dataset"], saved["horizon"], saved["n_test_windows"]) == ("tiny", 4, 48 - 4 + 1)
     table = (results / "tiny.md").read_text()
-    assert f"| 4 | 16 | **{saved['test']['model']['mse']:.3f}** |" in table
+    model, ablation = saved["test"]["model"], saved["ablation_no_transformer"]
+    assert ablation["n_parameters"] < saved["n_parameters"]  # the skip alone
+    assert ablation["best_val_mse"] > 0 and ablation["test_mse"] > 0
+    assert f"| 4 | 16 | **{model['mse']:.3f}** | {model['mae']:.3f} | {ablation['test_mse']:.3f} | - |" in table
+    eighty = saved["intervals"]["80"]
+    assert eighty["nominal"] == 0.8 and 0 < eighty["coverage"] <= 1 and eighty["width"] > 0
+    assert f"| 4 | 80 % | {100 * eighty['coverage']:.1f} % | {eighty['width']:.3g} | {eighty['msis']:.3f} |" in table
     assert table.endswith(f"No published results: the reference file {missing} was not found (see `--reference`).\n")
     assert "## Published results" not in table
     assert sorted(p.name for p in results.iterdir()) == ["tiny.md", "tiny_4.json"]  # no temp files left
@@ -117,6 +123,9 @@ def test_table_takes_published_rows_from_the_default_reference_in_the_current_fo
     )
     table = write_table(results, "etth1").read_text()
     assert "not found" not in table and "## Published results" in table
+    best_at_96 = pd.read_csv(REPO / "benchmarks" / "published_etth1.csv").query("horizon == 96")
+    published_best = best_at_96["mse"].min()
+    assert f"| 96 | 336 | **0.400** | 0.400 | - | {published_best:.3f} |" in table  # no ablation in the fake result
     published = pd.read_csv(REPO / "benchmarks" / "published_etth1.csv")
     rows = [line for line in table.splitlines() if line.startswith("| PatchTST/64 | 512 | 96 |")]
     expected = published[(published["model"] == "PatchTST/64") & (published["horizon"] == 96)].iloc[0]

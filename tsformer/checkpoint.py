@@ -198,7 +198,7 @@ def _validate(ckpt: Checkpoint) -> None:
     covariates = (*ckpt.past_covs, *ckpt.future_covs)
     if not all(isinstance(c, str) and c for c in covariates) or len(set(covariates)) != len(covariates):
         raise ValueError(f"covariates {list(covariates)} must be distinct names")
-    expected = calendar_names(ckpt.freq) if ckpt.config.data.calendar else ()
+    expected = calendar_names(ckpt.freq, ckpt.config.data.calendar, ckpt.config.model.cycle)
     if ckpt.calendar != expected:
         raise ValueError(f"calendar features {list(ckpt.calendar)} must be {list(expected)} for frequency {ckpt.freq}")
     shape = (len(series), len(columns) + len(covariates))  # calendar features are not scaled

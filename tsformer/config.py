@@ -110,6 +110,11 @@ class ModelConfig:
     # first reduced to this width (not the per-head width, which is d_model / n_heads).
     head_token_width: int = 16
     context_skip: bool = True  # add a linear map of the normalised context before each token to its forecast
+    # A learned cycle of this many steps (24: hourly data's day), per target column, indexed by each step's
+    # phase (from its timestamp, a known-future input): removed from the inputs, added back to the forecast
+    # (CycleNet's residual cycle). 0 = none.
+    cycle: int = 0
+    transformer: bool = True  # False: the ablation without the Transformer (context skip and cycle alone)
 
     def __post_init__(self) -> None:
         _check_finite(self, "model")
@@ -129,6 +134,11 @@ class ModelConfig:
             f"({self.context_len or f'automatic, at most {AUTO_MAX_CONTEXT}; set --context-len'})",
         )
         _require(0 <= self.dropout < 1, f"model.dropout must be in [0, 1), got {self.dropout}")
+        _require(self.cycle >= 0, f"model.cycle must be a number of steps >= 0 (0 = none), got {self.cycle}")
+        _require(
+            self.transformer or self.context_skip or self.cycle,
+            "model.transformer=false leaves nothing to forecast with; keep model.context_skip or a model.cycle",
+        )
         _require(self.head_token_width >= 1, f"model.head_token_width must be at least 1, got {self.head_token_width}")
         _require(self.attention in ATTENTIONS, f"model.attention must be one of {ATTENTIONS}, got {self.attention!r}")
 
@@ -202,6 +212,13 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self) -> None:
+        _require(
+            self.model.transformer or not self.train.quantiles,
+            "train.quantiles needs the Transformer (its quantile head reads the token states); "
+            "drop model.transformer=false",
+        )
 
 
 SECTIONS: dict[str, type] = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig}

@@ -191,7 +191,8 @@ def forecast_frame(
             windows[i, cfg.context_len :, n_columns + n_past : n_scaled] = torch.from_numpy(future_scaled)
         if ckpt.calendar:
             stamps = frame.timestamps[rows][-cfg.context_len :].append(ranges[i])
-            windows[i, start:, n_scaled:] = torch.from_numpy(calendar_features(stamps, ckpt.freq))
+            features = calendar_features(stamps, ckpt.freq, ckpt.config.data.calendar, cfg.cycle)
+            windows[i, start:, n_scaled:] = torch.from_numpy(features)
     layout = Layout(ckpt.columns, ckpt.past_covs, ckpt.future_covs, ckpt.calendar)
     split = Windows(windows, observed, layout).split(cfg.context_len)
     model = ckpt.build_model()

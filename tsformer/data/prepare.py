@@ -29,7 +29,7 @@ from tsformer.model.covariates import Covariates
 
 class Layout(NamedTuple):
     """The columns of the scaled inputs: the targets, then past-only covariates, then known-future ones:
-    the data's, then the calendar features (which are not scaled)."""
+    the data's, then the calendar features (which are not scaled; the learned cycle's phase is the last)."""
 
     targets: tuple[str, ...]
     past: tuple[str, ...] = ()
@@ -235,14 +235,15 @@ def prepare(
         notes += (_split_note(cfg, frame, borders, train_history),)
     if scaler is None:
         scaler, notes = fit_scaler(frame, borders, notes, scale_season(cfg, frame.freq))
-    calendar = calendar_names(frame.freq) if cfg.data.calendar else ()
+    calendar = calendar_names(frame.freq, cfg.data.calendar, cfg.model.cycle)
     layout = Layout(frame.columns, cfg.data.past_covs, cfg.data.future_covs, calendar)
     scaled = _scale(frame, scaler)  # (n_rows, C + n_covariates)
     observed = frame.input_observed()
     if not cfg.data.fill:
         observed[:, : len(frame.columns)] &= frame.observed
     if calendar:
-        scaled = np.concatenate([scaled, calendar_features(frame.timestamps, frame.freq)], axis=1)
+        features = calendar_features(frame.timestamps, frame.freq, cfg.data.calendar, cfg.model.cycle)
+        scaled = np.concatenate([scaled, features], axis=1)
         observed = np.concatenate([observed, np.ones((frame.n_rows, len(calendar)), dtype=bool)], axis=1)
     return Prepared(
         config=cfg,

@@ -12,7 +12,8 @@ from torch import nn
 from tsformer.config import ModelConfig
 from tsformer.model import normalisation
 from tsformer.model.attention import MultiHeadAttention, attention_mask
-from tsformer.model.covariates import CovariateEmbedding, Covariates, FutureSkip
+from tsformer.model.covariates import CovariateEmbedding, Covariates, FutureSkip, future_windows
+from tsformer.model.cycle import Cycle
 from tsformer.model.encoding import PatchProjection, sinusoidal_encoding
 
 LOSSES = {"mse": F.mse_loss, "mae": F.l1_loss}
@@ -128,8 +129,8 @@ class Encoded(NamedTuple):
     mask: torch.Tensor  # (N, T*P) bool, True = observed
     mean: torch.Tensor  # (N, T, k) each token's prefix statistics
     std: torch.Tensor  # (N, T, k)
-    hidden: torch.Tensor  # (N, T, d) after the final LayerNorm
-    token_real: torch.Tensor  # (N, T) bool, the token holds an observed step
+    hidden: torch.Tensor | None  # (N, T, d) after the final LayerNorm; None without the Transformer
+    token_real: torch.Tensor | None  # (N, T) bool, the token holds an observed step
 
 
 class Forecaster(nn.Module):
@@ -137,7 +138,8 @@ class Forecaster(nn.Module):
 
     Every token's output is a forecast of the `horizon` steps after that token's patch, so the
     last token's output is the forecast and earlier tokens can be trained too. Covariates
-    (`tsformer.model.covariates`) are shared by the series of a window.
+    (`tsformer.model.covariates`) are shared by the series of a window. With a learned cycle
+    (`cfg.cycle`), the last of the `n_future` known-future columns is each step's phase in it.
     """
 
     def __init__(
@@ -154,30 +156,39 @@ class Forecaster(nn.Module):
         self.n_series = n_series
         self.register_buffer("quantile_levels", torch.tensor(sorted(quantiles)), persistent=False)
         self.n_past, self.n_future = n_past, n_future
+        if cfg.cycle and not n_future:
+            raise ValueError("a model with a learned cycle reads each step's phase as its last known-future input")
+        n_features = n_future - (1 if cfg.cycle else 0)  # known-future covariates other than the phase
         self.loss_fn = LOSSES[loss]
         self.n_tokens = cfg.n_tokens
         self.pad_len = self.n_tokens * cfg.patch_len - cfg.context_len  # left pad to whole patches
         self.token_channels = 1 if cfg.channel_independent else n_series
-        n_extra = 2 * self.token_channels if cfg.stats_features else 0
-        self.projection = PatchProjection(cfg.patch_len, self.token_channels, cfg.d_model, n_extra)
         self.register_buffer("positional_encoding", sinusoidal_encoding(self.n_tokens, cfg.d_model), persistent=False)
-        self.input_dropout = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
-        self.final_norm = nn.LayerNorm(cfg.d_model)
+        # built in this order so that a seed draws the same weights as before the cycle and the ablation existed
+        self.projection = self.head = self.quantile_head = self.covariate_embedding = None
+        transformer = cfg.transformer  # false: the benchmark's ablation, the skips and the cycle alone
+        if transformer:
+            n_extra = 2 * self.token_channels if cfg.stats_features else 0
+            self.projection = PatchProjection(cfg.patch_len, self.token_channels, cfg.d_model, n_extra)
+            self.input_dropout = nn.Dropout(cfg.dropout)
+            self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+            self.final_norm = nn.LayerNorm(cfg.d_model)
         self.context_skip = ContextSkip(self.n_tokens, cfg.patch_len, cfg.horizon) if cfg.context_skip else None
         out_features = cfg.horizon * self.token_channels
-        self.head = FlattenHead(cfg.d_model, self.n_tokens, cfg.head_token_width, out_features)
-        self.covariate_embedding = (
-            CovariateEmbedding(cfg.patch_len, cfg.horizon, n_past, n_future, cfg.d_model) if n_past + n_future else None
-        )
-        self.future_skip = FutureSkip(cfg.patch_len, cfg.horizon, n_future, self.token_channels) if n_future else None
-        # quantiles: offsets from the point forecast, sorted so that they never cross
-        n_quantiles = len(quantiles)
-        self.quantile_head = (
-            FlattenHead(cfg.d_model, self.n_tokens, cfg.head_token_width, out_features * n_quantiles)
-            if n_quantiles
-            else None
-        )
+        if transformer:
+            self.head = FlattenHead(cfg.d_model, self.n_tokens, cfg.head_token_width, out_features)
+            if n_past + n_features:
+                self.covariate_embedding = CovariateEmbedding(
+                    cfg.patch_len, cfg.horizon, n_past, n_features, cfg.d_model
+                )
+        self.future_skip = None
+        if n_features:
+            self.future_skip = FutureSkip(cfg.patch_len, cfg.horizon, n_features, self.token_channels)
+        if transformer and quantiles:  # offsets from the point forecast, sorted so that they never cross
+            self.quantile_head = FlattenHead(
+                cfg.d_model, self.n_tokens, cfg.head_token_width, out_features * len(quantiles)
+            )
+        self.cycle = Cycle(cfg.cycle, n_series) if cfg.cycle else None
 
     def token_ends(self) -> list[int]:
         """Exclusive end, in context steps, of each token's patch: output k sees steps < end k only."""
@@ -205,46 +216,71 @@ class Forecaster(nn.Module):
         self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Every token's forecast (B, T, H, C) and, with quantiles, its quantiles (B, T, H, C, Q)."""
-        enc = self._encode(x, observed, covariates)
+        features, phase = self._read_covariates(covariates)
+        if phase is not None:
+            x = x - self.cycle(phase[:, : self.cfg.context_len])  # (B, L, C): the residual of the cycle
+        enc = self._encode(x, observed, features)
         n, t, h, k = enc.series.shape[0], self.n_tokens, self.cfg.horizon, self.token_channels
-        out = self.head(enc.hidden, enc.token_real).view(n, t, h, k)  # (N, T, H, k), standardised
+        out = enc.series.new_zeros(n, t, h, k)  # (N, T, H, k), standardised
+        if self.head is not None:
+            out = out + self.head(enc.hidden, enc.token_real).view(n, t, h, k)
         if self.context_skip is not None:
             out = out + self.context_skip(enc.series, enc.mask, enc.mean, enc.std)
         if self.future_skip is not None:
-            out = out + self._per_sequence(self.future_skip(self._covariates(covariates).future, self.pad_len))
+            out = out + self._per_sequence(self.future_skip(features.future, self.pad_len))
         mean, std = enc.mean.unsqueeze(2), enc.std.unsqueeze(2)  # (N, T, 1, k)
         point = self._to_series(out * std + mean, x.shape[0])
+        cycle = 0.0
+        if phase is not None:  # token k's horizon: the H steps after its patch
+            ahead = future_windows(phase.unsqueeze(-1), self.pad_len, self.cfg.patch_len, h)[:, :, -h:, 0]  # (B, T, H)
+            cycle = self.cycle(ahead)  # (B, T, H, C)
+            point = point + cycle
         if self.quantile_head is None:
             return point, None
         offsets = self.quantile_head(enc.hidden, enc.token_real).view(n, t, h, k, -1)  # (N, T, H, k, Q)
         levels = (out.unsqueeze(-1) + offsets).sort(dim=-1).values  # never crossing
-        return point, self._quantiles_to_series(levels * std.unsqueeze(-1) + mean.unsqueeze(-1), x.shape[0])
+        quantiles = self._quantiles_to_series(levels * std.unsqueeze(-1) + mean.unsqueeze(-1), x.shape[0])
+        return point, quantiles + (cycle.unsqueeze(-1) if phase is not None else 0.0)
 
     def outputs_last(
         self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The last token's forecast (B, H, C) and quantiles (B, H, C, Q) or None; = outputs_tokens(...)[:, -1]."""
-        enc = self._encode(x, observed, covariates)
+        features, phase = self._read_covariates(covariates)
+        length = self.cfg.context_len
+        if phase is not None:
+            x = x - self.cycle(phase[:, :length])  # (B, L, C)
+        enc = self._encode(x, observed, features)
         n, h, k = enc.series.shape[0], self.cfg.horizon, self.token_channels
         mean, std = enc.mean[:, -1].unsqueeze(1), enc.std[:, -1].unsqueeze(1)  # (N, 1, k) each
-        out = self.head.last(enc.hidden, enc.token_real).view(n, h, k)  # (N, H, k), standardised
+        out = enc.series.new_zeros(n, h, k)  # (N, H, k), standardised
+        if self.head is not None:
+            out = out + self.head.last(enc.hidden, enc.token_real).view(n, h, k)
         if self.context_skip is not None:
             out = out + self.context_skip.last(enc.series, enc.mask, mean[:, 0], std[:, 0])
         if self.future_skip is not None:
-            out = out + self._per_sequence(self.future_skip.last(self._covariates(covariates).future))
+            out = out + self._per_sequence(self.future_skip.last(features.future))
         point = self._to_series(out * std + mean, x.shape[0])
+        cycle = 0.0
+        if phase is not None:
+            cycle = self.cycle(phase[:, length : length + h])  # (B, H, C): the horizon's phases
+            point = point + cycle
         if self.quantile_head is None:
             return point, None
         offsets = self.quantile_head.last(enc.hidden, enc.token_real).view(n, h, k, -1)  # (N, H, k, Q)
         levels = (out.unsqueeze(-1) + offsets).sort(dim=-1).values
-        return point, self._quantiles_to_series(levels * std.unsqueeze(-1) + mean.unsqueeze(-1), x.shape[0])
+        quantiles = self._quantiles_to_series(levels * std.unsqueeze(-1) + mean.unsqueeze(-1), x.shape[0])
+        return point, quantiles + (cycle.unsqueeze(-1) if phase is not None else 0.0)
 
     def _quantiles_to_series(self, levels: torch.Tensor, b: int) -> torch.Tensor:
         """(N, ..., H, k, Q) -> (B, ..., H, C, Q)."""
         return self._to_series(levels.movedim(-1, 1), b).movedim(1, -1)
 
-    def _covariates(self, covariates: Covariates | None) -> Covariates:
-        """The batch's covariates, which a model built with them requires."""
+    def _read_covariates(self, covariates: Covariates | None) -> tuple[Covariates | None, torch.Tensor | None]:
+        """The batch's covariates (which a model built with them requires), split into the features the
+        embedding and the future skip read and, with a learned cycle, each step's phase (B, L + H)."""
+        if self.n_past == 0 and self.n_future == 0:
+            return None, None
         if (
             covariates is None
             or (covariates.past is None) != (self.n_past == 0)
@@ -253,22 +289,28 @@ class Forecaster(nn.Module):
             raise ValueError(
                 f"this model reads {self.n_past} past-only and {self.n_future} known-future covariates; pass them"
             )
-        return covariates
+        if self.cycle is None:
+            return covariates, None
+        future = covariates.future[..., :-1] if self.n_future > 1 else None
+        features = None if covariates.past is None and future is None else Covariates(covariates.past, future)
+        return features, covariates.future[..., -1]
 
     def _per_sequence(self, out: torch.Tensor) -> torch.Tensor:
         """(B, ...) shared by a window's series -> (N, ...), one per sequence (N = B * C when independent)."""
         return out.repeat_interleave(self.n_series, dim=0) if self.cfg.channel_independent else out
 
-    def _encode(self, x: torch.Tensor, observed: torch.Tensor | None, covariates: Covariates | None) -> Encoded:
-        """Sequences, their causal statistics, and the blocks' output for every token."""
+    def _encode(self, x: torch.Tensor, observed: torch.Tensor | None, features: Covariates | None) -> Encoded:
+        """Sequences, their causal statistics, and the blocks' output for every token (None without them)."""
         b, length, c = x.shape
         if length != self.cfg.context_len or c != self.n_series:
             raise ValueError(f"expected (B, {self.cfg.context_len}, {self.n_series}) input, got {tuple(x.shape)}")
         series, mask = self._sequences(x, observed)  # (N, T*P, k), (N, T*P)
         mean, std = normalisation.instance_stats(series, mask, self.cfg.patch_len)  # (N, T, k) each
+        if self.projection is None:
+            return Encoded(series, mask, mean, std, None, None)
         hidden, token_real = self._embed(series, mask, mean, std)  # (N, T, d), (N, T)
         if self.covariate_embedding is not None:
-            embedded = self.covariate_embedding(self._covariates(covariates), self.pad_len, self.n_tokens)  # (B, T, d)
+            embedded = self.covariate_embedding(features, self.pad_len, self.n_tokens)  # (B, T, d)
             hidden = hidden + self._per_sequence(embedded)
         attn_mask = None if observed is None else attention_mask(token_real)  # (N, 1, T, T); None: causal only
         for block in self.blocks:

@@ -1,0 +1,114 @@
+"""The learned cycle (model.cycle): each step's phase from its timestamp, the cycle removed from the
+inputs and added to the forecast, what the leakage checks say of it, and the ablation without the
+Transformer (model.transformer=false)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from helpers import make_frame, tiny_config, write_csv
+
+from tsformer.checkpoint import load_checkpoint
+from tsformer.config import ConfigError
+from tsformer.data import prepare
+from tsformer.data.calendar import calendar_features, calendar_names, step_numbers
+from tsformer.errors import DataError
+from tsformer.leakage import check_model
+from tsformer.model import Covariates, Forecaster
+from tsformer.model import forecaster as forecaster_module
+from tsformer.predict import predict
+from tsformer.train import train
+
+PERIOD = 24
+
+
+def test_the_phase_is_the_step_count_since_the_epoch_modulo_the_cycle():
+    assert calendar_names("h", features=False, cycle=PERIOD) == ("cycle24_phase",)
+    assert calendar_names("h", cycle=PERIOD)[-1] == "cycle24_phase" and len(calendar_names("h", cycle=PERIOD)) == 5
+    stamps = pd.DatetimeIndex(["2024-01-01 06:00", "2024-01-03 18:00", "1970-01-02 01:00"])
+    np.testing.assert_array_equal(calendar_features(stamps, "h", features=False, cycle=PERIOD)[:, 0], [6, 18, 1])
+    np.testing.assert_array_equal(
+        calendar_features(stamps, "h", features=False, cycle=7)[:, 0],
+        [(19723 * 24 + 6) % 7, (19725 * 24 + 18) % 7, 25 % 7],
+    )  # 2024-01-01 is day 19723 after the epoch
+    berlin = pd.DatetimeIndex(["2024-01-01 06:00"]).tz_localize("Europe/Berlin")  # 05:00 UTC
+    assert step_numbers(berlin, "h")[0] % PERIOD == 5
+    months = pd.date_range("2024-01-01", periods=3, freq="MS")
+    np.testing.assert_array_equal(step_numbers(months, "MS") % 12, [0, 1, 2])
+    with pytest.raises(DataError, match="model.cycle=0"):
+        step_numbers(pd.date_range("2024-01-01", periods=3, freq="B"), "B")
+
+
+def cycle_model(**model) -> Forecaster:
+    cfg = tiny_config(cycle=PERIOD, **model).model
+    return Forecaster(cfg, 2, n_future=1)
+
+
+def phases(batch: int, length: int, first: int = 5) -> torch.Tensor:
+    """(batch, length, 1) the phase column of consecutive hourly steps, the first at hour `first`."""
+    return ((first + torch.arange(length)) % PERIOD).float().expand(batch, -1).unsqueeze(-1)
+
+
+def test_a_pure_cycle_is_forecast_exactly_by_its_learned_values():
+    """With Q set to the series' own daily shape, the residual is flat, so the context skip (zero
+    weights: the prefix mean) forecasts the level and the cycle adds each future hour's value."""
+    model = cycle_model(transformer=False).double().eval()
+    shape = torch.randn(PERIOD, 2, dtype=torch.float64)
+    with torch.no_grad():
+        model.cycle.values.copy_(shape)
+    cfg = model.cfg
+    phase = phases(3, cfg.context_len + cfg.horizon)  # (3, L + H, 1)
+    series = shape[phase[..., 0].long()] + torch.tensor([4.0, -2.0], dtype=torch.float64)  # (3, L + H, 2)
+    covariates = Covariates(None, phase.double())
+    forecast = model.predict(series[:, : cfg.context_len], None, covariates)
+    torch.testing.assert_close(forecast, series[:, cfg.context_len :])
+    every_token = model.forecast_tokens(series[:, : cfg.context_len], None, covariates)
+    torch.testing.assert_close(every_token, model.token_targets(series))  # each token's own horizon
+
+
+def test_the_model_checks_pass_with_a_cycle_and_catch_one_read_past_the_horizon(monkeypatch):
+    results = {r.name: r for r in check_model(cycle_model())}
+    assert all(r.passed for r in results.values()), [r.line() for r in results.values() if not r.passed]
+    real = forecaster_module.future_windows
+
+    def next_horizon(future, pad_len, patch_len, horizon):  # token k reads the phases of the horizon after its own
+        return real(torch.roll(future, shifts=-horizon, dims=1), pad_len, patch_len, horizon)
+
+    monkeypatch.setattr(forecaster_module, "future_windows", next_horizon)
+    results = {r.name: r for r in check_model(cycle_model())}
+    assert not results["model/forward"].passed
+
+
+def test_the_ablation_has_no_transformer_and_refuses_quantiles():
+    full, ablation = cycle_model(), cycle_model(transformer=False)
+    names = {name.split(".")[0] for name, _ in ablation.named_parameters()}
+    assert names == {"cycle", "context_skip"}
+    assert sum(p.numel() for p in ablation.parameters()) < sum(p.numel() for p in full.parameters())
+    with pytest.raises(ConfigError, match="quantiles needs the Transformer"):
+        cfg = tiny_config(transformer=False)
+        dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, quantiles=(0.1, 0.9)))
+    with pytest.raises(ConfigError, match="nothing to forecast with"):
+        tiny_config(transformer=False, context_skip=False)
+
+
+def test_a_run_with_a_cycle_reads_phases_of_the_real_future_at_predict(tmp_path):
+    csv = write_csv(tmp_path / "data.csv", make_frame(n_rows=240))
+    cfg = tiny_config(csv, fallback=False, cycle=PERIOD)
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, calendar=False))
+    train(cfg, tmp_path / "run", show_progress=False)
+    ckpt = load_checkpoint(tmp_path / "run" / "model.pt")
+    assert ckpt.calendar == ("cycle24_phase",)
+    assert ckpt.build_model().cycle.values.abs().sum() > 0  # it learnt a cycle
+    data = prepare(cfg)
+    np.testing.assert_array_equal(data.scaled[:30, -1].numpy(), np.arange(30) % PERIOD)  # starts at midnight
+    forecast = predict(tmp_path / "run", csv).frame
+    assert list(forecast.index.hour) == [0, 1, 2, 3]  # 240 rows: the data ends at 23:00
+    model = ckpt.build_model()
+    window = torch.from_numpy(ckpt.scaler.transform(pd.read_csv(csv)[["a", "b"]].to_numpy()[-16:], 0)).float()
+    future = torch.from_numpy(((224 + np.arange(20)) % PERIOD).astype(np.float32))[None, :, None]
+    expected = ckpt.scaler.inverse(model.predict(window[None], None, Covariates(None, future))[0].numpy(), 0)
+    np.testing.assert_allclose(forecast[["a", "b"]].to_numpy(), expected, rtol=1e-5, atol=1e-5)
