@@ -117,3 +117,7 @@ def test_backtest_of_a_long_format_run_covers_every_series(tmp_path):
     train(cfg, tmp_path / "run", show_progress=False)
     result = backtest(tmp_path / "run", windows=3, step=4)
     assert result.forecasts.groupby("unique_id").size().to_dict() == {"A": 12, "B": 12}
+    stamps = pd.read_csv(csv, parse_dates=["ds"]).groupby("unique_id")["ds"]
+    last_reads = {uid: str(ds.iloc[-4 - 1]) for uid, ds in stamps}  # each series' last origin reads up to here
+    labels = result.summary.origin.unique().tolist()
+    assert labels[-2:] == [f"{last_reads['B']} to {last_reads['A']}", "all"]  # series that end apart: the span

@@ -139,12 +139,19 @@ def score_origins(ckpt: Checkpoint, data: Prepared, rows: np.ndarray) -> Backtes
                 scale[keep],
                 None if observed is None else observed[keep],
             )["mean"]
-            summary.append({"origin": str(cutoffs[np.flatnonzero(keep)[0]]), "forecaster": name, **s})
+            summary.append({"origin": _origin_label(cutoffs[keep]), "forecaster": name, **s})
     for name in FORECASTERS:
         s = score(forecasts[name].numpy(), truth, mean, std, frame.columns, scale, observed)["mean"]
         summary.append({"origin": "all", "forecaster": name, **s})
     table = _long_table(ckpt, frame, forecasts, truth, observed, mean, std, starts, ids, cutoffs)
     return BacktestResult(table, pd.DataFrame(summary))
+
+
+def _origin_label(cutoffs: pd.DatetimeIndex) -> str:
+    """A fold's origin: the last step its forecasts may read, or the span of those of its series when
+    they differ (series that end at different times)."""
+    first, last = cutoffs.min(), cutoffs.max()
+    return str(first) if first == last else f"{first} to {last}"
 
 
 def _long_table(ckpt, frame, forecasts, truth, observed, mean, std, starts, ids, cutoffs) -> pd.DataFrame:
