@@ -92,6 +92,7 @@ def test_refit_cuts_series_of_different_lengths_at_the_same_dates(tmp_path):
             uid = key[0]
             origin = lengths[uid] - back
             assert int(ckpt.borders.val_end[i]) == origin and int(ckpt.borders.train_end[i]) == origin - 4
+            assert int(ckpt.borders.test_end[i]) == origin + 4
             y = frame.loc[frame.unique_id == uid, "y"].to_numpy()
             np.testing.assert_allclose(ckpt.scaler.mean[i, 0], y[: origin - 4].mean(), rtol=1e-5)
             np.testing.assert_allclose(ckpt.scaler.std[i, 0], y[: origin - 4].std(), rtol=1e-5)

@@ -39,13 +39,21 @@ def test_the_phase_is_the_step_count_since_the_epoch_modulo_the_cycle():
     assert step_numbers(berlin, "h")[0] % PERIOD == 5
     months = pd.date_range("2024-01-01", periods=3, freq="MS")
     np.testing.assert_array_equal(step_numbers(months, "MS") % 12, [0, 1, 2])
+    for freq in ("W-SUN", "QS", "QE", "YE", "YS", "SMS", "SME", "D", "15min"):  # consecutive steps, one apart
+        steps = step_numbers(pd.date_range("2023-12-20", periods=6, freq=freq), freq)
+        np.testing.assert_array_equal(np.diff(steps), 1, err_msg=freq)
+    london = pd.date_range("2024-03-29", periods=4, freq="D", tz="Europe/London")  # over the clock change
+    np.testing.assert_array_equal(np.diff(step_numbers(london, "D")), 1)
+    seconds = pd.DatetimeIndex(["1500-01-01 05:00"]).as_unit("s")  # outside nanosecond range
+    assert step_numbers(seconds, "h")[0] % PERIOD == 5
     with pytest.raises(DataError, match="model.cycle=0"):
         step_numbers(pd.date_range("2024-01-01", periods=3, freq="B"), "B")
 
 
-def cycle_model(**model) -> Forecaster:
+def cycle_model(n_features: int = 0, **model) -> Forecaster:
+    """Two series; the known-future inputs are `n_features` covariates, then the phase."""
     cfg = tiny_config(cycle=PERIOD, **model).model
-    return Forecaster(cfg, 2, n_future=1)
+    return Forecaster(cfg, 2, n_future=n_features + 1)
 
 
 def phases(batch: int, length: int, first: int = 5) -> torch.Tensor:
@@ -53,17 +61,21 @@ def phases(batch: int, length: int, first: int = 5) -> torch.Tensor:
     return ((first + torch.arange(length)) % PERIOD).float().expand(batch, -1).unsqueeze(-1)
 
 
-def test_a_pure_cycle_is_forecast_exactly_by_its_learned_values():
+@pytest.mark.parametrize("context_len, n_features", [(16, 0), (14, 0), (16, 2)])
+def test_a_pure_cycle_is_forecast_exactly_by_its_learned_values(context_len, n_features):
     """With Q set to the series' own daily shape, the residual is flat, so the context skip (zero
-    weights: the prefix mean) forecasts the level and the cycle adds each future hour's value."""
-    model = cycle_model(transformer=False).double().eval()
+    weights: the prefix mean) forecasts the level and the cycle adds each future hour's value; also
+    with a left pad to whole patches (context 14, patch 4) and with other known-future covariates
+    before the phase (their skip starts at zero)."""
+    model = cycle_model(n_features, transformer=False, context_len=context_len).double().eval()
     shape = torch.randn(PERIOD, 2, dtype=torch.float64)
     with torch.no_grad():
         model.cycle.values.copy_(shape)
     cfg = model.cfg
     phase = phases(3, cfg.context_len + cfg.horizon)  # (3, L + H, 1)
     series = shape[phase[..., 0].long()] + torch.tensor([4.0, -2.0], dtype=torch.float64)  # (3, L + H, 2)
-    covariates = Covariates(None, phase.double())
+    features = torch.randn(3, cfg.context_len + cfg.horizon, n_features, dtype=torch.float64)
+    covariates = Covariates(None, torch.cat([features, phase.double()], dim=-1))
     forecast = model.predict(series[:, : cfg.context_len], None, covariates)
     torch.testing.assert_close(forecast, series[:, cfg.context_len :])
     every_token = model.forecast_tokens(series[:, : cfg.context_len], None, covariates)
@@ -71,6 +83,9 @@ def test_a_pure_cycle_is_forecast_exactly_by_its_learned_values():
 
 
 def test_the_model_checks_pass_with_a_cycle_and_catch_one_read_past_the_horizon(monkeypatch):
+    for model in (cycle_model(), cycle_model(n_features=2, context_len=14)):  # and calendar features, a left pad
+        results = {r.name: r for r in check_model(model)}
+        assert all(r.passed for r in results.values()), [r.line() for r in results.values() if not r.passed]
     results = {r.name: r for r in check_model(cycle_model())}
     assert all(r.passed for r in results.values()), [r.line() for r in results.values() if not r.passed]
     real = forecaster_module.future_windows

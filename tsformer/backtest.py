@@ -199,9 +199,9 @@ def refit_backtest(
     """Train a model per origin on the steps before it only (an expanding window: its last validation-long
     stretch validates, its scaler comes from the rest), forecast from the origin, and score.
 
-    A fold's borders are rows when every series has its origins at the same rows (a wide file, series of
-    equal length), else dates: series of different lengths whose origins fall on the same timestamps (they
-    end together, or --start names the date), each cut at that date."""
+    A panel's folds cut every series at the same dates when its origins fall on the same timestamps (the
+    series end together, or --start names the date), so no series trains on a time after another's
+    origin; otherwise, and in a wide file, at the same rows when the series have equal lengths."""
     from tsformer.data import prepare
     from tsformer.train import resolve, train
 
@@ -213,10 +213,12 @@ def refit_backtest(
     frame, horizon = data.frame, data.config.model.horizon
     rows = origin_rows(frame, horizon, windows, step or horizon, start)  # (n_ids, windows)
     val_len = int((data.borders.val_end - data.borders.train_end).min())
-    by_rows = bool((rows == rows[:1]).all())
     first_steps = frame.timestamps[(frame.bounds[:-1, None] + rows).reshape(-1)]  # series 0's origins first
-    same_dates = (first_steps.asi8.reshape(rows.shape) == first_steps.asi8[: rows.shape[1]]).all()
-    if not by_rows and not same_dates:
+    by_dates = bool(frame.id_cols) and bool(
+        (first_steps.asi8.reshape(rows.shape) == first_steps.asi8[: rows.shape[1]]).all()
+    )
+    by_rows = not by_dates and bool((rows == rows[:1]).all())
+    if not (by_rows or by_dates):
         raise DataError(
             "--refit needs the origins at the same rows or the same timestamps in every series, and these series "
             "end at different times; name the first origin with --start DATE, or backtest a trained run "
@@ -225,7 +227,7 @@ def refit_backtest(
     offset = to_offset(frame.freq)
     results, notes = [], []
     for fold in range(rows.shape[1]):
-        if by_rows:
+        if not by_dates:
             origin = int(rows[0, fold])
             borders: tuple[int | str, ...] = (origin - val_len, origin, origin + horizon)
             note = f"trained on rows 0..{origin - val_len - 1}, validated on {origin - val_len}..{origin - 1}"
@@ -237,6 +239,8 @@ def refit_backtest(
         run = out_dir / f"fold_{fold + 1}"
         train(fold_cfg, run, overwrite=True, show_progress=show_progress)
         ckpt = load_checkpoint(run / "model.pt")
+        if not (ckpt.borders.val_end == rows[:, fold]).all():  # the fold's training and validation end at its origin
+            raise RuntimeError(f"fold {fold + 1}'s split borders {list(borders)} do not end at its origins")
         results.append(score_origins(ckpt, load_run_data(ckpt), rows[:, fold : fold + 1]))
         notes.append(f"fold {fold + 1}: {note}")
     forecasts = pd.concat([r.forecasts for r in results], ignore_index=True)

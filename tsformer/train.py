@@ -206,9 +206,10 @@ def _run_leakage_checks(model: Forecaster, data: Prepared, cfg: Config) -> None:
 
 
 def _optimizer(model: Forecaster, cfg: Config) -> torch.optim.Optimizer:
-    """AdamW; no weight decay on biases and normalisation gains."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    """AdamW; no weight decay on biases, normalisation gains and the learned cycle (a level, not a map)."""
+    decay = [p for name, p in model.named_parameters() if p.dim() >= 2 and not name.startswith("cycle.")]
+    chosen = {id(p) for p in decay}
+    no_decay = [p for p in model.parameters() if id(p) not in chosen]
     groups = [{"params": decay, "weight_decay": cfg.train.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=cfg.train.lr)
 

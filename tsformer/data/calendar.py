@@ -19,6 +19,7 @@ from pandas.tseries.frequencies import to_offset
 from tsformer.errors import DataError
 
 DAY_NS = 24 * 3600 * 10**9
+UNIT_NS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
 
 
 def calendar_cycles(freq: str) -> tuple[str, ...]:
@@ -63,26 +64,45 @@ def calendar_features(timestamps: pd.DatetimeIndex, freq: str, features: bool = 
 
 
 def step_numbers(timestamps: pd.DatetimeIndex, freq: str) -> np.ndarray:
-    """(n_rows,) int64: each timestamp's number of `freq` steps since the Unix epoch (UTC), so that the
-    phase in a cycle is the same for every series at the same time."""
+    """(n_rows,) int64: each timestamp's number of `freq` steps since the Unix epoch, so that the phase in a
+    cycle is the same for every series at the same time. Steps under a day count in UTC; days and longer
+    count on the local calendar (a daylight-saving change must not skip or repeat a day)."""
     offset = to_offset(freq)
-    utc = timestamps.tz_convert("UTC").tz_localize(None) if timestamps.tz is not None else timestamps
-    nanos = utc.as_unit("ns").asi8  # the index may hold seconds or microseconds
     try:
-        return nanos // offset.nanos
-    except ValueError:  # calendar offsets
-        base = offset.rule_code.split("-")[0]
-        if base == "W":
-            return nanos // (7 * DAY_NS * offset.n)
-        if base.startswith(("M", "Q", "BM", "BQ", "SM", "CBM")):
-            months = np.asarray(utc.year * 12 + utc.month - 1, dtype=np.int64)
-            return months // ((3 if base.startswith(("Q", "BQ")) else 1) * offset.n)
-        if base in ("Y", "A", "YS", "AS", "BY", "BA"):
-            return np.asarray(utc.year, dtype=np.int64) // offset.n
-        raise DataError(
-            f"a learned cycle (model.cycle) needs a regular clock step, and frequency {freq} has none; "
-            "set model.cycle=0"
-        ) from None
+        step = offset.nanos
+    except ValueError:  # calendar offsets: weeks, months, quarters, years
+        return _calendar_steps(timestamps.tz_localize(None) if timestamps.tz is not None else timestamps, freq)
+    if step >= DAY_NS and timestamps.tz is not None:
+        timestamps = timestamps.tz_localize(None)  # the wall-clock dates
+    elif timestamps.tz is not None:
+        timestamps = timestamps.tz_convert("UTC").tz_localize(None)
+    per_unit = UNIT_NS[timestamps.unit]  # the index may hold seconds or microseconds: divide in its own unit
+    if step % per_unit == 0:
+        return timestamps.asi8 // (step // per_unit)
+    return timestamps.as_unit("ns").asi8 // step
+
+
+def _calendar_steps(local: pd.DatetimeIndex, freq: str) -> np.ndarray:
+    """Step numbers of a calendar frequency, on naive local timestamps."""
+    offset = to_offset(freq)
+    base = offset.rule_code.split("-")[0]
+    months = np.asarray(local.year * 12 + local.month - 1, dtype=np.int64)
+    if base == "W":
+        days = local.as_unit("s").asi8 // 86400
+        return (days - 4) // (7 * offset.n)  # weeks starting on a Monday (1970-01-01 was a Thursday)
+    if base in ("SMS", "SME", "SM"):  # semi-monthly: the 1st and 15th (SMS), or the 15th and the month's end
+        second = local.day >= 15 if base == "SMS" else local.day > 15
+        halves = 2 * months + np.asarray(second, dtype=np.int64)
+        return halves // offset.n
+    if base.startswith(("Q", "BQ")):
+        return months // (3 * offset.n)
+    if base.startswith(("M", "BM", "CBM")):
+        return months // offset.n
+    if base.startswith(("Y", "A", "BY", "BA")):
+        return np.asarray(local.year, dtype=np.int64) // offset.n
+    raise DataError(
+        f"a learned cycle (model.cycle) needs a regular clock step, and frequency {freq} has none; set model.cycle=0"
+    )
 
 
 def _sin_cos(timestamps: pd.DatetimeIndex, freq: str) -> np.ndarray:

@@ -165,7 +165,8 @@ class Forecaster(nn.Module):
         self.token_channels = 1 if cfg.channel_independent else n_series
         self.register_buffer("positional_encoding", sinusoidal_encoding(self.n_tokens, cfg.d_model), persistent=False)
         # built in this order so that a seed draws the same weights as before the cycle and the ablation existed
-        self.projection = self.head = self.quantile_head = self.covariate_embedding = None
+        self.projection = self.input_dropout = self.blocks = self.final_norm = None
+        self.head = self.quantile_head = self.covariate_embedding = None
         transformer = cfg.transformer  # false: the benchmark's ablation, the skips and the cycle alone
         if transformer:
             n_extra = 2 * self.token_channels if cfg.stats_features else 0
@@ -229,18 +230,15 @@ class Forecaster(nn.Module):
         if self.future_skip is not None:
             out = out + self._per_sequence(self.future_skip(features.future, self.pad_len))
         mean, std = enc.mean.unsqueeze(2), enc.std.unsqueeze(2)  # (N, T, 1, k)
-        point = self._to_series(out * std + mean, x.shape[0])
-        cycle = 0.0
-        if phase is not None:  # token k's horizon: the H steps after its patch
-            ahead = future_windows(phase.unsqueeze(-1), self.pad_len, self.cfg.patch_len, h)[:, :, -h:, 0]  # (B, T, H)
-            cycle = self.cycle(ahead)  # (B, T, H, C)
-            point = point + cycle
-        if self.quantile_head is None:
-            return point, None
-        offsets = self.quantile_head(enc.hidden, enc.token_real).view(n, t, h, k, -1)  # (N, T, H, k, Q)
-        levels = (out.unsqueeze(-1) + offsets).sort(dim=-1).values  # never crossing
-        quantiles = self._quantiles_to_series(levels * std.unsqueeze(-1) + mean.unsqueeze(-1), x.shape[0])
-        return point, quantiles + (cycle.unsqueeze(-1) if phase is not None else 0.0)
+        point, quantiles = self._to_series(out * std + mean, x.shape[0]), None
+        if self.quantile_head is not None:
+            offsets = self.quantile_head(enc.hidden, enc.token_real).view(n, t, h, k, -1)  # (N, T, H, k, Q)
+            levels = (out.unsqueeze(-1) + offsets).sort(dim=-1).values  # never crossing
+            quantiles = self._quantiles_to_series(levels * std.unsqueeze(-1) + mean.unsqueeze(-1), x.shape[0])
+        if phase is None:
+            return point, quantiles
+        ahead = future_windows(phase.unsqueeze(-1), self.pad_len, self.cfg.patch_len, h)[:, :, -h:, 0]  # (B, T, H)
+        return self._add_cycle(point, quantiles, ahead)  # token k's: the H steps after its patch
 
     def outputs_last(
         self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
@@ -260,17 +258,22 @@ class Forecaster(nn.Module):
             out = out + self.context_skip.last(enc.series, enc.mask, mean[:, 0], std[:, 0])
         if self.future_skip is not None:
             out = out + self._per_sequence(self.future_skip.last(features.future))
-        point = self._to_series(out * std + mean, x.shape[0])
-        cycle = 0.0
-        if phase is not None:
-            cycle = self.cycle(phase[:, length : length + h])  # (B, H, C): the horizon's phases
-            point = point + cycle
-        if self.quantile_head is None:
-            return point, None
-        offsets = self.quantile_head.last(enc.hidden, enc.token_real).view(n, h, k, -1)  # (N, H, k, Q)
-        levels = (out.unsqueeze(-1) + offsets).sort(dim=-1).values
-        quantiles = self._quantiles_to_series(levels * std.unsqueeze(-1) + mean.unsqueeze(-1), x.shape[0])
-        return point, quantiles + (cycle.unsqueeze(-1) if phase is not None else 0.0)
+        point, quantiles = self._to_series(out * std + mean, x.shape[0]), None
+        if self.quantile_head is not None:
+            offsets = self.quantile_head.last(enc.hidden, enc.token_real).view(n, h, k, -1)  # (N, H, k, Q)
+            levels = (out.unsqueeze(-1) + offsets).sort(dim=-1).values
+            quantiles = self._quantiles_to_series(levels * std.unsqueeze(-1) + mean.unsqueeze(-1), x.shape[0])
+        if phase is None:
+            return point, quantiles
+        return self._add_cycle(point, quantiles, phase[:, length : length + h])  # the horizon's phases (B, H)
+
+    def _add_cycle(
+        self, point: torch.Tensor, quantiles: torch.Tensor | None, ahead: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The learned cycle at the phases `ahead` (B, ..., H) of the forecast steps, added to the point
+        forecast (B, ..., H, C) and to every quantile (B, ..., H, C, Q)."""
+        cycle = self.cycle(ahead)  # (B, ..., H, C)
+        return point + cycle, None if quantiles is None else quantiles + cycle.unsqueeze(-1)
 
     def _quantiles_to_series(self, levels: torch.Tensor, b: int) -> torch.Tensor:
         """(N, ..., H, k, Q) -> (B, ..., H, C, Q)."""
