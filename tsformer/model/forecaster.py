@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import NamedTuple
 
 import torch
@@ -15,9 +14,9 @@ from tsformer.model.attention import MultiHeadAttention, attention_mask
 from tsformer.model.covariates import CovariateEmbedding, Covariates, FutureSkip, future_windows
 from tsformer.model.cycle import Cycle
 from tsformer.model.encoding import PatchProjection, sinusoidal_encoding
+from tsformer.model.inference import ForecasterBase
 
 LOSSES = {"mse": F.mse_loss, "mae": F.l1_loss}
-PREDICT_BATCH = 64  # windows per inference batch (evaluation, validation): fastest on CPU, benchmarks/large_input.py
 
 
 def pinball_loss(
@@ -133,7 +132,7 @@ class Encoded(NamedTuple):
     token_real: torch.Tensor | None  # (N, T) bool, the token holds an observed step
 
 
-class Forecaster(nn.Module):
+class Forecaster(ForecasterBase):
     """Maps a context (B, context_len, n_series), and covariates if it has any, to a forecast (B, horizon, n_series).
 
     Every token's output is a forecast of the `horizon` steps after that token's patch, so the
@@ -200,18 +199,6 @@ class Forecaster(nn.Module):
         """The horizon after each token's patch: window (B, context_len + horizon, C) -> (B, T, H, C)."""
         span = window[:, self.token_ends()[0] :]  # (B, (T-1)*P + H, C): from the end of the first token
         return span.unfold(1, self.cfg.horizon, self.cfg.patch_len).permute(0, 1, 3, 2)  # (B, T, H, C)
-
-    def forecast_tokens(
-        self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
-    ) -> torch.Tensor:
-        """Every token's forecast: x (B, context_len, n_series), observed (B, context_len) bool -> (B, T, H, C)."""
-        return self.outputs_tokens(x, observed, covariates)[0]
-
-    def forecast_last(
-        self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
-    ) -> torch.Tensor:
-        """The last token's forecast only (heads run on one token): -> (B, H, C), = forecast_tokens(...)[:, -1]."""
-        return self.outputs_last(x, observed, covariates)[0]
 
     def outputs_tokens(
         self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
@@ -388,60 +375,3 @@ class Forecaster(nn.Module):
                 quantiles if every_token else quantiles[:, -1], target, self.quantile_levels, weights
             )
         return forecast, loss
-
-    @torch.no_grad()
-    def _inference(
-        self, x: torch.Tensor, observed: torch.Tensor | None, covariates: Covariates | None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`outputs_last` in eval mode, without gradients; the training mode is restored."""
-        was_training = self.training
-        self.eval()
-        outputs = self.outputs_last(x, observed, covariates)
-        self.train(was_training)
-        return outputs
-
-    def predict(
-        self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
-    ) -> torch.Tensor:
-        """Forecast in eval mode: (B, context_len, C) -> (B, horizon, C)."""
-        return self._inference(x, observed, covariates)[0]
-
-    def predict_quantiles(
-        self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
-    ) -> torch.Tensor:
-        """The quantiles in eval mode: (B, context_len, C) -> (B, horizon, C, Q), Q = len(quantile_levels)."""
-        quantiles = self._inference(x, observed, covariates)[1]
-        if quantiles is None:
-            raise ValueError("this model forecasts no quantiles (train --quantiles)")
-        return quantiles
-
-    def quantile_batches(
-        self,
-        contexts: torch.Tensor,
-        observed: torch.Tensor | None = None,
-        covariates: Covariates | None = None,
-        batch_size: int = PREDICT_BATCH,
-    ) -> Iterator[torch.Tensor]:
-        """`predict_quantiles` batch by batch, like `predict_batches`: yields (batch_size, H, C, Q)."""
-        return self._batches(self.predict_quantiles, contexts, observed, covariates, batch_size)
-
-    def predict_batches(
-        self,
-        contexts: torch.Tensor,
-        observed: torch.Tensor | None = None,
-        covariates: Covariates | None = None,
-        batch_size: int = PREDICT_BATCH,
-    ) -> Iterator[torch.Tensor]:
-        """`predict` over many contexts (N, L, C) (and their observed mask and covariates), batch by batch:
-        yields (batch_size, H, C) forecasts in order, on the model's device, so a caller can keep them all
-        (torch.cat) or reduce them as they come."""
-        return self._batches(self.predict, contexts, observed, covariates, batch_size)
-
-    def _batches(self, method, contexts, observed, covariates, batch_size: int) -> Iterator[torch.Tensor]:
-        """method(batch of contexts, their mask, their covariates) for each batch, on the model's device."""
-        device = self.positional_encoding.device
-        for start in range(0, len(contexts), batch_size):
-            end = start + batch_size
-            mask = None if observed is None else observed[start:end].to(device)
-            batch_covariates = None if covariates is None else covariates.rows(start, end, device)
-            yield method(contexts[start:end].to(device), mask, batch_covariates)

@@ -1,0 +1,90 @@
+"""What every forecaster module offers beyond its two outputs: forecasts of every token or the last,
+inference in eval mode without gradients, and inference batch by batch.
+
+A subclass provides `outputs_tokens` and `outputs_last` (point forecast and quantiles or None),
+`quantile_head` (None without quantiles) and `positional_encoding` (a buffer on the model's device).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from tsformer.model.covariates import Covariates
+
+PREDICT_BATCH = 64  # windows per inference batch (evaluation, validation): fastest on CPU, benchmarks/large_input.py
+
+
+class ForecasterBase(nn.Module):
+    """The inference methods shared by `Forecaster` and `Ensemble`."""
+
+    def forecast_tokens(
+        self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
+    ) -> torch.Tensor:
+        """Every token's forecast: x (B, context_len, n_series), observed (B, context_len) bool -> (B, T, H, C)."""
+        return self.outputs_tokens(x, observed, covariates)[0]
+
+    def forecast_last(
+        self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
+    ) -> torch.Tensor:
+        """The last token's forecast only (heads run on one token): -> (B, H, C), = forecast_tokens(...)[:, -1]."""
+        return self.outputs_last(x, observed, covariates)[0]
+
+    @torch.no_grad()
+    def _inference(
+        self, x: torch.Tensor, observed: torch.Tensor | None, covariates: Covariates | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`outputs_last` in eval mode, without gradients; the training mode is restored."""
+        was_training = self.training
+        self.eval()
+        outputs = self.outputs_last(x, observed, covariates)
+        self.train(was_training)
+        return outputs
+
+    def predict(
+        self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
+    ) -> torch.Tensor:
+        """Forecast in eval mode: (B, context_len, C) -> (B, horizon, C)."""
+        return self._inference(x, observed, covariates)[0]
+
+    def predict_quantiles(
+        self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
+    ) -> torch.Tensor:
+        """The quantiles in eval mode: (B, context_len, C) -> (B, horizon, C, Q), Q = len(quantile_levels)."""
+        quantiles = self._inference(x, observed, covariates)[1]
+        if quantiles is None:
+            raise ValueError("this model forecasts no quantiles (train --quantiles)")
+        return quantiles
+
+    def quantile_batches(
+        self,
+        contexts: torch.Tensor,
+        observed: torch.Tensor | None = None,
+        covariates: Covariates | None = None,
+        batch_size: int = PREDICT_BATCH,
+    ) -> Iterator[torch.Tensor]:
+        """`predict_quantiles` batch by batch, like `predict_batches`: yields (batch_size, H, C, Q)."""
+        return self._batches(self.predict_quantiles, contexts, observed, covariates, batch_size)
+
+    def predict_batches(
+        self,
+        contexts: torch.Tensor,
+        observed: torch.Tensor | None = None,
+        covariates: Covariates | None = None,
+        batch_size: int = PREDICT_BATCH,
+    ) -> Iterator[torch.Tensor]:
+        """`predict` over many contexts (N, L, C) (and their observed mask and covariates), batch by batch:
+        yields (batch_size, H, C) forecasts in order, on the model's device, so a caller can keep them all
+        (torch.cat) or reduce them as they come."""
+        return self._batches(self.predict, contexts, observed, covariates, batch_size)
+
+    def _batches(self, method, contexts, observed, covariates, batch_size: int) -> Iterator[torch.Tensor]:
+        """method(batch of contexts, their mask, their covariates) for each batch, on the model's device."""
+        device = self.positional_encoding.device
+        for start in range(0, len(contexts), batch_size):
+            end = start + batch_size
+            mask = None if observed is None else observed[start:end].to(device)
+            batch_covariates = None if covariates is None else covariates.rows(start, end, device)
+            yield method(contexts[start:end].to(device), mask, batch_covariates)
