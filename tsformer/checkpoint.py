@@ -27,7 +27,7 @@ from tsformer.errors import CheckpointError, TsformerError
 from tsformer.fallback import FORECASTERS
 from tsformer.files import atomic_write
 from tsformer.intervals import quantile_pairs
-from tsformer.model import Forecaster
+from tsformer.model import ForecasterBase, build_forecaster
 
 FORMAT_NAME = "tsformer-checkpoint"
 FORMAT_VERSION = 4  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series
@@ -57,8 +57,8 @@ class Checkpoint:
     train_state: dict[str, Any] | None = None  # optimizer, epoch, RNG, history; only in last.pt
     package_version: str = __version__
 
-    def build_model(self) -> Forecaster:
-        model = Forecaster(
+    def build_model(self) -> ForecasterBase:
+        model = build_forecaster(
             self.config.model,
             len(self.columns),
             self.config.train.loss,

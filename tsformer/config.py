@@ -115,13 +115,14 @@ class ModelConfig:
     # (CycleNet's residual cycle). 0 = none.
     cycle: int = 0
     transformer: bool = True  # False: the ablation without the Transformer (context skip and cycle alone)
+    members: int = 1  # forecast with the mean of this many models, each from its own initial weights
 
     def __post_init__(self) -> None:
         _check_finite(self, "model")
         for name in ("context_len", "patch_len"):
             value = getattr(self, name)
             _require(value >= 0, f"model.{name} must be at least 1 (or 0 to choose it from the data), got {value}")
-        for name in ("horizon", "d_model", "n_heads", "n_layers", "d_ff"):
+        for name in ("horizon", "d_model", "n_heads", "n_layers", "d_ff", "members"):
             _require(getattr(self, name) >= 1, f"model.{name} must be at least 1, got {getattr(self, name)}")
         _require(
             self.d_model % self.n_heads == 0,

@@ -17,7 +17,7 @@ import torch
 
 from tsformer.data.prepare import Split
 from tsformer.metrics import forward_fill, repeat_last, season_length, seasonal_naive, usable_season
-from tsformer.model import Forecaster
+from tsformer.model import ForecasterBase
 
 FORECASTERS = ("model", "repeat_last", "seasonal_naive")  # in order of preference on a tie
 LABELS = {"model": "the model", "repeat_last": "repeat-last", "seasonal_naive": "seasonal naive"}
@@ -56,7 +56,7 @@ def season_for(freq: str, context_len: int) -> int:
     return usable_season(season_length(freq), context_len)
 
 
-def all_forecasts(model: Forecaster, windows: Split, season: int) -> dict[str, torch.Tensor]:
+def all_forecasts(model: ForecasterBase, windows: Split, season: int) -> dict[str, torch.Tensor]:
     """Every forecaster's forecast (N, H, C) of the windows' contexts (N, L, C): the model's (which also
     reads their covariates), then the naive ones."""
     contexts, observed = windows.context, windows.context_observed
@@ -126,7 +126,7 @@ def apply(
 
 
 def shipped_quantiles(
-    model: Forecaster,
+    model: ForecasterBase,
     windows: Split,
     forecasts: dict[str, torch.Tensor],
     choice: tuple[tuple[str, ...], ...],

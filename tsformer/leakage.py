@@ -27,7 +27,7 @@ from tsformer.data import (
 )
 from tsformer.data.prepare import scale_season
 from tsformer.errors import LeakageError
-from tsformer.model import Covariates, Forecaster
+from tsformer.model import Covariates, ForecasterBase
 
 TOLERANCE = 1e-9  # float64; a masked future contributes exactly zero in exact arithmetic
 
@@ -53,7 +53,7 @@ def _positions(n_tokens: int, n_checks: int) -> list[int]:
     return sorted({candidates[i] for i in picks})
 
 
-def check_model(model: Forecaster, n_checks: int = 16, seed: int = 0) -> list[CheckResult]:
+def check_model(model: ForecasterBase, n_checks: int = 16, seed: int = 0) -> list[CheckResult]:
     """Forward, gradient, padding, inference-path, target and covariate checks on a float64 copy of `model`
     in eval mode.
 
@@ -104,7 +104,7 @@ def check_model(model: Forecaster, n_checks: int = 16, seed: int = 0) -> list[Ch
     return results
 
 
-def random_covariates(model: Forecaster, batch: int, generator: torch.Generator) -> Covariates | None:
+def random_covariates(model: ForecasterBase, batch: int, generator: torch.Generator) -> Covariates | None:
     """Covariates of the shapes `model` reads (float64), or None when it reads none."""
     cfg = model.cfg
     if not model.n_past and not model.n_future:
@@ -115,7 +115,7 @@ def random_covariates(model: Forecaster, batch: int, generator: torch.Generator)
 
 
 def token_outputs(
-    model: Forecaster, x: torch.Tensor, observed: torch.Tensor | None, covariates: Covariates | None
+    model: ForecasterBase, x: torch.Tensor, observed: torch.Tensor | None, covariates: Covariates | None
 ) -> torch.Tensor:
     """Everything each token outputs, (B, T, ...): its forecast and, with quantiles, its quantiles."""
     point, quantiles = model.outputs_tokens(x, observed, covariates)
@@ -125,7 +125,7 @@ def token_outputs(
 
 
 def last_outputs(
-    model: Forecaster, x: torch.Tensor, observed: torch.Tensor | None, covariates: Covariates | None
+    model: ForecasterBase, x: torch.Tensor, observed: torch.Tensor | None, covariates: Covariates | None
 ) -> torch.Tensor:
     """The same for the last token, through the inference path (predict, predict_quantiles): (B, ...)."""
     point = model.predict(x, observed, covariates).flatten(1)
@@ -134,7 +134,7 @@ def last_outputs(
     return torch.cat([point, model.predict_quantiles(x, observed, covariates).flatten(1)], dim=-1)
 
 
-def _randomised(model: Forecaster, generator: torch.Generator) -> Forecaster:
+def _randomised(model: ForecasterBase, generator: torch.Generator) -> ForecasterBase:
     """A copy with every weight drawn from N(0, 1/fan_in), so no piece of it is silent."""
     other = copy.deepcopy(model)
     with torch.no_grad():
@@ -145,7 +145,7 @@ def _randomised(model: Forecaster, generator: torch.Generator) -> Forecaster:
 
 
 def _check_inference_path(
-    model: Forecaster, x: torch.Tensor, covariates: Covariates | None, observed: torch.Tensor
+    model: ForecasterBase, x: torch.Tensor, covariates: Covariates | None, observed: torch.Tensor
 ) -> CheckResult:
     """`predict` (last token only, for speed) must equal the last token of the audited all-token forward."""
     with torch.no_grad():
@@ -164,7 +164,7 @@ def _check_inference_path(
     )
 
 
-def check_targets(model: Forecaster) -> CheckResult:
+def check_targets(model: ForecasterBase) -> CheckResult:
     """Every token is trained on the `horizon` steps right after its patch: token_targets on row numbers."""
     cfg = model.cfg
     rows = torch.arange(cfg.context_len + cfg.horizon, dtype=torch.float64)  # (L + H,) row ids as values
@@ -200,7 +200,7 @@ def _after(
 
 
 def _probe_future(
-    probe: Forecaster,
+    probe: ForecasterBase,
     x: torch.Tensor,
     covariates: Covariates | None,
     observed: torch.Tensor | None,
@@ -238,7 +238,7 @@ def _probe_future(
 
 
 def _check_future_allowance(
-    model: Forecaster, x: torch.Tensor, covariates: Covariates, positions: list[int], generator: torch.Generator
+    model: ForecasterBase, x: torch.Tensor, covariates: Covariates, positions: list[int], generator: torch.Generator
 ) -> CheckResult:
     """Known-future covariates in (t, t + horizon] may move token t's forecast (they are known when it is
     made): with random weights they must, or the model ignores them; the forward check holds the rest."""
@@ -263,7 +263,7 @@ def _check_future_allowance(
     )
 
 
-def check_padding(model: Forecaster, generator: torch.Generator) -> CheckResult:
+def check_padding(model: ForecasterBase, generator: torch.Generator) -> CheckResult:
     """Values in masked cells (left padding, and unobserved cells inside the history) change no forecast."""
     cfg = model.cfg
     shape = (2, cfg.context_len, model.n_series)

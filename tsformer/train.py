@@ -31,7 +31,7 @@ from tsformer.fallback import Decision, all_forecasts, apply, decide, season_for
 from tsformer.files import atomic_write_text
 from tsformer.intervals import calibrate, calibrate_quantiles, quantile_pairs
 from tsformer.leakage import check_data, check_model, require_passed
-from tsformer.model import Forecaster
+from tsformer.model import ForecasterBase, build_forecaster
 from tsformer.progress import Progress
 from tsformer.schedule import lr_at
 
@@ -108,7 +108,7 @@ def _train(
         _require_same_data(previous, data, out_dir)
     torch.manual_seed(cfg.train.seed)
     layout = data.layout
-    model = Forecaster(
+    model = build_forecaster(
         cfg.model,
         len(layout.targets),
         cfg.train.loss,
@@ -201,11 +201,11 @@ def _require_same_data(previous: Checkpoint, data: Prepared, out_dir: Path) -> N
         )
 
 
-def _run_leakage_checks(model: Forecaster, data: Prepared, cfg: Config) -> None:
+def _run_leakage_checks(model: ForecasterBase, data: Prepared, cfg: Config) -> None:
     require_passed(check_model(model, n_checks=8) + check_data(data, cfg))
 
 
-def _optimizer(model: Forecaster, cfg: Config) -> torch.optim.Optimizer:
+def _optimizer(model: ForecasterBase, cfg: Config) -> torch.optim.Optimizer:
     """AdamW; no weight decay on biases, normalisation gains and the learned cycle (a level, not a map)."""
     decay = [p for name, p in model.named_parameters() if p.dim() >= 2 and not name.endswith("cycle.values")]
     chosen = {id(p) for p in decay}
@@ -214,7 +214,7 @@ def _optimizer(model: Forecaster, cfg: Config) -> torch.optim.Optimizer:
     return torch.optim.AdamW(groups, lr=cfg.train.lr)
 
 
-def _restore(previous: Checkpoint, model: Forecaster, optimizer: torch.optim.Optimizer) -> LoopState:
+def _restore(previous: Checkpoint, model: ForecasterBase, optimizer: torch.optim.Optimizer) -> LoopState:
     """Weights, optimizer, RNG and loop state of last.pt; a state that does not fit is a CheckpointError."""
     train_state = previous.train_state
     if train_state is None:
@@ -238,7 +238,7 @@ class _Runner:
         self,
         cfg: Config,
         data: Prepared,
-        model: Forecaster,
+        model: ForecasterBase,
         optimizer: torch.optim.Optimizer,
         out_dir: Path,
         folder: runfolder.RunFolder | None,

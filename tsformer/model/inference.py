@@ -18,7 +18,7 @@ PREDICT_BATCH = 64  # windows per inference batch (evaluation, validation): fast
 
 
 class ForecasterBase(nn.Module):
-    """The inference methods of a forecaster, built on its `outputs_tokens` and `outputs_last`."""
+    """The inference methods shared by `Forecaster` and `Ensemble`."""
 
     def forecast_tokens(
         self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None

@@ -1,0 +1,90 @@
+"""An ensemble: the mean forecast of several Forecasters of one shape, each drawn from its own
+initial weights and trained on its own loss (seed averaging, trained side by side)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from tsformer.config import ModelConfig
+from tsformer.model.covariates import Covariates
+from tsformer.model.forecaster import Forecaster
+from tsformer.model.inference import ForecasterBase
+
+
+class Ensemble(ForecasterBase):
+    """Reads like one Forecaster: every output is the mean of the members' (quantiles stay sorted, as a
+    mean of sorted vectors is sorted); the training loss is the mean of the members' own losses, so each
+    member learns alone and the ensemble averages independent errors."""
+
+    def __init__(self, members: list[Forecaster]):
+        super().__init__()
+        self.members = nn.ModuleList(members)
+        first = members[0]
+        self.cfg, self.n_series, self.n_past, self.n_future = first.cfg, first.n_series, first.n_past, first.n_future
+        self.n_tokens, self.pad_len, self.token_channels = first.n_tokens, first.pad_len, first.token_channels
+
+    @property
+    def positional_encoding(self) -> torch.Tensor:
+        return self.members[0].positional_encoding
+
+    @property
+    def quantile_levels(self) -> torch.Tensor:
+        return self.members[0].quantile_levels
+
+    @property
+    def quantile_head(self) -> nn.Module | None:
+        return self.members[0].quantile_head
+
+    def token_ends(self) -> list[int]:
+        return self.members[0].token_ends()
+
+    def token_targets(self, window: torch.Tensor) -> torch.Tensor:
+        return self.members[0].token_targets(window)
+
+    def outputs_tokens(
+        self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Every token's mean forecast (B, T, H, C) and mean quantiles (B, T, H, C, Q) or None."""
+        return _mean([m.outputs_tokens(x, observed, covariates) for m in self.members])
+
+    def outputs_last(
+        self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The last token's mean forecast (B, H, C) and mean quantiles (B, H, C, Q) or None."""
+        return _mean([m.outputs_last(x, observed, covariates) for m in self.members])
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        observed: torch.Tensor | None = None,
+        target: torch.Tensor | None = None,
+        target_observed: torch.Tensor | None = None,
+        covariates: Covariates | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """-> (mean forecast (B, H, C), mean of the members' losses or None), as `Forecaster.forward`."""
+        if target is None:
+            return self.forecast_last(x, observed, covariates), None
+        outputs = [m(x, observed, target, target_observed, covariates) for m in self.members]
+        forecast = torch.stack([f for f, _ in outputs]).mean(0)
+        return forecast, torch.stack([loss for _, loss in outputs]).mean()
+
+
+def _mean(outputs: list[tuple[torch.Tensor, torch.Tensor | None]]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    point = torch.stack([p for p, _ in outputs]).mean(0)
+    if outputs[0][1] is None:
+        return point, None
+    return point, torch.stack([q for _, q in outputs]).mean(0)
+
+
+def build_forecaster(
+    cfg: ModelConfig,
+    n_series: int,
+    loss: str = "mse",
+    n_past: int = 0,
+    n_future: int = 0,
+    quantiles: tuple[float, ...] = (),
+) -> Forecaster | Ensemble:
+    """One Forecaster, or an Ensemble of `cfg.members` of them drawn one after another from the RNG."""
+    members = [Forecaster(cfg, n_series, loss, n_past, n_future, quantiles) for _ in range(cfg.members)]
+    return members[0] if cfg.members == 1 else Ensemble(members)
