@@ -91,6 +91,38 @@ def m4_scores(forecast: pd.DataFrame, train: pd.DataFrame, test: pd.DataFrame) -
     return {"smape": float(np.mean(smapes)), "mase": float(np.mean(mases)), "n_series": len(smapes)}
 
 
+def m4_interval_scores(forecast: pd.DataFrame, train: pd.DataFrame, test: pd.DataFrame) -> dict:
+    """Per interval level in `forecast` (y_lower_80, y_upper_80, ...): the share of test values inside,
+    the mean width, and MSIS (M4: width plus 2/alpha times each miss, over the series' seasonal-naive
+    MAE, averaged over steps then series); and the weighted quantile loss of the quantiles the intervals
+    imply (the point forecast as the median), 2 x pinball summed over points / sum |y|."""
+    from tsformer.metrics import mase_scale
+
+    truth = test.groupby("unique_id", sort=False)["y"].apply(np.asarray).to_dict()
+    scales = {uid: mase_scale(series["y"].to_numpy()[:, None], SEASON)[0] for uid, series in train.groupby("unique_id")}
+    ids = forecast["unique_id"].to_numpy()
+    y = np.concatenate([truth[uid] for uid in dict.fromkeys(ids)])  # the forecast's series order
+    scale = np.array([scales[uid] for uid in ids])
+    levels = sorted({int(c.rsplit("_", 1)[1]) for c in forecast.columns if c.startswith("y_lower_")})
+    out: dict = {"levels": {}}
+    quantiles = [(0.5, forecast["y"].to_numpy())]
+    for level in levels:
+        lower, upper = forecast[f"y_lower_{level}"].to_numpy(), forecast[f"y_upper_{level}"].to_numpy()
+        alpha = 1 - level / 100
+        penalty = (upper - lower) + 2 / alpha * (np.maximum(lower - y, 0) + np.maximum(y - upper, 0))
+        per_series = pd.Series(penalty / scale).groupby(ids, sort=False).mean()
+        out["levels"][str(level)] = {
+            "coverage": float(np.mean((lower <= y) & (y <= upper))),
+            "width": float(np.mean(upper - lower)),
+            "msis": float(per_series.mean()),
+        }
+        quantiles += [(alpha / 2, lower), (1 - alpha / 2, upper)]
+    pinball = sum(np.maximum(q * (y - v), (q - 1) * (y - v)).sum() for q, v in quantiles)
+    out["wql"] = float(2 * pinball / len(quantiles) / np.abs(y).sum())
+    out["wql_quantiles"] = sorted(q for q, _ in quantiles)
+    return out
+
+
 def seasonal_naive(train: pd.DataFrame) -> pd.DataFrame:
     """The last 24 values of each series, repeated over the horizon."""
     rows = []
@@ -127,6 +159,7 @@ def main() -> None:
     test = pd.read_csv(test_csv)
     model = m4_scores(pd.read_csv(forecast_csv), train, test)
     naive = m4_scores(seasonal_naive(train), train, test)
+    intervals = m4_interval_scores(pd.read_csv(forecast_csv), train, test)
     history = pd.read_csv(run / "history.csv")
     result = {
         "name": args.name,
@@ -134,6 +167,7 @@ def main() -> None:
         "overrides": args.overrides,
         "model": model,
         "seasonal_naive": naive,
+        "intervals": intervals,
         "references": {name: {"smape": s, "mase": m} for name, (s, m) in REFERENCES.items()},
         "best_val_mse": float(history["val_loss"].min()),
         "validation": {name: {k: v["mean"][k] for k in ("smape", "mase")} for name, v in validation.items()},
@@ -176,6 +210,22 @@ def markdown(result: dict) -> str:
     ]
     for name, ref in result["references"].items():
         lines.append(f"| {name} | {ref['smape']:.3f} | {ref['mase']:.3f} |")
+    intervals = result.get("intervals", {})
+    if intervals.get("levels"):
+        lines += [
+            "",
+            "Conformal intervals (calibrated on validation only) against the official test set:",
+            "",
+            "| level | coverage | mean width | MSIS |",
+            "|---|---|---|---|",
+            *[
+                f"| {level} % | {100 * s['coverage']:.1f} % | {s['width']:.4g} | {s['msis']:.3f} |"
+                for level, s in intervals["levels"].items()
+            ],
+            "",
+            f"Weighted quantile loss over the quantiles {', '.join(f'{q:g}' for q in intervals['wql_quantiles'])} "
+            f"(the point forecast as the median, the interval bounds as the others): {intervals['wql']:.4f}.",
+        ]
     lines += [
         "",
         f"- Train: {result['train']['wall_seconds']:.0f} s wall, peak RSS {result['train']['peak_rss_mib']:.0f} MiB, "
@@ -194,7 +244,7 @@ def markdown(result: dict) -> str:
         "",
         "`tsformer evaluate` on the run (its own test split: the last 48 steps of each training series):",
         "",
-        *[f"    {line}" for line in result["evaluate_output"][:8]],
+        *[f"    {line}" for line in result["evaluate_output"]],
         "",
     ]
     return "\n".join(lines)
