@@ -122,3 +122,7 @@ def test_backtest_of_a_long_format_run_covers_every_series(tmp_path):
     last_reads = {uid: str(ds.iloc[-4 - 1]) for uid, ds in stamps}  # each series' last origin reads up to here
     labels = result.summary.origin.unique().tolist()
     assert labels[-2:] == [f"{last_reads['B']} to {last_reads['A']}", "all"]  # series that end apart: the span
+    from tsformer.backtest import format_summary
+
+    rows = format_summary(result).splitlines()[1:]
+    assert len({len(row) for row in rows}) == 1  # a span of origins widens the column; the rows stay aligned

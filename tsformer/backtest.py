@@ -269,13 +269,14 @@ def format_summary(result: BacktestResult) -> str:
     """Per origin: the model's MAE (CSV units), sMAPE and MASE beside the naive forecasters'; then overall."""
     table = result.summary.pivot_table(index="origin", columns="forecaster", values="mase", sort=False)
     mae = result.summary.pivot_table(index="origin", columns="forecaster", values="mae_original", sort=False)
+    width = max(26, *(len(origin) + 2 for origin in table.index))  # a span of origins is longer than one date
     lines = [
-        f"{'origin (last step read)':<26}{'model MAE':>12}{'MASE':>8}{'repeat-last':>13}{'seasonal naive':>16}"
+        f"{'origin (last step read)':<{width}}{'model MAE':>12}{'MASE':>8}{'repeat-last':>13}{'seasonal naive':>16}"
         "   (MASE; MAE in the CSV's units)"
     ]
     for origin in table.index:
         lines.append(
-            f"{origin:<26}{mae.loc[origin, 'model']:>12.4g}{table.loc[origin, 'model']:>8.3f}"
+            f"{origin:<{width}}{mae.loc[origin, 'model']:>12.4g}{table.loc[origin, 'model']:>8.3f}"
             f"{table.loc[origin, 'repeat_last']:>13.3f}{table.loc[origin, 'seasonal_naive']:>16.3f}"
         )
     return "\n".join(lines)

@@ -83,7 +83,8 @@ def plot_backtest(summary: pd.DataFrame, path: Path | BinaryIO) -> None:
     for name, rows in summary.groupby("forecaster", sort=False):
         ax.plot(range(len(rows)), rows["mase"], marker="o", label=name)
     origins = summary["origin"].drop_duplicates().tolist()
-    ax.set_xticks(range(len(origins)), [o[:16] for o in origins], rotation=45, ha="right", fontsize=7)
+    labels = [" to ".join(part[:16] for part in o.split(" to ")) for o in origins]  # minutes, or a span of them
+    ax.set_xticks(range(len(origins)), labels, rotation=45, ha="right", fontsize=7)
     ax.set_ylabel("MASE")
     ax.set_title("Backtest: error by origin")
     ax.legend(fontsize=8)
