@@ -72,4 +72,6 @@ def test_evaluate_on_validation_scores_the_validation_windows_and_writes_nothing
     assert report.split == "val" and report.n_windows == 192 - 168 - 4 + 1
     assert report.scores["model"]["mean"]["mse"] == pytest.approx(result.best_val_loss, rel=1e-5)
     assert not (tmp_path / "run" / "metrics.json").exists()
-    assert format_report(report).startswith("validation windows: 21")
+    text = format_report(report)
+    assert text.startswith("validation windows: 21")
+    assert "of validation points (those it was calibrated on)" in text and "test points" not in text

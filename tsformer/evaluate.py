@@ -350,6 +350,7 @@ def format_report(report: EvalReport) -> str:
             fallen_back.append(f"{column} uses a naive forecaster in {naive} of {len(names)} series")
     if fallen_back:
         lines.append(f"model row with the fallback chosen on validation: {', '.join(fallen_back)}")
+    points = "test points" if report.split == "test" else "validation points (those it was calibrated on)"
     scores = report.quantile_loss
     if scores:
         quantiles = ", ".join(f"{q:g}" for q in scores["quantiles"])
@@ -360,11 +361,11 @@ def format_report(report: EvalReport) -> str:
         )
         lines.append(f"weighted quantile loss {scores['wql']:.4f} over the quantiles {quantiles} ({source})")
         for pair, share in scores.get("coverage", {}).items():
-            lines.append(f"quantiles {pair}: cover {100 * share:.1f} % of test points")
+            lines.append(f"quantiles {pair}: cover {100 * share:.1f} % of {points}")
     for tag, interval in report.intervals.items():
         lines.append(
             f"{tag} % interval (conformal, calibrated on validation): coverage {100 * interval['coverage']:.1f} % "
-            f"of test points, mean width {interval['width']:.4g} (original units, averaged over columns), "
+            f"of {points}, mean width {interval['width']:.4g} (original units, averaged over columns), "
             f"MSIS {interval['msis']:.3f}"
         )
         naive = interval.get("seasonal_naive")
