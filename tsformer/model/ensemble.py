@@ -22,7 +22,7 @@ class Ensemble(ForecasterBase):
         self.members = nn.ModuleList(members)
         first = members[0]
         self.cfg, self.n_series, self.n_past, self.n_future = first.cfg, first.n_series, first.n_past, first.n_future
-        self.n_tokens, self.pad_len, self.token_channels = first.n_tokens, first.pad_len, first.token_channels
+        self.n_tokens = first.n_tokens
 
     @property
     def positional_encoding(self) -> torch.Tensor:
@@ -66,8 +66,8 @@ class Ensemble(ForecasterBase):
         if target is None:
             return self.forecast_last(x, observed, covariates), None
         outputs = [m(x, observed, target, target_observed, covariates) for m in self.members]
-        forecast = torch.stack([f for f, _ in outputs]).mean(0)
-        return forecast, torch.stack([loss for _, loss in outputs]).mean()
+        forecasts, losses = zip(*outputs, strict=True)  # each member's (forecast, loss)
+        return torch.stack(forecasts).mean(0), torch.stack(losses).mean()
 
 
 def _mean(outputs: list[tuple[torch.Tensor, torch.Tensor | None]]) -> tuple[torch.Tensor, torch.Tensor | None]:
