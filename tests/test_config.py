@@ -48,6 +48,7 @@ def test_overrides_are_typed():
         ("model.n_heads=3", r"model.n_heads \(3\) must divide model.d_model \(64\)"),
         ("model.dropout=1.5", "model.dropout must be in"),
         ("train.loss=l3", "train.loss must be one of"),
+        ("train.interval_scale=local", "train.interval_scale must be one of seasonal, fixed"),
         ("data.fill=mean", "data.fill must be one of"),
         ("data.split_ratios=[0.8, 0.2, 0.2]", "sum to at most 1"),
         ("model.patch_len=1000", "must not exceed model.context_len"),

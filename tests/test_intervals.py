@@ -9,7 +9,7 @@ from helpers import make_frame, tiny_config, write_csv
 
 from tsformer.checkpoint import load_checkpoint
 from tsformer.evaluate import evaluate, format_report
-from tsformer.intervals import calibrate, coverage, label
+from tsformer.intervals import SCALE_FLOOR, calibrate, coverage, half_widths, label, window_scale
 from tsformer.train import train
 
 
@@ -36,6 +36,88 @@ def test_known_noise_reaches_the_nominal_coverage():
     for level, width in zip((0.8, 0.95), widths, strict=True):
         share, count = coverage(torch.zeros_like(test), test, None, width)
         assert share == pytest.approx(np.full(2, level), abs=0.02) and count.tolist() == [12000, 12000]
+
+
+def test_the_window_scale_is_the_mean_seasonal_change_of_its_context():
+    context = torch.tensor([[0.0, 1.0, 3.0, 0.0, 5.0], [2.0, 2.0, 2.0, 2.0, 2.0]]).T[None]  # (1, L 5, C 2)
+    # season 2: |3 - 0|, |0 - 1|, |5 - 3| -> mean 2; a flat column -> the floor
+    assert window_scale(context, None, season=2)[0].tolist() == pytest.approx([2.0, SCALE_FLOOR])
+    observed = torch.ones(1, 5, 2, dtype=torch.bool)
+    observed[0, 4, 0] = False  # drops the pair (5, 3)
+    assert window_scale(context, observed, season=2)[0, 0].item() == pytest.approx(2.0)  # |3 - 0|, |0 - 1|
+    observed[0, :, 1] = False  # no observed pair: the series' own scale, 1
+    assert window_scale(context, observed, season=2)[0, 1].item() == 1.0
+    assert window_scale(context, None, season=24)[0, 0].item() == pytest.approx(11 / 4)  # too long: lag 1
+
+
+def test_scaled_calibration_divides_each_windows_errors_by_its_scale():
+    truth = torch.tensor([2.0, 4.0, 30.0, 8.0]).view(4, 1, 1)
+    scale = torch.tensor([1.0, 2.0, 10.0, 4.0]).view(4, 1)  # errors / scale: 2, 2, 3, 2
+    widths = calibrate(torch.zeros(4, 1, 1), truth, None, (0.5, 0.95), scale)
+    assert widths[:, 0, 0].tolist() == [2.0, 3.0]
+    per_window = half_widths(widths, scale)  # (levels, N, H, C)
+    assert per_window.shape == (2, 4, 1, 1) and per_window[0, :, 0, 0].tolist() == [2.0, 4.0, 20.0, 8.0]
+    assert half_widths(widths, None).shape == (2, 1, 1, 1)
+
+
+def test_scaled_intervals_hold_their_coverage_in_calm_and_volatile_stretches():
+    """Noise in proportion to the context's own change: a fixed width over-covers the calm windows and
+    under-covers the volatile ones; widths scaled by each window's context cover 80 % of both, within 3 points."""
+    generator = torch.Generator().manual_seed(0)
+
+    def draw(n):
+        sigma = torch.where(torch.arange(n) % 2 == 0, 0.2, 2.0)  # (N,) calm and volatile windows
+        context = torch.randn(n, 48, 1, generator=generator) * sigma[:, None, None]  # (N, L, C)
+        truth = torch.randn(n, 3, 1, generator=generator) * sigma[:, None, None]  # (N, H, C), forecast 0
+        return context, truth, sigma
+
+    context, truth, _ = draw(4000)
+    fixed = calibrate(torch.zeros_like(truth), truth, None, (0.8,))
+    scale = window_scale(context, None, season=1)
+    scaled = calibrate(torch.zeros_like(truth), truth, None, (0.8,), scale)
+    context, truth, sigma = draw(4000)
+    test_scale = window_scale(context, None, season=1)
+    for calm in (True, False):
+        keep = (sigma < 1) == calm
+        fixed_share, _ = coverage(torch.zeros_like(truth[keep]), truth[keep], None, fixed[0])
+        scaled_share, _ = coverage(
+            torch.zeros_like(truth[keep]), truth[keep], None, half_widths(scaled, test_scale[keep])[0]
+        )
+        assert scaled_share[0] == pytest.approx(0.8, abs=0.03)
+        assert (fixed_share[0] > 0.95) if calm else (fixed_share[0] < 0.7)
+
+
+def test_interval_widths_never_read_the_forecast_targets(tiny_csv, tmp_path):
+    """A run's half-widths for a batch of windows are the same after every target value is redrawn."""
+    from tsformer.data import prepare
+    from tsformer.fallback import season_for
+
+    cfg = tiny_config(tiny_csv)
+    train(cfg, tmp_path / "run", show_progress=False)
+    ckpt = load_checkpoint(tmp_path / "run" / "model.pt")
+    windows = prepare(cfg).split_windows("test").split(cfg.model.context_len)
+    season = season_for(ckpt.freq, cfg.model.context_len)
+    redrawn = windows._replace(target=100 * torch.randn_like(windows.target))
+    widths = ckpt.interval_half_widths(windows, season)
+    assert widths.shape == (2, len(windows.target), cfg.model.horizon, 2)  # one width per window
+    np.testing.assert_array_equal(widths, ckpt.interval_half_widths(redrawn, season))
+    later = windows._replace(context=windows.context * 3)  # ... but do read the context: 3 x its change
+    np.testing.assert_allclose(ckpt.interval_half_widths(later, season), 3 * widths, rtol=1e-5)
+
+
+def test_fixed_intervals_are_one_width_per_step(tiny_csv, tmp_path):
+    import dataclasses
+
+    cfg = tiny_config(tiny_csv)
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, interval_scale="fixed"))
+    train(cfg, tmp_path / "run", show_progress=False)
+    ckpt = load_checkpoint(tmp_path / "run" / "model.pt")
+    from tsformer.data import prepare
+
+    windows = prepare(cfg).split_windows("test").split(cfg.model.context_len)
+    widths = ckpt.interval_half_widths(windows, 1)
+    assert widths.shape == (2, 1, cfg.model.horizon, 2)
+    np.testing.assert_array_equal(widths[:, 0], ckpt.interval_widths.numpy())
 
 
 def test_labels():

@@ -68,7 +68,8 @@ def test_forecast_is_the_models_scaled_output_back_in_the_csvs_units(tmp_path):
     point = forecast[["a", "b"]].to_numpy()
     np.testing.assert_allclose(point, ckpt.scaler.inverse(scaled), rtol=1e-6)  # float32 round-off
     assert (values.min(0) <= point).all() and (point <= values.max(0)).all()
-    width = ckpt.interval_widths[0].numpy() * ckpt.scaler.std  # (H, C): the 80 % half-width in the CSV's units
+    change = np.abs(np.diff(context[0].numpy(), axis=0)).mean(axis=0)  # (C,) the context's scale (season 1 at L 16)
+    width = ckpt.interval_widths[0].numpy() * change * ckpt.scaler.std  # (H, C): the 80 % half-width, CSV units
     np.testing.assert_allclose(forecast[["a_upper_80", "b_upper_80"]].to_numpy() - point, width, rtol=1e-4)
 
 

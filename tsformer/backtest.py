@@ -143,7 +143,8 @@ def score_origins(ckpt: Checkpoint, data: Prepared, rows: np.ndarray) -> Backtes
     for name in FORECASTERS:
         s = score(forecasts[name].numpy(), truth, mean, std, frame.columns, scale, observed)["mean"]
         summary.append({"origin": "all", "forecaster": name, **s})
-    table = _long_table(ckpt, frame, forecasts, truth, observed, mean, std, starts, ids, cutoffs)
+    widths = ckpt.interval_half_widths(windows, season)  # (n_levels, N or 1, H, C) or None
+    table = _long_table(ckpt, frame, forecasts, widths, truth, observed, mean, std, starts, ids, cutoffs)
     return BacktestResult(table, pd.DataFrame(summary))
 
 
@@ -154,7 +155,7 @@ def _origin_label(cutoffs: pd.DatetimeIndex) -> str:
     return str(first) if first == last else f"{first} to {last}"
 
 
-def _long_table(ckpt, frame, forecasts, truth, observed, mean, std, starts, ids, cutoffs) -> pd.DataFrame:
+def _long_table(ckpt, frame, forecasts, widths, truth, observed, mean, std, starts, ids, cutoffs) -> pd.DataFrame:
     """One row per origin, series, step and target column, in the CSV's units."""
     horizon, n_targets = truth.shape[1], truth.shape[2]
     n = len(starts)
@@ -173,10 +174,9 @@ def _long_table(ckpt, frame, forecasts, truth, observed, mean, std, starts, ids,
     columns[ckpt.time_col] = np.repeat(np.asarray(frame.timestamps[steps].astype(str)), n_targets)
     columns["target"] = np.tile(np.array(frame.columns, dtype=object), n * horizon)
     columns["forecast"] = units(point)
-    widths = [] if ckpt.interval_widths is None else ckpt.interval_widths.numpy()  # (n_levels, H, C)
-    for level, width in zip(ckpt.interval_levels, widths, strict=True):
-        columns[f"lower_{label(level)}"] = units(point - width[None])
-        columns[f"upper_{label(level)}"] = units(point + width[None])
+    for level, width in zip(ckpt.interval_levels, () if widths is None else widths, strict=True):
+        columns[f"lower_{label(level)}"] = units(point - width)  # width (N or 1, H, C)
+        columns[f"upper_{label(level)}"] = units(point + width)
     for name in FORECASTERS[1:]:
         columns[name] = units(forecasts[name].numpy())
     truth_units = units(truth)

@@ -23,14 +23,16 @@ from tsformer import __version__
 from tsformer.config import Config, config_from_dict, to_dict
 from tsformer.data import Scaler, SplitBorders, parse_freq
 from tsformer.data.calendar import calendar_names
+from tsformer.data.prepare import Split
 from tsformer.errors import CheckpointError, TsformerError
 from tsformer.fallback import FORECASTERS
 from tsformer.files import atomic_write
-from tsformer.intervals import quantile_pairs
+from tsformer.intervals import half_widths, quantile_pairs, scale_of
 from tsformer.model import ForecasterBase, build_forecaster
 
 FORMAT_NAME = "tsformer-checkpoint"
-FORMAT_VERSION = 4  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series
+FORMAT_VERSION = 5  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
+# 5: interval widths per unit of each window's scale (train.interval_scale)
 MODEL_FILE = "model.pt"  # best weights, for evaluate/predict/check
 LAST_FILE = "last.pt"  # latest epoch with optimizer and RNG state, for --resume
 
@@ -52,7 +54,8 @@ class Checkpoint:
     data_fingerprint: dict[str, str | int] = field(default_factory=dict)  # the data it was trained on
     fallback: tuple[tuple[str, ...], ...] = ()  # per series and column, the forecaster chosen on validation; () = model
     interval_levels: tuple[float, ...] = ()  # conformal interval levels (tsformer.intervals)
-    interval_widths: torch.Tensor | None = None  # (n_levels, H, C) half-widths in scaled units
+    interval_widths: torch.Tensor | None = None  # (n_levels, H, C) half-widths, scaled units (x each window's
+    # scale with train.interval_scale=seasonal: tsformer.intervals.half_widths)
     quantile_adjust: torch.Tensor | None = None  # (n_pairs, H, C) conformal widening of each (q, 1 - q) pair
     train_state: dict[str, Any] | None = None  # optimizer, epoch, RNG, history; only in last.pt
     package_version: str = __version__
@@ -74,6 +77,14 @@ class Checkpoint:
             ) from None
         model.eval()
         return model
+
+    def interval_half_widths(self, windows: Split, season: int) -> np.ndarray | None:
+        """The conformal half-widths of `windows`, scaled units: (n_levels, N, H, C), or (n_levels, 1, H, C) when
+        they do not depend on the window (train.interval_scale=fixed); None for a run without intervals."""
+        if self.interval_widths is None or not self.interval_levels:
+            return None
+        scale = scale_of(self.config.train.interval_scale, windows.context, windows.context_observed, season)
+        return half_widths(self.interval_widths, scale).numpy()
 
 
 def save_checkpoint(ckpt: Checkpoint, path: str | Path) -> None:

@@ -27,6 +27,7 @@ MAX_SEED = 2**63 - 1  # torch.manual_seed takes a signed 64-bit integer
 MAX_COUNT = 2**31 - 1  # sizes, strides and counts beyond this are typos, not settings
 ATTENTIONS = ("fused", "explicit")
 LOSSES = ("mse", "mae")
+INTERVAL_SCALES = ("seasonal", "fixed")  # train.interval_scale (tsformer.intervals)
 AUTO_MAX_CONTEXT = 336  # the longest automatic context_len: two weeks of hourly data, the ETTh1 setting
 AUTO_MAX_PATCH = 24  # the longest automatic patch_len: a day of hourly data
 AUTO_PATCH_NO_SEASON = 4  # the automatic patch_len for a frequency with no known season (yearly, 2-day, ...)
@@ -180,6 +181,7 @@ class TrainConfig:
     device: str = "cpu"  # cpu, cuda or auto
     fallback: bool = True  # per column, forecast with a naive forecaster that beat the model on validation
     intervals: tuple[float, ...] = (0.8, 0.95)  # conformal interval levels, calibrated on validation windows
+    interval_scale: str = "seasonal"  # seasonal: each interval scales with its context's seasonal change; fixed
     quantiles: tuple[float, ...] = ()  # also forecast these quantiles (pinball loss), e.g. (0.1, 0.5, 0.9)
 
     def __post_init__(self) -> None:
@@ -187,6 +189,10 @@ class TrainConfig:
         _require(
             all(0 < level < 1 for level in self.intervals) and len(set(self.intervals)) == len(self.intervals),
             f"train.intervals must be distinct levels in (0, 1), got {list(self.intervals)}",
+        )
+        _require(
+            self.interval_scale in INTERVAL_SCALES,
+            f"train.interval_scale must be one of {', '.join(INTERVAL_SCALES)}, got {self.interval_scale!r}",
         )
         _require(
             all(0 < q < 1 for q in self.quantiles) and len(set(self.quantiles)) == len(self.quantiles),

@@ -104,8 +104,9 @@ def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True,
         for name, f in forecasts.items()
     }
     naive_widths = seasonal_naive_widths(data, season, horizon, ckpt.interval_levels)[:, ids]  # (levels, N, H, C)
-    intervals = _interval_scores(ckpt, forecasts, truth, truth_observed, stats, naive_widths)
-    wql = _quantile_scores(ckpt, model, cut, {**forecasts, "model": model_only}, stats, ids)
+    widths = ckpt.interval_half_widths(cut, season)  # (levels, N or 1, H, C) or None
+    intervals = _interval_scores(ckpt, widths, forecasts, truth, truth_observed, stats, naive_widths)
+    wql = _quantile_scores(ckpt, widths, model, cut, {**forecasts, "model": model_only}, stats, ids)
     by_series = None
     if ckpt.id_cols:
         by_series = _series_table(forecasts, truth.numpy(), stats, truth_mask, ids, frame)
@@ -202,6 +203,7 @@ def seasonal_naive_widths(data: Prepared, season: int, horizon: int, levels: tup
 
 def _interval_scores(
     ckpt: Checkpoint,
+    widths: np.ndarray | None,
     forecasts: dict[str, torch.Tensor],
     truth: torch.Tensor,
     observed: torch.Tensor | None,
@@ -211,18 +213,18 @@ def _interval_scores(
     """Per calibrated level: the share of observed test truth inside the interval (nominal: the level), its
     mean width in the CSV's units, and its MSIS (M4's interval score over the MASE scale); per column and
     averaged; and the same for seasonal naive with its in-sample intervals (`naive_widths` (levels, N, H, C)).
-    stats: each window's (mean, std, MASE scale), (N, C) each."""
+    widths: the model's half-widths (levels, N or 1, H, C); stats: each window's (mean, std, MASE scale),
+    (N, C) each."""
     out: dict[str, dict] = {}
-    if ckpt.interval_widths is None or not ckpt.interval_levels:
+    if widths is None:
         return out
     n_targets = len(ckpt.columns)
     mean, std, scale = (x[:, :n_targets] for x in stats)
     y = truth.numpy()
     mask = None if observed is None else observed.numpy()
-    widths = ckpt.interval_widths.numpy()  # (n_levels, H, C), scaled
 
     def scores(forecast: np.ndarray, width: np.ndarray, level: float) -> dict:
-        """width: (H, C) or (N, H, C), scaled."""
+        """width: (1, H, C) or (N, H, C), scaled."""
         share, _ = coverage(torch.from_numpy(forecast), truth, observed, torch.from_numpy(width))
         width_units = 2 * (np.broadcast_to(width, forecast.shape) * std[:, None]).mean(axis=(0, 1))  # (C,)
         per_width = np.broadcast_to(width, forecast.shape)
@@ -253,6 +255,7 @@ def _interval_scores(
 
 def _quantile_scores(
     ckpt: Checkpoint,
+    widths: np.ndarray | None,
     model,
     cut,
     forecasts: dict[str, torch.Tensor],
@@ -261,17 +264,17 @@ def _quantile_scores(
 ) -> dict:
     """The weighted quantile loss of the model's quantiles (conformally adjusted, with --quantiles) and the
     coverage of each (q, 1 - q) pair; without quantiles, of those the intervals imply (the point forecast
-    as the median)."""
+    as the median; `widths` (levels, N or 1, H, C))."""
     n_targets = len(ckpt.columns)
     mean, std = stats[0][:, :n_targets], stats[1][:, :n_targets]
     truth = cut.target.numpy()
     mask = None if cut.target_observed is None else cut.target_observed.numpy()
     quantiles = shipped_quantiles(model, cut, forecasts, ckpt.fallback, ids)  # forecasts: the model's own
     if quantiles is None:
-        if ckpt.interval_widths is None or not ckpt.interval_levels:
+        if widths is None:
             return {}
         shipped = apply(ckpt.fallback, forecasts, ids).numpy()
-        implied = interval_quantiles(shipped, ckpt.interval_widths.numpy(), ckpt.interval_levels)
+        implied = interval_quantiles(shipped, widths, ckpt.interval_levels)
         return {
             "source": "intervals",
             "quantiles": [q for q, _ in implied],

@@ -5,6 +5,11 @@ ceil((n + 1) a)-th smallest of the n absolute validation errors of the shipped f
 conformal prediction). The validation windows end before the test split, so the stated coverage is
 tested honestly on it; the windows overlap, so the guarantee is approximate, and `evaluate` reports
 the coverage reached.
+
+With `train.interval_scale=seasonal` (the default) the errors are first divided by each window's
+scale, the mean absolute seasonal difference of its own context (normalised conformal prediction), and
+an interval is that quantile times its window's scale: wide after a volatile stretch, narrow after a
+calm one. The scale reads the context only, never a value after the origin.
 """
 
 from __future__ import annotations
@@ -12,12 +17,52 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+SCALE_FLOOR = 1e-2  # the least window scale, in the series' training stds: a flat context keeps some width
+
+
+def window_scale(context: torch.Tensor, observed: torch.Tensor | None, season: int) -> torch.Tensor:
+    """Each window's interval scale per column (N, C): the mean of |x_t - x_(t - season)| over the observed
+    pairs of its context (N, L, C), scaled units (the in-context error of seasonal naive); 1 where the
+    context holds no pair, and at least SCALE_FLOOR."""
+    lag = season if 1 <= season < context.shape[1] else 1
+    change = (context[:, lag:] - context[:, :-lag]).abs().double()  # (N, L - lag, C)
+    if observed is None:
+        pairs = torch.full(change.shape[::2], float(change.shape[1]), dtype=torch.float64)  # (N, C)
+        total = change.sum(dim=1)
+    else:
+        both = observed[:, lag:] & observed[:, :-lag]  # (N, L - lag, C)
+        pairs = both.sum(dim=1).double()
+        total = change.masked_fill(~both, 0.0).sum(dim=1)
+    mean = torch.where(pairs > 0, total / pairs.clamp(min=1.0), 1.0)
+    return mean.clamp(min=SCALE_FLOOR).float()
+
+
+def scale_of(mode: str, context: torch.Tensor, observed: torch.Tensor | None, season: int) -> torch.Tensor | None:
+    """The windows' scales (N, C) for `train.interval_scale` `mode`: None for "fixed" (one width per step)."""
+    return window_scale(context, observed, season) if mode == "seasonal" else None
+
+
+def half_widths(widths: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
+    """Each window's half-widths (n_levels, N, H, C), scaled units, from the calibrated widths (n_levels, H, C):
+    times the window's scale (N, C), or the same for every window when `scale` is None (one window)."""
+    if scale is None:
+        return widths[:, None]
+    return widths[:, None] * scale[None, :, None, :]
+
 
 def calibrate(
-    forecast: torch.Tensor, truth: torch.Tensor, observed: torch.Tensor | None, levels: tuple[float, ...]
+    forecast: torch.Tensor,
+    truth: torch.Tensor,
+    observed: torch.Tensor | None,
+    levels: tuple[float, ...],
+    scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Half-widths (n_levels, H, C), scaled units, from validation forecasts and truth (N, H, C)."""
-    errors = (truth - forecast).abs().numpy()  # (N, H, C), float32: ample for a rank statistic
+    """Half-widths (n_levels, H, C) from validation forecasts and truth (N, H, C): in scaled units, or in
+    units of each window's `scale` (N, C) when given."""
+    errors = (truth - forecast).abs()  # (N, H, C)
+    if scale is not None:
+        errors = errors / scale[:, None, :]
+    errors = errors.numpy()  # float32: ample for a rank statistic
     if observed is not None:
         errors = np.where(observed.numpy(), errors, np.float32(np.nan))
     counts = np.maximum((~np.isnan(errors)).sum(axis=0), 1)  # (H, C) observed errors per step and column
@@ -69,12 +114,12 @@ def msis(
 
 
 def interval_quantiles(
-    forecast: np.ndarray, half_widths: np.ndarray, levels: tuple[float, ...]
+    forecast: np.ndarray, widths: np.ndarray, levels: tuple[float, ...]
 ) -> list[tuple[float, np.ndarray]]:
-    """The quantiles the intervals imply: the point forecast as the median, each interval's bounds as its
-    (1 -+ level) / 2 quantiles; (level, values (N, H, C)) pairs."""
+    """The quantiles the intervals imply: the point forecast (N, H, C) as the median, each interval's bounds
+    (half-widths `widths` (n_levels, N or 1, H, C)) as its (1 -+ level) / 2 quantiles; (level, values) pairs."""
     quantiles = [(0.5, forecast)]
-    for level, width in zip(levels, half_widths, strict=True):
+    for level, width in zip(levels, widths, strict=True):
         quantiles += [((1 - level) / 2, forecast - width), ((1 + level) / 2, forecast + width)]
     return sorted(quantiles, key=lambda pair: pair[0])
 

@@ -29,7 +29,7 @@ from tsformer.data import Prepared, WindowIndex, Windows, prepare
 from tsformer.errors import CheckpointError, ConfigError, DataError, Interrupted, TrainingError
 from tsformer.fallback import Decision, all_forecasts, apply, decide, season_for, shipped_quantiles
 from tsformer.files import atomic_write_text
-from tsformer.intervals import calibrate, calibrate_quantiles, quantile_pairs
+from tsformer.intervals import calibrate, calibrate_quantiles, quantile_pairs, scale_of
 from tsformer.leakage import check_data, check_model, require_passed
 from tsformer.model import ForecasterBase, build_forecaster
 from tsformer.progress import Progress
@@ -152,14 +152,16 @@ def _calibrate(model_file: Path, val_windows: WindowIndex, bounds: np.ndarray, c
     best = load_checkpoint(model_file)
     windows = val_windows.split(cfg.model.context_len)
     model = best.build_model()
-    forecasts = all_forecasts(model, windows, season_for(best.freq, cfg.model.context_len))
+    season = season_for(best.freq, cfg.model.context_len)
+    forecasts = all_forecasts(model, windows, season)
     ids = val_windows.series(bounds)  # (N,) each window's series
     decision = decide(
         forecasts, windows.target, windows.target_observed, best.columns, cfg.train.fallback, ids, len(bounds) - 1
     )
     levels = cfg.train.intervals
     shipped = apply(decision.choice, forecasts, ids)
-    widths = calibrate(shipped, windows.target, windows.target_observed, levels)
+    scale = scale_of(cfg.train.interval_scale, windows.context, windows.context_observed, season)  # (N, C) or None
+    widths = calibrate(shipped, windows.target, windows.target_observed, levels, scale)
     adjust = None
     quantiles = shipped_quantiles(model, windows, forecasts, decision.choice, ids)
     if quantiles is not None:
