@@ -239,3 +239,18 @@ def test_token_targets_misaligned_by_one_step_fail(monkeypatch, shift):
     monkeypatch.setattr(forecaster.Forecaster, "token_targets", misaligned)
     result = by_name(check_model(model))["model/targets"]
     assert not result.passed and result.max_change >= 1.0
+
+
+def test_the_interval_check_catches_widths_that_read_the_targets():
+    from tsformer.leakage import check_intervals
+
+    def from_context(windows):  # (levels 1, N, H, C): the context's mean absolute change, for every step
+        return windows.context.diff(dim=1).abs().mean(dim=1)[None, :, None, :].expand(1, -1, 3, -1).numpy()
+
+    def peeking(windows):  # ... plus a little of the truth it is meant to cover
+        return from_context(windows) + 0.01 * windows.target.abs()[None].numpy()
+
+    assert check_intervals(from_context, 16, 3, 2).passed
+    result = check_intervals(peeking, 16, 3, 2)
+    assert not result.passed and result.name == "intervals/future" and result.max_change > 0.1
+    assert check_intervals(lambda windows: None, 16, 3, 2).detail == "the run has no intervals"

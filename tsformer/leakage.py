@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +26,7 @@ from tsformer.data import (
     SplitBorders,
     fill_column,
 )
-from tsformer.data.prepare import scale_season
+from tsformer.data.prepare import Split, scale_season
 from tsformer.errors import LeakageError
 from tsformer.model import Covariates, ForecasterBase
 
@@ -289,6 +290,24 @@ def check_padding(model: ForecasterBase, generator: torch.Generator) -> CheckRes
         change <= TOLERANCE,
         change,
         f"forecasts after changing the {int((~observed).sum())} padded or unobserved cells",
+    )
+
+
+def check_intervals(
+    half_widths_of: Callable[[Split], np.ndarray | None], context_len: int, horizon: int, n_series: int
+) -> CheckResult:
+    """The intervals' half-widths of random windows (`half_widths_of`: a run's, (levels, N or 1, H, C)) are
+    unchanged when every target after the origin is redrawn: a width may read the context only."""
+    generator = torch.Generator().manual_seed(0)
+    context = torch.randn(8, context_len, n_series, generator=generator)  # (N, L, C)
+    windows = Split(context, torch.randn(8, horizon, n_series, generator=generator), None, None, None)
+    before = half_widths_of(windows)
+    if before is None:
+        return CheckResult("intervals/future", True, 0.0, "the run has no intervals")
+    redrawn = windows._replace(target=100 * torch.randn(8, horizon, n_series, generator=generator))
+    change = float(np.abs(half_widths_of(redrawn) - before).max())
+    return CheckResult(
+        "intervals/future", change <= TOLERANCE, change, "interval half-widths after redrawing every target"
     )
 
 
