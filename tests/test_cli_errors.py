@@ -484,6 +484,7 @@ def edit_payload(path, key, change):
         (lambda p: edit_payload(p, "borders", lambda b: [b[1], b[0], b[2]]), ("increasing row numbers",)),
         (lambda p: edit_payload(p, "data_fingerprint", lambda f: None), ("data fingerprint",)),
         (lambda p: edit_payload(p, "time_col", lambda t: 7), ("time column 7",)),
+        (lambda p: edit_payload(p, "interval_scale_typical", lambda t: -t), ("typical interval scale",)),
     ],
     ids=[
         "truncated",
@@ -499,6 +500,7 @@ def edit_payload(path, key, change):
         "borders",
         "fingerprint",
         "time-col",
+        "interval-scale",
     ],  # fmt: skip
 )
 def test_bad_checkpoint(tmp_path, run, damage, fragments):

@@ -9,7 +9,18 @@ from helpers import make_frame, tiny_config, write_csv
 
 from tsformer.checkpoint import load_checkpoint
 from tsformer.evaluate import evaluate, format_report
-from tsformer.intervals import SCALE_FLOOR, calibrate, coverage, half_widths, label, window_scale
+from tsformer.intervals import (
+    SCALE_FLOOR,
+    calibrate,
+    calibration_scale,
+    context_change,
+    coverage,
+    forecast_scale,
+    half_widths,
+    label,
+    typical_scale,
+    window_scale,
+)
 from tsformer.train import train
 
 
@@ -38,16 +49,26 @@ def test_known_noise_reaches_the_nominal_coverage():
         assert share == pytest.approx(np.full(2, level), abs=0.02) and count.tolist() == [12000, 12000]
 
 
-def test_the_window_scale_is_the_mean_seasonal_change_of_its_context():
-    context = torch.tensor([[0.0, 1.0, 3.0, 0.0, 5.0], [2.0, 2.0, 2.0, 2.0, 2.0]]).T[None]  # (1, L 5, C 2)
-    # season 2: |3 - 0|, |0 - 1|, |5 - 3| -> mean 2; a flat column -> the floor
-    assert window_scale(context, None, season=2)[0].tolist() == pytest.approx([2.0, SCALE_FLOOR])
-    observed = torch.ones(1, 5, 2, dtype=torch.bool)
-    observed[0, 4, 0] = False  # drops the pair (5, 3)
-    assert window_scale(context, observed, season=2)[0, 0].item() == pytest.approx(2.0)  # |3 - 0|, |0 - 1|
-    observed[0, :, 1] = False  # no observed pair: the series' own scale, 1
-    assert window_scale(context, observed, season=2)[0, 1].item() == 1.0
-    assert window_scale(context, None, season=24)[0, 0].item() == pytest.approx(11 / 4)  # too long: lag 1
+def test_the_context_change_is_the_mean_seasonal_change_over_observed_pairs():
+    values = [0.0, 1.0, 3.0, 0.0, 5.0, 1.0, 2.0]
+    context = torch.tensor([values, [2.0] * 7]).T[None]  # (1, L 7, C 2)
+    # season 2: |3 - 0|, |0 - 1|, |5 - 3|, |1 - 0|, |2 - 5| -> mean 2; a flat column -> 0
+    assert context_change(context, None, season=2)[0].tolist() == pytest.approx([2.0, 0.0])
+    observed = torch.ones(1, 7, 2, dtype=torch.bool)
+    observed[0, 2, 0] = False  # drops the two pairs through x2 = 3: 1, 1 and 3 are left
+    assert context_change(context, observed, season=2)[0, 0].item() == pytest.approx(5 / 3)
+    observed[0, 3, 0] = False  # one pair left, fewer than the lag: too short for a scale of its own
+    assert torch.isnan(context_change(context, observed, season=2)[0, 0])
+    assert context_change(context, None, season=24)[0, 0].item() == pytest.approx(16 / 6)  # too long: lag 1
+
+
+def test_short_and_flat_windows_take_the_typical_validation_scale():
+    change = torch.tensor([[1.0], [2.0], [4.0], [float("nan")], [0.0], [3.0]], dtype=torch.float64)  # (N 6, C 1)
+    typical = typical_scale(change)  # the median of 1, 2, 4, 0, 3
+    assert typical.tolist() == pytest.approx([2.0])
+    scale = window_scale(change, typical)[:, 0].tolist()
+    assert scale == pytest.approx([1.0, 2.0, 4.0, 2.0, SCALE_FLOOR * 2.0, 3.0])  # short: typical; flat: the floor
+    assert typical_scale(torch.full((3, 1), float("nan"))).tolist() == [1.0]  # no window with a scale
 
 
 def test_scaled_calibration_divides_each_windows_errors_by_its_scale():
@@ -73,10 +94,10 @@ def test_scaled_intervals_hold_their_coverage_in_calm_and_volatile_stretches():
 
     context, truth, _ = draw(4000)
     fixed = calibrate(torch.zeros_like(truth), truth, None, (0.8,))
-    scale = window_scale(context, None, season=1)
+    scale, typical = calibration_scale("seasonal", context, None, season=1)
     scaled = calibrate(torch.zeros_like(truth), truth, None, (0.8,), scale)
     context, truth, sigma = draw(4000)
-    test_scale = window_scale(context, None, season=1)
+    test_scale = forecast_scale(typical, context, None, season=1)
     for calm in (True, False):
         keep = (sigma < 1) == calm
         fixed_share, _ = coverage(torch.zeros_like(truth[keep]), truth[keep], None, fixed[0])
@@ -87,22 +108,25 @@ def test_scaled_intervals_hold_their_coverage_in_calm_and_volatile_stretches():
         assert (fixed_share[0] > 0.95) if calm else (fixed_share[0] < 0.7)
 
 
-def test_interval_widths_never_read_the_forecast_targets(tiny_csv, tmp_path):
-    """A run's half-widths for a batch of windows are the same after every target value is redrawn."""
+def test_interval_widths_read_each_windows_seasonal_change_and_never_its_targets(tiny_csv, tmp_path):
+    """Context 48 of hourly data: each test window's half-widths are the calibrated widths times the mean
+    |x_t - x_(t - 24)| of its own context, and stay the same after every target value is redrawn."""
     from tsformer.data import prepare
     from tsformer.fallback import season_for
 
-    cfg = tiny_config(tiny_csv)
+    cfg = tiny_config(tiny_csv, context_len=48)
     train(cfg, tmp_path / "run", show_progress=False)
     ckpt = load_checkpoint(tmp_path / "run" / "model.pt")
     windows = prepare(cfg).split_windows("test").split(cfg.model.context_len)
     season = season_for(ckpt.freq, cfg.model.context_len)
+    assert season == 24
+    widths = ckpt.interval_half_widths(windows, season)  # (levels, N, H, C)
+    context = windows.context.double().numpy()  # (N, L, C)
+    change = np.abs(context[:, 24:] - context[:, :-24]).mean(axis=1)  # (N, C), by hand
+    expected = ckpt.interval_widths.numpy()[:, None] * change[None, :, None, :]
+    np.testing.assert_allclose(widths, expected, rtol=1e-5)
     redrawn = windows._replace(target=100 * torch.randn_like(windows.target))
-    widths = ckpt.interval_half_widths(windows, season)
-    assert widths.shape == (2, len(windows.target), cfg.model.horizon, 2)  # one width per window
     np.testing.assert_array_equal(widths, ckpt.interval_half_widths(redrawn, season))
-    later = windows._replace(context=windows.context * 3)  # ... but do read the context: 3 x its change
-    np.testing.assert_allclose(ckpt.interval_half_widths(later, season), 3 * widths, rtol=1e-5)
 
 
 def test_fixed_intervals_are_one_width_per_step(tiny_csv, tmp_path):

@@ -27,7 +27,7 @@ from tsformer.data.prepare import Split
 from tsformer.errors import CheckpointError, TsformerError
 from tsformer.fallback import FORECASTERS
 from tsformer.files import atomic_write
-from tsformer.intervals import half_widths, quantile_pairs, scale_of
+from tsformer.intervals import forecast_scale, half_widths, quantile_pairs
 from tsformer.model import ForecasterBase, build_forecaster
 
 FORMAT_NAME = "tsformer-checkpoint"
@@ -56,6 +56,7 @@ class Checkpoint:
     interval_levels: tuple[float, ...] = ()  # conformal interval levels (tsformer.intervals)
     interval_widths: torch.Tensor | None = None  # (n_levels, H, C) half-widths, scaled units (x each window's
     # scale with train.interval_scale=seasonal: tsformer.intervals.half_widths)
+    interval_scale_typical: torch.Tensor | None = None  # (C,) the median validation window's scale; None: fixed
     quantile_adjust: torch.Tensor | None = None  # (n_pairs, H, C) conformal widening of each (q, 1 - q) pair
     train_state: dict[str, Any] | None = None  # optimizer, epoch, RNG, history; only in last.pt
     package_version: str = __version__
@@ -83,7 +84,7 @@ class Checkpoint:
         they do not depend on the window (train.interval_scale=fixed); None for a run without intervals."""
         if self.interval_widths is None or not self.interval_levels:
             return None
-        scale = scale_of(self.config.train.interval_scale, windows.context, windows.context_observed, season)
+        scale = forecast_scale(self.interval_scale_typical, windows.context, windows.context_observed, season)
         return half_widths(self.interval_widths, scale).numpy()
 
 
@@ -112,6 +113,7 @@ def save_checkpoint(ckpt: Checkpoint, path: str | Path) -> None:
         "fallback": [list(row) for row in ckpt.fallback],
         "interval_levels": list(ckpt.interval_levels),
         "interval_widths": ckpt.interval_widths,
+        "interval_scale_typical": ckpt.interval_scale_typical,
         "quantile_adjust": ckpt.quantile_adjust,
         "model_state": {k: v.detach().cpu() for k, v in ckpt.model_state.items()},
         "train_state": ckpt.train_state,
@@ -174,6 +176,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             fallback=tuple(tuple(row) for row in payload.get("fallback") or ()),  # () = the model everywhere
             interval_levels=tuple(float(level) for level in payload.get("interval_levels") or ()),
             interval_widths=payload.get("interval_widths"),
+            interval_scale_typical=payload.get("interval_scale_typical"),
             quantile_adjust=payload.get("quantile_adjust"),
             train_state=payload.get("train_state"),
             package_version=str(payload.get("package_version", "")),
@@ -238,6 +241,12 @@ def _validate(ckpt: Checkpoint) -> None:
         isinstance(widths, torch.Tensor) and widths.shape == (len(ckpt.interval_levels), horizon, len(columns))
     ):
         raise ValueError(f"interval widths must be (levels, horizon, columns) for levels {list(ckpt.interval_levels)}")
+    typical, scaled = ckpt.interval_scale_typical, ckpt.config.train.interval_scale == "seasonal"
+    if (typical is not None) != (scaled and bool(ckpt.interval_levels)) or (
+        typical is not None
+        and not (isinstance(typical, torch.Tensor) and typical.shape == (len(columns),) and bool((typical > 0).all()))
+    ):
+        raise ValueError("the typical interval scale must be one positive value per column, with seasonal intervals")
     adjust, pairs = ckpt.quantile_adjust, quantile_pairs(ckpt.config.train.quantiles)
     if adjust is not None and not (
         isinstance(adjust, torch.Tensor) and adjust.shape == (len(pairs), horizon, len(columns))

@@ -9,7 +9,9 @@ the coverage reached.
 With `train.interval_scale=seasonal` (the default) the errors are first divided by each window's
 scale, the mean absolute seasonal difference of its own context (normalised conformal prediction), and
 an interval is that quantile times its window's scale: wide after a volatile stretch, narrow after a
-calm one. The scale reads the context only, never a value after the origin.
+calm one. The scale reads the context only, never a value after the origin. A window whose history is
+too short for it takes the typical (median) validation window's scale, and none goes below a tenth of
+that.
 """
 
 from __future__ import annotations
@@ -17,29 +19,56 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-SCALE_FLOOR = 1e-2  # the least window scale, in the series' training stds: a flat context keeps some width
+SCALE_FLOOR = 0.1  # no window's scale is below this share of the typical validation window's
 
 
-def window_scale(context: torch.Tensor, observed: torch.Tensor | None, season: int) -> torch.Tensor:
-    """Each window's interval scale per column (N, C): the mean of |x_t - x_(t - season)| over the observed
-    pairs of its context (N, L, C), scaled units (the in-context error of seasonal naive); 1 where the
-    context holds no pair, and at least SCALE_FLOOR."""
+def context_change(context: torch.Tensor, observed: torch.Tensor | None, season: int) -> torch.Tensor:
+    """Each window's mean |x_t - x_(t - lag)| over the observed pairs of its context (N, L, C), scaled units:
+    the in-context error of seasonal naive, lag = season (1 when the context is not longer than a season).
+    NaN where the context holds fewer than `lag` pairs (a short history): (N, C), float64."""
     lag = season if 1 <= season < context.shape[1] else 1
     change = (context[:, lag:] - context[:, :-lag]).abs().double()  # (N, L - lag, C)
     if observed is None:
         pairs = torch.full(change.shape[::2], float(change.shape[1]), dtype=torch.float64)  # (N, C)
         total = change.sum(dim=1)
     else:
-        both = observed[:, lag:] & observed[:, :-lag]  # (N, L - lag, C)
+        both = observed[:, lag:] & observed[:, :-lag]  # (N, L - lag, C): both ends observed
         pairs = both.sum(dim=1).double()
         total = change.masked_fill(~both, 0.0).sum(dim=1)
-    mean = torch.where(pairs > 0, total / pairs.clamp(min=1.0), 1.0)
-    return mean.clamp(min=SCALE_FLOOR).float()
+    return torch.where(pairs >= lag, total / pairs.clamp(min=1.0), torch.nan)
 
 
-def scale_of(mode: str, context: torch.Tensor, observed: torch.Tensor | None, season: int) -> torch.Tensor | None:
-    """The windows' scales (N, C) for `train.interval_scale` `mode`: None for "fixed" (one width per step)."""
-    return window_scale(context, observed, season) if mode == "seasonal" else None
+def typical_scale(change: torch.Tensor) -> torch.Tensor:
+    """Per column (C,), the median of the validation windows' context changes (N, C); 1 where none has one."""
+    typical = torch.nan_to_num(torch.nanmedian(change, dim=0).values, nan=1.0)
+    return typical.clamp(min=1e-6).float()  # a column flat all through validation still divides
+
+
+def window_scale(change: torch.Tensor, typical: torch.Tensor) -> torch.Tensor:
+    """Each window's scale (N, C): its context change (N, C), the typical one (C,) where its history is too
+    short for one, and never below SCALE_FLOOR x typical (a flat stretch keeps some width)."""
+    own = torch.where(torch.isnan(change), typical.double(), change)
+    return torch.maximum(own, SCALE_FLOOR * typical.double()).float()
+
+
+def calibration_scale(
+    mode: str, context: torch.Tensor, observed: torch.Tensor | None, season: int
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """For `train.interval_scale` `mode`, the validation windows' scales (N, C) and the typical scale (C,)
+    to keep with the widths; (None, None) for "fixed" (one width per step)."""
+    if mode != "seasonal":
+        return None, None
+    change = context_change(context, observed, season)
+    typical = typical_scale(change)
+    return window_scale(change, typical), typical
+
+
+def forecast_scale(
+    typical: torch.Tensor | None, context: torch.Tensor, observed: torch.Tensor | None, season: int
+) -> torch.Tensor | None:
+    """The scales (N, C) of windows to forecast, given the typical validation scale (C,) kept at calibration;
+    None without one (fixed widths)."""
+    return None if typical is None else window_scale(context_change(context, observed, season), typical)
 
 
 def half_widths(widths: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
@@ -84,7 +113,8 @@ def label(level: float) -> str:
 def coverage(
     forecast: torch.Tensor, truth: torch.Tensor, observed: torch.Tensor | None, half_width: torch.Tensor
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per column: the share of observed truth inside forecast +- half_width (H, C), and the count scored."""
+    """Per column: the share of observed truth inside forecast +- half_width ((N or 1, H, C)), and the count
+    scored."""
     inside = ((truth - forecast).abs() <= half_width).double()  # (N, H, C)
     weights = torch.ones_like(inside) if observed is None else observed.double()
     count = weights.sum(dim=(0, 1))
@@ -103,7 +133,7 @@ def msis(
 ) -> float:
     """Mean scaled interval score (M4): width plus 2/alpha times each miss, over the MASE scale.
 
-    forecast, truth (N, H, C) scaled; half_width (H, C) scaled; std and scale (N, C) per window (its
+    forecast, truth (N, H, C) scaled; half_width (N or 1, H, C) scaled; std and scale (N, C) per window (its
     series' standard deviation and seasonal-naive MAE, in the CSV's units)."""
     alpha = 1 - level
     lower, upper = forecast - half_width, forecast + half_width

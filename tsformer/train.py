@@ -29,7 +29,7 @@ from tsformer.data import Prepared, WindowIndex, Windows, prepare
 from tsformer.errors import CheckpointError, ConfigError, DataError, Interrupted, TrainingError
 from tsformer.fallback import Decision, all_forecasts, apply, decide, season_for, shipped_quantiles
 from tsformer.files import atomic_write_text
-from tsformer.intervals import calibrate, calibrate_quantiles, quantile_pairs, scale_of
+from tsformer.intervals import calibrate, calibrate_quantiles, calibration_scale, quantile_pairs
 from tsformer.leakage import check_data, check_model, require_passed
 from tsformer.model import ForecasterBase, build_forecaster
 from tsformer.progress import Progress
@@ -160,7 +160,7 @@ def _calibrate(model_file: Path, val_windows: WindowIndex, bounds: np.ndarray, c
     )
     levels = cfg.train.intervals
     shipped = apply(decision.choice, forecasts, ids)
-    scale = scale_of(cfg.train.interval_scale, windows.context, windows.context_observed, season)  # (N, C) or None
+    scale, typical = calibration_scale(cfg.train.interval_scale, windows.context, windows.context_observed, season)
     widths = calibrate(shipped, windows.target, windows.target_observed, levels, scale)
     adjust = None
     quantiles = shipped_quantiles(model, windows, forecasts, decision.choice, ids)
@@ -168,7 +168,12 @@ def _calibrate(model_file: Path, val_windows: WindowIndex, bounds: np.ndarray, c
         pairs = quantile_pairs(cfg.train.quantiles)
         adjust = calibrate_quantiles(quantiles, windows.target, windows.target_observed, pairs, model.quantile_levels)
     calibrated = dataclasses.replace(
-        best, fallback=decision.choice, interval_levels=levels, interval_widths=widths, quantile_adjust=adjust
+        best,
+        fallback=decision.choice,
+        interval_levels=levels,
+        interval_widths=widths,
+        interval_scale_typical=typical if levels else None,
+        quantile_adjust=adjust,
     )
     save_checkpoint(calibrated, model_file)
     return decision
