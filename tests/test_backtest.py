@@ -34,10 +34,8 @@ def test_backtest_forecasts_equal_evaluates_on_the_windows_they_share(run, monke
     forecast = result.forecasts["forecast"].to_numpy().reshape(6, 4, 2)  # (origin, step, column)
     expected = ckpt.scaler.inverse(shipped[-6:])
     np.testing.assert_allclose(forecast, expected, rtol=1e-6, atol=1e-6)
-    from tsformer.fallback import season_for
-
     cut = evaluate_module.load_run_data(ckpt).split_windows("test").split(ckpt.config.model.context_len)
-    widths = ckpt.interval_half_widths(cut, season_for(ckpt.freq, ckpt.config.model.context_len))[0, -6:]
+    widths = ckpt.interval_half_widths(cut)[0, -6:]
     assert widths.shape == (6, 4, 2)  # each window's own 80 % half-widths, scaled
     for column, sign in (("lower_80", -1), ("upper_80", 1)):
         bound = result.forecasts[column].to_numpy().reshape(6, 4, 2)

@@ -120,13 +120,13 @@ def test_interval_widths_read_each_windows_seasonal_change_and_never_its_targets
     windows = prepare(cfg).split_windows("test").split(cfg.model.context_len)
     season = season_for(ckpt.freq, cfg.model.context_len)
     assert season == 24
-    widths = ckpt.interval_half_widths(windows, season)  # (levels, N, H, C)
+    widths = ckpt.interval_half_widths(windows)  # (levels, N, H, C)
     context = windows.context.double().numpy()  # (N, L, C)
     change = np.abs(context[:, 24:] - context[:, :-24]).mean(axis=1)  # (N, C), by hand
     expected = ckpt.interval_widths.numpy()[:, None] * change[None, :, None, :]
     np.testing.assert_allclose(widths, expected, rtol=1e-5)
     redrawn = windows._replace(target=100 * torch.randn_like(windows.target))
-    np.testing.assert_array_equal(widths, ckpt.interval_half_widths(redrawn, season))
+    np.testing.assert_array_equal(widths, ckpt.interval_half_widths(redrawn))
 
 
 def test_fixed_intervals_are_one_width_per_step(tiny_csv, tmp_path):
@@ -139,7 +139,7 @@ def test_fixed_intervals_are_one_width_per_step(tiny_csv, tmp_path):
     from tsformer.data import prepare
 
     windows = prepare(cfg).split_windows("test").split(cfg.model.context_len)
-    widths = ckpt.interval_half_widths(windows, 1)
+    widths = ckpt.interval_half_widths(windows)
     assert widths.shape == (2, 1, cfg.model.horizon, 2)
     np.testing.assert_array_equal(widths[:, 0], ckpt.interval_widths.numpy())
 

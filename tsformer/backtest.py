@@ -143,7 +143,7 @@ def score_origins(ckpt: Checkpoint, data: Prepared, rows: np.ndarray) -> Backtes
     for name in FORECASTERS:
         s = score(forecasts[name].numpy(), truth, mean, std, frame.columns, scale, observed)["mean"]
         summary.append({"origin": "all", "forecaster": name, **s})
-    widths = ckpt.interval_half_widths(windows, season)  # (n_levels, N or 1, H, C) or None
+    widths = ckpt.interval_half_widths(windows)  # (n_levels, N or 1, H, C) or None
     table = _long_table(ckpt, frame, forecasts, widths, truth, observed, mean, std, starts, ids, cutoffs)
     return BacktestResult(table, pd.DataFrame(summary))
 

@@ -6,7 +6,6 @@ from pathlib import Path
 
 from tsformer.checkpoint import load_checkpoint, resolve_checkpoint
 from tsformer.evaluate import load_run_data
-from tsformer.fallback import season_for
 from tsformer.leakage import CheckResult, check_data, check_intervals, check_model
 
 
@@ -17,10 +16,8 @@ def check_run(run: str | Path, csv: str | Path | None = None, n_checks: int = 32
     """
     ckpt = load_checkpoint(resolve_checkpoint(run))
     cfg = ckpt.config.model
-    season = season_for(ckpt.freq, cfg.context_len)
     results = check_model(ckpt.build_model(), n_checks=n_checks)
-    widths_of = lambda windows: ckpt.interval_half_widths(windows, season)  # noqa: E731
-    results.append(check_intervals(widths_of, cfg.context_len, cfg.horizon, len(ckpt.columns)))
+    results.append(check_intervals(ckpt.interval_half_widths, cfg.context_len, cfg.horizon, len(ckpt.columns)))
     path = Path(csv) if csv is not None else Path(ckpt.config.data.path)
     if not path.is_file():
         return results, f"data checks skipped: {path} not found (pass --csv to run them)"

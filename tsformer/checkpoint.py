@@ -25,7 +25,7 @@ from tsformer.data import Scaler, SplitBorders, parse_freq
 from tsformer.data.calendar import calendar_names
 from tsformer.data.prepare import Split
 from tsformer.errors import CheckpointError, TsformerError
-from tsformer.fallback import FORECASTERS
+from tsformer.fallback import FORECASTERS, season_for
 from tsformer.files import atomic_write
 from tsformer.intervals import forecast_scale, half_widths, quantile_pairs
 from tsformer.model import ForecasterBase, build_forecaster
@@ -79,11 +79,13 @@ class Checkpoint:
         model.eval()
         return model
 
-    def interval_half_widths(self, windows: Split, season: int) -> np.ndarray | None:
+    def interval_half_widths(self, windows: Split) -> np.ndarray | None:
         """The conformal half-widths of `windows`, scaled units: (n_levels, N, H, C), or (n_levels, 1, H, C) when
-        they do not depend on the window (train.interval_scale=fixed); None for a run without intervals."""
+        they do not depend on the window (train.interval_scale=fixed); None for a run without intervals. Each
+        window's scale uses the season that calibration did (season_for of the run's frequency and context)."""
         if self.interval_widths is None or not self.interval_levels:
             return None
+        season = season_for(self.freq, self.config.model.context_len)
         scale = forecast_scale(self.interval_scale_typical, windows.context, windows.context_observed, season)
         return half_widths(self.interval_widths, scale).numpy()
 

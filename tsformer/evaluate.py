@@ -104,7 +104,7 @@ def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True,
         for name, f in forecasts.items()
     }
     naive_widths = seasonal_naive_widths(data, season, horizon, ckpt.interval_levels)[:, ids]  # (levels, N, H, C)
-    widths = ckpt.interval_half_widths(cut, season)  # (levels, N or 1, H, C) or None
+    widths = ckpt.interval_half_widths(cut)  # (levels, N or 1, H, C) or None
     intervals = _interval_scores(ckpt, widths, forecasts, truth, truth_observed, stats, naive_widths)
     wql = _quantile_scores(ckpt, widths, model, cut, {**forecasts, "model": model_only}, stats, ids)
     by_series = None

@@ -196,8 +196,7 @@ def forecast_frame(
     layout = Layout(ckpt.columns, ckpt.past_covs, ckpt.future_covs, ckpt.calendar)
     split = Windows(windows, observed, layout).split(cfg.context_len)
     model = ckpt.build_model()
-    season = season_for(ckpt.freq, cfg.context_len)
-    forecasts = all_forecasts(model, split, season)
+    forecasts = all_forecasts(model, split, season_for(ckpt.freq, cfg.context_len))
     known = {key: i for i, key in enumerate(ckpt.series)}  # a series not in training: its model forecast
     choice = tuple(ckpt.fallback[known[key]] if key in known and ckpt.fallback else ("model",) * n_columns
                    for key in frame.keys)  # fmt: skip
@@ -209,7 +208,7 @@ def forecast_frame(
     ids = np.arange(frame.n_ids)[:, None]  # (S, 1): each row's series, for the scaler
     target_scaler = Scaler(scaler.mean[:, :n_columns], scaler.std[:, :n_columns])
     point = target_scaler.inverse(scaled, ids)
-    widths = ckpt.interval_half_widths(split, season)  # (n_levels, S or 1, H, C), scaled
+    widths = ckpt.interval_half_widths(split)  # (n_levels, S or 1, H, C), scaled
     bands = [
         (label(level), target_scaler.inverse(scaled - width, ids), target_scaler.inverse(scaled + width, ids))
         for level, width in zip(ckpt.interval_levels, () if widths is None else widths, strict=True)
