@@ -35,6 +35,7 @@ FORMAT_VERSION = 5  # 2: data fingerprint, renamed weights. 3: many series, cova
 # 5: interval widths per unit of each window's scale (train.interval_scale)
 MODEL_FILE = "model.pt"  # best weights, for evaluate/predict/check
 LAST_FILE = "last.pt"  # latest epoch with optimizer and RNG state, for --resume
+CALIBRATION_DIR = "calibration"  # the run folder of the model whose errors calibrate the intervals (refit)
 
 
 @dataclass(frozen=True)

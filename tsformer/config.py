@@ -28,6 +28,7 @@ MAX_COUNT = 2**31 - 1  # sizes, strides and counts beyond this are typos, not se
 ATTENTIONS = ("fused", "explicit")
 LOSSES = ("mse", "mae")
 INTERVAL_SCALES = ("seasonal", "fixed")  # train.interval_scale (tsformer.intervals)
+INTERVAL_CALIBRATIONS = ("validation", "refit")  # train.interval_calibration (tsformer.train)
 AUTO_MAX_CONTEXT = 336  # the longest automatic context_len: two weeks of hourly data, the ETTh1 setting
 AUTO_MAX_PATCH = 24  # the longest automatic patch_len: a day of hourly data
 AUTO_PATCH_NO_SEASON = 4  # the automatic patch_len for a frequency with no known season (yearly, 2-day, ...)
@@ -69,7 +70,8 @@ class DataConfig:
     # train, validation, test shares of each series; () = DEFAULT_SPLIT_RATIOS for a wide file, and for
     # long format (many series) the last `horizon` steps of each series as test, the `horizon` before as validation
     split_ratios: tuple[float, ...] = ()
-    split_borders: tuple[int | str, ...] = ()  # ends of train, val, test: row numbers (within each series) or dates
+    # ends of train, val, test: row numbers within each series (negative: counted back from its end) or dates
+    split_borders: tuple[int | str, ...] = ()
 
     def __post_init__(self) -> None:
         _require(
@@ -182,6 +184,9 @@ class TrainConfig:
     fallback: bool = True  # per column, forecast with a naive forecaster that beat the model on validation
     intervals: tuple[float, ...] = (0.8, 0.95)  # conformal interval levels, calibrated on validation windows
     interval_scale: str = "seasonal"  # seasonal: each interval scales with its context's seasonal change; fixed
+    # validation: the run's own validation errors; refit: those of a second model trained without each series'
+    # last validation + test steps, so its errors are measured as far from its training data as predict forecasts
+    interval_calibration: str = "validation"
     quantiles: tuple[float, ...] = ()  # also forecast these quantiles (pinball loss), e.g. (0.1, 0.5, 0.9)
 
     def __post_init__(self) -> None:
@@ -193,6 +198,11 @@ class TrainConfig:
         _require(
             self.interval_scale in INTERVAL_SCALES,
             f"train.interval_scale must be one of {', '.join(INTERVAL_SCALES)}, got {self.interval_scale!r}",
+        )
+        _require(
+            self.interval_calibration in INTERVAL_CALIBRATIONS,
+            f"train.interval_calibration must be one of {', '.join(INTERVAL_CALIBRATIONS)}, "
+            f"got {self.interval_calibration!r}",
         )
         _require(
             all(0 < q < 1 for q in self.quantiles) and len(set(self.quantiles)) == len(self.quantiles),

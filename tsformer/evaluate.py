@@ -32,6 +32,9 @@ from tsformer.leakage import check_scaler
 from tsformer.metrics import mase_scale, score, score_by_series
 
 
+CALIBRATED_BY = {"validation": "", "refit": " by a model trained one validation + test stretch earlier"}
+
+
 @dataclass(frozen=True)
 class EvalReport:
     split: str  # "test" (or "val")
@@ -247,6 +250,7 @@ def _interval_scores(
     for k, (level, width) in enumerate(zip(ckpt.interval_levels, widths, strict=True)):
         out[label(level)] = {
             "nominal": level,
+            "calibration": ckpt.config.train.interval_calibration,
             **scores(model, width, level),
             "seasonal_naive": scores(naive, naive_widths[k].astype(np.float32), level),
         }
@@ -367,7 +371,8 @@ def format_report(report: EvalReport) -> str:
             lines.append(f"quantiles {pair}: cover {100 * share:.1f} % of {points}")
     for tag, interval in report.intervals.items():
         lines.append(
-            f"{tag} % interval (conformal, calibrated on validation): coverage {100 * interval['coverage']:.1f} % "
+            f"{tag} % interval (conformal, calibrated on validation{CALIBRATED_BY[interval['calibration']]}): "
+            f"coverage {100 * interval['coverage']:.1f} % "
             f"of {points}, mean width {interval['width']:.4g} (original units, averaged over columns), "
             f"MSIS {interval['msis']:.3f}"
         )

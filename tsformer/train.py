@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 
 from tsformer import distributed, runfolder
-from tsformer.checkpoint import LAST_FILE, MODEL_FILE, Checkpoint, load_checkpoint, save_checkpoint
+from tsformer.checkpoint import CALIBRATION_DIR, LAST_FILE, MODEL_FILE, Checkpoint, load_checkpoint, save_checkpoint
 from tsformer.config import MAX_SEED, Config, save_config, with_data_path
 from tsformer.data import Prepared, WindowIndex, Windows, prepare
 from tsformer.errors import CheckpointError, ConfigError, DataError, Interrupted, TrainingError
@@ -127,12 +127,15 @@ def _train(
     runner = _Runner(cfg, data, model, optimizer, out_dir, folder, ctx, show_progress)
     if not state.finished:
         runner.loop(state, train_windows, val_windows)
+    refit = None
+    if cfg.train.interval_calibration == "refit" and cfg.train.intervals:
+        refit = _train_calibration_model(data, out_dir / CALIBRATION_DIR, folder is not None, show_progress)
     decision = None
     if folder is not None:
         from tsformer.plots import plot_history
 
         plot_history(pd.DataFrame(state.history), folder.path / "loss.png")
-        decision = _calibrate(folder.path / MODEL_FILE, val_windows, data.frame.bounds, cfg)
+        decision = _calibrate(folder.path / MODEL_FILE, val_windows, data, refit)
     return TrainResult(
         run_dir=out_dir,
         best_epoch=state.best_epoch,
@@ -146,9 +149,11 @@ def _train(
     )
 
 
-def _calibrate(model_file: Path, val_windows: WindowIndex, bounds: np.ndarray, cfg: Config) -> Decision:
+def _calibrate(model_file: Path, val_windows: WindowIndex, data: Prepared, refit: Path | None) -> Decision:
     """On the validation windows: score the best model and the naive forecasters, choose per column, and
-    calibrate conformal intervals around the chosen forecast; store both in model.pt."""
+    calibrate conformal intervals around the chosen forecast (or, with `refit`, the calibration model's
+    forecast of the same windows); store both in model.pt."""
+    cfg, bounds = data.config, data.frame.bounds
     best = load_checkpoint(model_file)
     windows = val_windows.split(cfg.model.context_len)
     model = best.build_model()
@@ -160,8 +165,9 @@ def _calibrate(model_file: Path, val_windows: WindowIndex, bounds: np.ndarray, c
     )
     levels = cfg.train.intervals
     shipped = apply(decision.choice, forecasts, ids)
+    calibrated_on = shipped if refit is None else _refit_forecast(refit, data, val_windows)
     scale, typical = calibration_scale(cfg.train.interval_scale, windows.context, windows.context_observed, season)
-    widths = calibrate(shipped, windows.target, windows.target_observed, levels, scale)
+    widths = calibrate(calibrated_on, windows.target, windows.target_observed, levels, scale)
     adjust = None
     quantiles = shipped_quantiles(model, windows, forecasts, decision.choice, ids)
     if quantiles is not None:
@@ -177,6 +183,76 @@ def _calibrate(model_file: Path, val_windows: WindowIndex, bounds: np.ndarray, c
     )
     save_checkpoint(calibrated, model_file)
     return decision
+
+
+def calibration_config(data: Prepared) -> Config:
+    """The calibration model's config (train.interval_calibration=refit): each series' borders moved back by
+    its validation and test lengths, so that model forecasts the run's validation windows from as far after
+    its training data as predict forecasts from after the run's. It needs those lengths, and the rows after
+    the test split, to be the same in every series with a validation stretch (the long-format default, or
+    one series)."""
+    borders, lengths = data.borders, data.frame.lengths
+    has_val = borders.val_end > borders.train_end
+    val_len, test_len = borders.val_end - borders.train_end, borders.test_end - borders.val_end
+    after = lengths - borders.test_end  # rows after the test split
+    counts = {int(v) for v in val_len[has_val]}, {int(t) for t in test_len[has_val]}, {int(a) for a in after[has_val]}
+    if any(len(values) != 1 for values in counts):
+        raise ConfigError(
+            "train.interval_calibration=refit needs the same validation and test lengths in every series (the "
+            "long-format default split, or one series); use train.interval_calibration=validation or fix "
+            "data.split_borders"
+        )
+    (v,), (t,), (a,) = counts
+    gap = v + t  # how far predict forecasts after the run's training data
+    ends = (-(a + gap + gap), -(a + gap + t), -(a + t))  # train', val', and the run's validation end, from the end
+    train = dataclasses.replace(data.config.train, interval_calibration="validation")
+    return dataclasses.replace(
+        data.config, data=dataclasses.replace(data.config.data, split_borders=ends), train=train
+    )
+
+
+def _train_calibration_model(data: Prepared, out_dir: Path, main: bool, show_progress: bool) -> Path:
+    """Train the calibration model into `out_dir` (on every rank, as the run was) and return its model.pt."""
+    cfg = calibration_config(data)
+    if main:
+        train_end, val_end, run_val_end = cfg.data.split_borders
+        gap = run_val_end - val_end  # the run's validation and test lengths
+        print(
+            f"intervals: a calibration model trains on each series' steps before its last {-train_end} "
+            f"(validating on the {val_end - train_end} after them) and forecasts the run's validation windows "
+            f"{gap} steps after its training data, as predict forecasts {gap} steps after the run's",
+            file=sys.stderr,
+        )
+    folder = runfolder.claim(out_dir, overwrite=True, resume=False) if main else None
+    try:
+        _train(cfg, out_dir, folder, False, show_progress)
+    finally:
+        if folder is not None:
+            folder.release()
+    return out_dir / MODEL_FILE
+
+
+def _refit_forecast(model_file: Path, data: Prepared, val_windows: WindowIndex) -> torch.Tensor:
+    """The calibration model's shipped forecast (its own fallback applied) of the run's validation windows,
+    (N, H, C) in the run's scaled units. It reads the same rows in its own scaling."""
+    from tsformer.evaluate import load_run_data
+
+    ckpt = load_checkpoint(model_file)
+    own = load_run_data(ckpt)
+    if not np.array_equal(own.frame.bounds, data.frame.bounds):
+        raise TrainingError("the calibration model read different rows from the run's CSV; train the run again")
+    windows = dataclasses.replace(val_windows, source=own.scaled, source_observed=own.observed)
+    ids = windows.series(data.frame.bounds)  # (N,)
+    split = windows.split(ckpt.config.model.context_len)
+    forecasts = all_forecasts(ckpt.build_model(), split, season_for(ckpt.freq, ckpt.config.model.context_len))
+    forecast = apply(ckpt.fallback, forecasts, ids).double()  # (N, H, C) in its scaled units
+    c = forecast.shape[-1]
+
+    def per_window(stat: np.ndarray) -> torch.Tensor:  # (n_ids, n_columns) -> (N, 1, C), broadcast over steps
+        return torch.from_numpy(np.asarray(stat, dtype=np.float64)[ids, None, :c])
+
+    in_units = forecast * per_window(ckpt.scaler.std) + per_window(ckpt.scaler.mean)
+    return ((in_units - per_window(data.scaler.mean)) / per_window(data.scaler.std)).float()
 
 
 @contextlib.contextmanager

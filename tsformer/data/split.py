@@ -58,8 +58,8 @@ def split_borders(
     lengths = frame.lengths
     if cfg.split_borders:
         ends = np.stack([_border_rows(b, frame) for b in cfg.split_borders], axis=1)  # (n_ids, 3)
-        if frame.id_cols:  # a panel: a border past a series' end (it ends early) stops at its end
-            ends = np.minimum(ends, lengths[:, None])
+        if frame.id_cols:  # a panel: a border past a series' end (it ends early) stops at its end, one before its
+            ends = np.clip(ends, 0, lengths[:, None])  # start (counted back from a short series' end) at its start
             bad = ~((ends[:, 0] <= ends[:, 1]) & (ends[:, 1] <= ends[:, 2]))  # the room is checked over all series
         else:
             bad = ~((0 < ends[:, 0]) & (ends[:, 0] < ends[:, 1]) & (ends[:, 1] < ends[:, 2]) & (ends[:, 2] <= lengths))
@@ -91,9 +91,10 @@ def split_borders(
 
 
 def _border_rows(border: int | str, frame: SeriesFrame) -> np.ndarray:
-    """(n_ids,) the row (within each series) where `border` falls."""
+    """(n_ids,) the row (within each series) where `border` falls; a negative row counts back from the series' end."""
     if isinstance(border, int):
-        return np.full(frame.n_ids, border, dtype=np.int64)
+        rows = np.full(frame.n_ids, border, dtype=np.int64)
+        return frame.lengths.astype(np.int64) + rows if border < 0 else rows
     timestamps = frame.timestamps
     try:
         when = pd.Timestamp(border)
