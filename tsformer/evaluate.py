@@ -31,7 +31,6 @@ from tsformer.intervals import (
 from tsformer.leakage import check_scaler
 from tsformer.metrics import mase_scale, score, score_by_series
 
-
 CALIBRATED_BY = {"validation": "", "refit": " by a model trained one validation + test stretch earlier"}
 
 

@@ -206,9 +206,7 @@ def calibration_config(data: Prepared) -> Config:
     gap = v + t  # how far predict forecasts after the run's training data
     ends = (-(a + gap + gap), -(a + gap + t), -(a + t))  # train', val', and the run's validation end, from the end
     train = dataclasses.replace(data.config.train, interval_calibration="validation")
-    return dataclasses.replace(
-        data.config, data=dataclasses.replace(data.config.data, split_borders=ends), train=train
-    )
+    return dataclasses.replace(data.config, data=dataclasses.replace(data.config.data, split_borders=ends), train=train)
 
 
 def _train_calibration_model(data: Prepared, out_dir: Path, main: bool, show_progress: bool) -> Path:
