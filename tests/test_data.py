@@ -55,6 +55,14 @@ def test_explicit_row_and_date_borders():
     assert dates.to_list() == [[60], [80], [95]]
 
 
+def test_negative_row_borders_count_back_from_the_end():
+    frame = one_series(pd.date_range("2024-01-01", periods=100, freq="h"))
+    assert split_borders(DataConfig(split_borders=(-40, -20, -5)), frame, 10, 5).to_list() == [[60], [80], [95]]
+    assert split_borders(DataConfig(split_borders=(60, -20, 100)), frame, 10, 5).to_list() == [[60], [80], [100]]
+    with pytest.raises(DataError, match=r"give rows \[-20, 80, 95\], which must increase and stay within its 100 rows"):
+        split_borders(DataConfig(split_borders=(-120, -20, -5)), frame, 10, 5)
+
+
 def test_scaler_uses_training_rows_only(tiny_csv):
     data = prepare(tiny_config(tiny_csv))
     train_end = int(data.borders.train_end[0])

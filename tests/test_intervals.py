@@ -239,3 +239,73 @@ def test_evaluate_reports_seasonal_naive_intervals_beside_the_models(tiny_csv, t
     naive = report.intervals["80"]["seasonal_naive"]
     assert 0 <= naive["coverage"] <= 1 and naive["width"] > 0 and naive["msis"] > 0
     assert "seasonal naive's 80 % interval (from its in-sample errors)" in format_report(report)
+
+
+# --- train.interval_calibration=refit ----------------------------------------------------------------------
+
+
+def refit_config(csv):
+    import dataclasses
+
+    cfg = tiny_config(csv)
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, interval_calibration="refit"))
+
+
+def test_refit_widths_come_from_a_model_trained_one_validation_and_test_stretch_earlier(tmp_path):
+    """Series of 120, 96 and 150 steps, horizon 4: the calibration model trains on each series without its last
+    16 steps, validates on the next 4, and its forecast of the run's validation window (as predict writes it from
+    the CSV cut at that window) calibrates the run's intervals."""
+    from test_long_format import long_frame
+
+    from tsformer.data import prepare
+    from tsformer.fallback import season_for
+    from tsformer.predict import predict
+
+    frame = long_frame({"A": 120, "B": 96, "C": 150})
+    csv = write_csv(tmp_path / "long.csv", frame)
+    cfg = refit_config(csv)
+    train(cfg, tmp_path / "run", show_progress=False)
+    run = load_checkpoint(tmp_path / "run" / "model.pt")
+    own = load_checkpoint(tmp_path / "run" / "calibration" / "model.pt")
+    assert run.borders.to_list() == [[112, 88, 142], [116, 92, 146], [120, 96, 150]]
+    assert own.borders.to_list() == [[104, 80, 134], [108, 84, 138], [116, 92, 146]]
+    for i, uid in enumerate("ABC"):  # its scaler: its own training rows only
+        y = frame.loc[frame.unique_id == uid, "y"].to_numpy()[: own.borders.train_end[i]]
+        np.testing.assert_allclose([own.scaler.mean[i, 0], own.scaler.std[i, 0]], [y.mean(), y.std()], rtol=1e-4)
+
+    cut = frame[frame.groupby("unique_id").cumcount(ascending=False) >= 8]  # each series up to the run's validation
+    forecast = predict(tmp_path / "run" / "calibration", write_csv(tmp_path / "cut.csv", cut)).frame
+    data = prepare(run.config)
+    windows = data.split_windows("val").split(run.config.model.context_len)  # one per series, in series order
+    mean, std = run.scaler.mean[:, None, :1], run.scaler.std[:, None, :1]  # (3, 1, 1)
+    forecast_scaled = (forecast["y"].to_numpy().reshape(3, 4, 1) - mean) / std
+    scale, _ = calibration_scale("seasonal", windows.context, windows.context_observed, season_for("h", 16))
+    expected = calibrate(torch.from_numpy(forecast_scaled).float(), windows.target, None, (0.8, 0.95), scale)
+    torch.testing.assert_close(run.interval_widths, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_the_refit_calibration_model_never_reads_its_test_rows_and_the_run_never_its_test_split(tmp_path):
+    """Redrawing every row from the calibration model's validation end leaves its weights, scaler and fallback
+    as they were; redrawing the run's test split leaves the run's intervals as they were."""
+    from test_long_format import long_frame
+
+    frame = long_frame({"A": 120, "B": 96, "C": 150})
+    versions = {"original": frame.copy(), "late": frame.copy(), "test": frame.copy()}
+    rng = np.random.default_rng(1)
+    for uid, n in (("A", 120), ("B", 96), ("C", 150)):
+        rows = versions["late"].index[versions["late"].unique_id == uid]
+        versions["late"].loc[rows[n - 12 :], "y"] = rng.normal(0, 50, 12)  # from its validation end (-12) on
+        versions["test"].loc[rows[n - 4 :], "y"] = rng.normal(0, 50, 4)  # the run's test split
+    runs = {}
+    for name, version in versions.items():
+        train(refit_config(write_csv(tmp_path / f"{name}.csv", version)), tmp_path / name, show_progress=False)
+        runs[name] = (
+            load_checkpoint(tmp_path / name / "model.pt"),
+            load_checkpoint(tmp_path / name / "calibration" / "model.pt"),
+        )
+    (run, own), (_, late_own), (test_run, test_own) = runs["original"], runs["late"], runs["test"]
+    for other in (late_own, test_own):
+        assert all(torch.equal(own.model_state[k], other.model_state[k]) for k in own.model_state)
+        assert np.array_equal(own.scaler.mean, other.scaler.mean) and own.fallback == other.fallback
+    assert torch.equal(run.interval_widths, test_run.interval_widths)
+    assert not torch.equal(run.interval_widths, runs["late"][0].interval_widths)  # the run's validation does count

@@ -285,3 +285,14 @@ def test_date_borders_split_series_that_end_on_different_dates(tmp_path):
     data = prepare(cfg)
     assert data.borders.to_list() == [[96, 93], [144, 141], [200, 150]]
     assert all(r.passed for r in check_data(data, data.config))
+
+
+def test_negative_row_borders_count_back_from_each_series_end(tmp_path):
+    """A panel's negative border is that many rows before each series' own end; before a short series' first row,
+    it is its first row (the series has no training rows)."""
+    csv = tmp_path / "ends.csv"
+    long_frame({"A": 200, "B": 150, "C": 30}).to_csv(csv, index=False)
+    cfg = tiny_config(csv)
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, split_borders=(-40, -10, -2)))
+    data = prepare(cfg)
+    assert data.borders.to_list() == [[160, 110, 0], [190, 140, 20], [198, 148, 28]]

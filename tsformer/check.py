@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tsformer.checkpoint import load_checkpoint, resolve_checkpoint
+from tsformer.checkpoint import CALIBRATION_DIR, MODEL_FILE, load_checkpoint, resolve_checkpoint
 from tsformer.evaluate import load_run_data
-from tsformer.leakage import CheckResult, check_data, check_intervals, check_model
+from tsformer.leakage import CheckResult, check_calibration_model, check_data, check_intervals, check_model
 
 
 def check_run(run: str | Path, csv: str | Path | None = None, n_checks: int = 32) -> tuple[list[CheckResult], str]:
@@ -14,10 +14,15 @@ def check_run(run: str | Path, csv: str | Path | None = None, n_checks: int = 32
 
     Returns the results and a note on what was skipped ("" when nothing was).
     """
-    ckpt = load_checkpoint(resolve_checkpoint(run))
+    model_file = resolve_checkpoint(run)
+    ckpt = load_checkpoint(model_file)
     cfg = ckpt.config.model
     results = check_model(ckpt.build_model(), n_checks=n_checks)
     results.append(check_intervals(ckpt.interval_half_widths, cfg.context_len, cfg.horizon, len(ckpt.columns)))
+    own = None  # the calibration model's borders (train.interval_calibration=refit)
+    if ckpt.config.train.interval_calibration == "refit" and ckpt.interval_levels:
+        own = load_checkpoint(model_file.parent / CALIBRATION_DIR / MODEL_FILE).borders
+    results.append(check_calibration_model(ckpt.borders, own))
     path = Path(csv) if csv is not None else Path(ckpt.config.data.path)
     if not path.is_file():
         return results, f"data checks skipped: {path} not found (pass --csv to run them)"

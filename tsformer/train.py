@@ -101,6 +101,9 @@ def _train(
         torch.set_num_threads(cfg.train.num_threads)
     data = prepare(cfg)
     cfg = data.config  # automatic sizes chosen
+    refit = cfg.train.interval_calibration == "refit" and bool(cfg.train.intervals)
+    if refit:
+        calibration_config(data)  # refused now, not after training, when the split does not allow it
     if folder is not None:
         for note in folder.notes + list(data.notes):
             print(note, file=sys.stderr)
@@ -127,15 +130,15 @@ def _train(
     runner = _Runner(cfg, data, model, optimizer, out_dir, folder, ctx, show_progress)
     if not state.finished:
         runner.loop(state, train_windows, val_windows)
-    refit = None
-    if cfg.train.interval_calibration == "refit" and cfg.train.intervals:
-        refit = _train_calibration_model(data, out_dir / CALIBRATION_DIR, folder is not None, show_progress)
+    calibration_model = None
+    if refit:
+        calibration_model = _train_calibration_model(data, out_dir / CALIBRATION_DIR, folder is not None, show_progress)
     decision = None
     if folder is not None:
         from tsformer.plots import plot_history
 
         plot_history(pd.DataFrame(state.history), folder.path / "loss.png")
-        decision = _calibrate(folder.path / MODEL_FILE, val_windows, data, refit)
+        decision = _calibrate(folder.path / MODEL_FILE, val_windows, data, calibration_model)
     return TrainResult(
         run_dir=out_dir,
         best_epoch=state.best_epoch,
@@ -164,12 +167,14 @@ def _calibrate(model_file: Path, val_windows: WindowIndex, data: Prepared, refit
         forecasts, windows.target, windows.target_observed, best.columns, cfg.train.fallback, ids, len(bounds) - 1
     )
     levels = cfg.train.intervals
-    shipped = apply(decision.choice, forecasts, ids)
-    calibrated_on = shipped if refit is None else _refit_forecast(refit, data, val_windows)
+    if refit is None:  # the forecasts (N, H, C) and quantiles (N, H, C, Q) whose errors calibrate
+        shipped = apply(decision.choice, forecasts, ids)
+        quantiles = shipped_quantiles(model, windows, forecasts, decision.choice, ids)
+    else:
+        shipped, quantiles = _refit_forecasts(refit, data, val_windows)
     scale, typical = calibration_scale(cfg.train.interval_scale, windows.context, windows.context_observed, season)
-    widths = calibrate(calibrated_on, windows.target, windows.target_observed, levels, scale)
+    widths = calibrate(shipped, windows.target, windows.target_observed, levels, scale)
     adjust = None
-    quantiles = shipped_quantiles(model, windows, forecasts, decision.choice, ids)
     if quantiles is not None:
         pairs = quantile_pairs(cfg.train.quantiles)
         adjust = calibrate_quantiles(quantiles, windows.target, windows.target_observed, pairs, model.quantile_levels)
@@ -230,9 +235,12 @@ def _train_calibration_model(data: Prepared, out_dir: Path, main: bool, show_pro
     return out_dir / MODEL_FILE
 
 
-def _refit_forecast(model_file: Path, data: Prepared, val_windows: WindowIndex) -> torch.Tensor:
-    """The calibration model's shipped forecast (its own fallback applied) of the run's validation windows,
-    (N, H, C) in the run's scaled units. It reads the same rows in its own scaling."""
+def _refit_forecasts(
+    model_file: Path, data: Prepared, val_windows: WindowIndex
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The calibration model's shipped forecast (N, H, C) and quantiles (N, H, C, Q) or None (its own fallback
+    applied) of the run's validation windows, in the run's scaled units. It reads the same rows in its own
+    scaling."""
     from tsformer.evaluate import load_run_data
 
     ckpt = load_checkpoint(model_file)
@@ -242,15 +250,21 @@ def _refit_forecast(model_file: Path, data: Prepared, val_windows: WindowIndex) 
     windows = dataclasses.replace(val_windows, source=own.scaled, source_observed=own.observed)
     ids = windows.series(data.frame.bounds)  # (N,)
     split = windows.split(ckpt.config.model.context_len)
-    forecasts = all_forecasts(ckpt.build_model(), split, season_for(ckpt.freq, ckpt.config.model.context_len))
-    forecast = apply(ckpt.fallback, forecasts, ids).double()  # (N, H, C) in its scaled units
+    model = ckpt.build_model()
+    forecasts = all_forecasts(model, split, season_for(ckpt.freq, ckpt.config.model.context_len))
+    forecast = apply(ckpt.fallback, forecasts, ids)  # (N, H, C) in its scaled units
+    quantiles = shipped_quantiles(model, split, forecasts, ckpt.fallback, ids)  # (N, H, C, Q) or None
     c = forecast.shape[-1]
 
     def per_window(stat: np.ndarray) -> torch.Tensor:  # (n_ids, n_columns) -> (N, 1, C), broadcast over steps
         return torch.from_numpy(np.asarray(stat, dtype=np.float64)[ids, None, :c])
 
-    in_units = forecast * per_window(ckpt.scaler.std) + per_window(ckpt.scaler.mean)
-    return ((in_units - per_window(data.scaler.mean)) / per_window(data.scaler.std)).float()
+    slope = per_window(ckpt.scaler.std) / per_window(data.scaler.std)  # its scaled units -> the run's
+    shift = (per_window(ckpt.scaler.mean) - per_window(data.scaler.mean)) / per_window(data.scaler.std)
+    in_run_units = (forecast.double() * slope + shift).float()
+    if quantiles is not None:
+        quantiles = (quantiles.double() * slope[..., None] + shift[..., None]).float()
+    return in_run_units, quantiles
 
 
 @contextlib.contextmanager
