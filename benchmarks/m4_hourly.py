@@ -215,7 +215,13 @@ def markdown(result: dict) -> str:
     if intervals.get("levels"):
         lines += [
             "",
-            "Conformal intervals (calibrated on validation only) against the official test set:",
+            "Conformal intervals against the official test set, calibrated on each series' validation window "
+            + (
+                "by a calibration model trained one validation + test stretch (96 steps) earlier, so its errors "
+                "are measured as far after its training data as the forecast is after the run's:"
+                if "train.interval_calibration=refit" in result["overrides"]
+                else "(the run's own errors there):"
+            ),
             "",
             "| level | coverage | mean width | MSIS |",
             "|---|---|---|---|",

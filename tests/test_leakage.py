@@ -267,6 +267,8 @@ def test_the_refit_check_passes_a_calibration_model_a_stretch_earlier_and_catche
     assert check_calibration_model(run, None).passed
     good = check_calibration_model(run, own)
     assert good.passed and good.max_change == 0.0
+    short = SplitBorders.from_list([[112, 88, 2], [116, 92, 6], [120, 96, 10]])  # C: 10 steps, none of them its
+    assert check_calibration_model(short, SplitBorders.from_list([[104, 80, 0], [108, 84, 0], [116, 92, 6]])).passed
     late = SplitBorders.from_list([[108, 84, 138], [112, 88, 142], [120, 96, 150]])
     bad = check_calibration_model(run, late)
     assert not bad.passed and bad.max_change == 4.0

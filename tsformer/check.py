@@ -19,12 +19,18 @@ def check_run(run: str | Path, csv: str | Path | None = None, n_checks: int = 32
     cfg = ckpt.config.model
     results = check_model(ckpt.build_model(), n_checks=n_checks)
     results.append(check_intervals(ckpt.interval_half_widths, cfg.context_len, cfg.horizon, len(ckpt.columns)))
-    own = None  # the calibration model's borders (train.interval_calibration=refit)
-    if ckpt.config.train.interval_calibration == "refit" and ckpt.interval_levels:
-        own = load_checkpoint(model_file.parent / CALIBRATION_DIR / MODEL_FILE).borders
-    results.append(check_calibration_model(ckpt.borders, own))
+    own_file = model_file.parent / CALIBRATION_DIR / MODEL_FILE  # train.interval_calibration=refit
+    refit = ckpt.config.train.interval_calibration == "refit" and bool(ckpt.interval_levels)
+    skipped = f"intervals/refit skipped: {own_file} not found (the run folder without its calibration model)"
+    if refit and not own_file.is_file():
+        notes = [skipped]
+    else:
+        notes = []
+        own = load_checkpoint(own_file).borders if refit else None
+        results.append(check_calibration_model(ckpt.borders, own))
     path = Path(csv) if csv is not None else Path(ckpt.config.data.path)
     if not path.is_file():
-        return results, f"data checks skipped: {path} not found (pass --csv to run them)"
+        notes.append(f"data checks skipped: {path} not found (pass --csv to run them)")
+        return results, "; ".join(notes)
     data = load_run_data(ckpt, path)
-    return results + check_data(data, ckpt.config), ""
+    return results + check_data(data, ckpt.config), "; ".join(notes)

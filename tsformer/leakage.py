@@ -317,9 +317,9 @@ def check_calibration_model(run: SplitBorders, own: SplitBorders | None) -> Chec
     the run's end a validation and test stretch before predict's forecast; `own` None: no calibration model."""
     if own is None:
         return CheckResult("intervals/refit", True, 0.0, "intervals calibrated on the run's own validation windows")
-    has_val = run.val_end > run.train_end
+    selected = (run.val_end > run.train_end) & (own.val_end > 0)  # the run validates, it has targets there
     test_len = run.test_end - run.val_end
-    too_close = (own.val_end + test_len - run.train_end)[has_val]  # > 0: steps it selected on too near them
+    too_close = (own.val_end + test_len - run.train_end)[selected]  # > 0: steps it selected on too near them
     worst = max(int(too_close.max()), 0) if len(too_close) else 0
     return CheckResult(
         "intervals/refit",

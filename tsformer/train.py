@@ -1,7 +1,8 @@
 """`train(cfg, out_dir)`: leakage checks, then AdamW with early stopping into a run folder.
 
 The run folder holds config.yaml (resolved), model.pt (best weights), last.pt (latest epoch
-with optimizer and RNG state, for --resume), history.csv and loss.png.
+with optimizer and RNG state, for --resume), history.csv and loss.png; with
+train.interval_calibration=refit, calibration/ holds the calibration model's run.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch
 from tsformer import distributed, runfolder
 from tsformer.checkpoint import CALIBRATION_DIR, LAST_FILE, MODEL_FILE, Checkpoint, load_checkpoint, save_checkpoint
 from tsformer.config import MAX_SEED, Config, save_config, with_data_path
-from tsformer.data import Prepared, WindowIndex, Windows, prepare
+from tsformer.data import Prepared, WindowIndex, Windows, panel_min_history, prepare, split_borders
 from tsformer.errors import CheckpointError, ConfigError, DataError, Interrupted, TrainingError
 from tsformer.fallback import Decision, all_forecasts, apply, decide, season_for, shipped_quantiles
 from tsformer.files import atomic_write_text
@@ -197,7 +198,7 @@ def calibration_config(data: Prepared) -> Config:
     the test split, to be the same in every series with a validation stretch (the long-format default, or
     one series)."""
     borders, lengths = data.borders, data.frame.lengths
-    has_val = borders.val_end > borders.train_end
+    has_val = borders.val_end - borders.train_end >= data.config.model.horizon  # series with a validation window
     val_len, test_len = borders.val_end - borders.train_end, borders.test_end - borders.val_end
     after = lengths - borders.test_end  # rows after the test split
     counts = {int(v) for v in val_len[has_val]}, {int(t) for t in test_len[has_val]}, {int(a) for a in after[has_val]}
@@ -211,7 +212,17 @@ def calibration_config(data: Prepared) -> Config:
     gap = v + t  # how far predict forecasts after the run's training data
     ends = (-(a + gap + gap), -(a + gap + t), -(a + t))  # train', val', and the run's validation end, from the end
     train = dataclasses.replace(data.config.train, interval_calibration="validation")
-    return dataclasses.replace(data.config, data=dataclasses.replace(data.config.data, split_borders=ends), train=train)
+    cfg = dataclasses.replace(data.config, data=dataclasses.replace(data.config.data, split_borders=ends), train=train)
+    model = cfg.model
+    history = panel_min_history("train", model.context_len, model.horizon) if data.frame.id_cols else model.context_len
+    try:  # the calibration model's split must have room, checked before the run trains
+        split_borders(cfg.data, data.frame, model.context_len, model.horizon, min_history=history)
+    except DataError as exc:
+        raise ConfigError(
+            f"train.interval_calibration=refit moves the split back by {gap} steps, and then: {exc}; "
+            "use train.interval_calibration=validation, or give the series more rows"
+        ) from None
+    return cfg
 
 
 def _train_calibration_model(data: Prepared, out_dir: Path, main: bool, show_progress: bool) -> Path:
@@ -223,7 +234,7 @@ def _train_calibration_model(data: Prepared, out_dir: Path, main: bool, show_pro
         print(
             f"intervals: a calibration model trains on each series' steps before its last {-train_end} "
             f"(validating on the {val_end - train_end} after them) and forecasts the run's validation windows "
-            f"{gap} steps after its training data, as predict forecasts {gap} steps after the run's",
+            f"{gap} steps after its training data, as a forecast after the run's test split is after the run's",
             file=sys.stderr,
         )
     folder = runfolder.claim(out_dir, overwrite=True, resume=False) if main else None
