@@ -309,3 +309,24 @@ def test_the_refit_calibration_model_never_reads_its_test_rows_and_the_run_never
         assert np.array_equal(own.scaler.mean, other.scaler.mean) and own.fallback == other.fallback
     assert torch.equal(run.interval_widths, test_run.interval_widths)
     assert not torch.equal(run.interval_widths, runs["late"][0].interval_widths)  # the run's validation does count
+
+
+def test_a_stop_while_the_calibration_model_trains_says_to_resume_the_run(tmp_path, monkeypatch):
+    from test_long_format import long_frame
+
+    from tsformer import train as train_module
+    from tsformer.errors import Interrupted
+
+    original, calls = train_module._Runner.loop, []
+
+    def loop(self, state, train_windows, val_windows):
+        calls.append(self.out_dir)
+        if len(calls) == 2:  # the calibration model's loop
+            raise Interrupted("training stopped during epoch 1")
+        return original(self, state, train_windows, val_windows)
+
+    monkeypatch.setattr(train_module._Runner, "loop", loop)
+    csv = write_csv(tmp_path / "long.csv", long_frame({"A": 120, "B": 96, "C": 150}))
+    with pytest.raises(Interrupted, match=f"Resume with: tsformer train --resume --out {tmp_path / 'run'}$"):
+        train(refit_config(csv), tmp_path / "run", show_progress=False)
+    assert calls[1] == tmp_path / "run" / "calibration" and (tmp_path / "run" / "model.pt").is_file()

@@ -240,6 +240,13 @@ def _train_calibration_model(data: Prepared, out_dir: Path, main: bool, show_pro
     folder = runfolder.claim(out_dir, overwrite=True, resume=False) if main else None
     try:
         _train(cfg, out_dir, folder, False, show_progress)
+    except Interrupted:
+        raise Interrupted(
+            "training stopped while the calibration model trained; the run's own model is saved. "
+            f"Resume with: tsformer train --resume --out {out_dir.parent}"
+        ) from None
+    except TrainingError as exc:
+        raise TrainingError(f"the calibration model (train.interval_calibration=refit) failed: {exc}") from None
     finally:
         if folder is not None:
             folder.release()
