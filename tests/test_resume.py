@@ -126,7 +126,8 @@ def test_kill_9_mid_epoch_then_resume_matches_uninterrupted_run(series_csv, tmp_
 
 def test_ctrl_c_stops_cleanly_and_says_how_to_resume(series_csv, tmp_path, restore_threads):
     run = tmp_path / "run"
-    proc = start_tsformer(_train_argv(series_csv, run, epochs=4), tmp_path / "run.log")
+    # 12 epochs of a fraction of a second each: the signal lands well before the last one on a fast machine
+    proc = start_tsformer(_train_argv(series_csv, run, epochs=12), tmp_path / "run.log")
     try:
         _wait_for_epoch(proc, run, 1)
         proc.send_signal(signal.SIGINT)
@@ -144,12 +145,12 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(series_csv, tmp_path, resto
         f"Error: training stopped during epoch {saved + 1}; epoch {saved} is saved in {run / LAST_FILE}. "
         f"Resume with: tsformer train --resume --out {run}"
     ), output
-    assert 1 <= saved < 4
+    assert 1 <= saved < 12
     assert not list(run.glob(".*.tmp")), "a temporary checkpoint was left behind"
 
     resumed = _run_cli(["train", "--resume", "--out", str(run), "--quiet"])
     assert resumed.exit_code == 0, resumed.output
-    assert _saved_epoch(run) == 4
+    assert _saved_epoch(run) > saved and load_checkpoint(run / LAST_FILE).train_state["loop"]["finished"]
 
 
 def test_ctrl_c_before_any_epoch_says_nothing_was_saved(series_csv, tmp_path, monkeypatch, restore_threads):
