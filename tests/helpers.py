@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -62,7 +63,17 @@ def tiny_config(csv: Path | str = "", fallback: bool = True, **model) -> Config:
 def start_tsformer(argv: list[str], log: Path) -> subprocess.Popen:
     """`python -m tsformer ARGV` as a real process, stdout and stderr into `log`."""
     with log.open("w") as handle:
-        return subprocess.Popen([sys.executable, "-m", "tsformer", *argv], stdout=handle, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, "-m", "tsformer", *argv],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_default_sigint,
+        )
+
+
+def _default_sigint() -> None:
+    """Ctrl-C as a terminal sends it: a shell's background job ignores SIGINT, and its children inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for(condition, proc: subprocess.Popen, what: str, deadline_s: float = 60) -> None:
