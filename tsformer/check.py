@@ -19,13 +19,12 @@ def check_run(run: str | Path, csv: str | Path | None = None, n_checks: int = 32
     cfg = ckpt.config.model
     results = check_model(ckpt.build_model(), n_checks=n_checks)
     results.append(check_intervals(ckpt.interval_half_widths, cfg.context_len, cfg.horizon, len(ckpt.columns)))
+    notes = []
     own_file = model_file.parent / CALIBRATION_DIR / MODEL_FILE  # train.interval_calibration=refit
     refit = ckpt.config.train.interval_calibration == "refit" and bool(ckpt.interval_levels)
-    skipped = f"intervals/refit skipped: {own_file} not found (the run folder without its calibration model)"
     if refit and not own_file.is_file():
-        notes = [skipped]
+        notes.append(f"intervals/refit skipped: {own_file} not found (the run folder without its calibration model)")
     else:
-        notes = []
         own = load_checkpoint(own_file).borders if refit else None
         results.append(check_calibration_model(ckpt.borders, own))
     path = Path(csv) if csv is not None else Path(ckpt.config.data.path)

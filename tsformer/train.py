@@ -26,7 +26,7 @@ import torch
 from tsformer import distributed, runfolder
 from tsformer.checkpoint import CALIBRATION_DIR, LAST_FILE, MODEL_FILE, Checkpoint, load_checkpoint, save_checkpoint
 from tsformer.config import MAX_SEED, Config, save_config, with_data_path
-from tsformer.data import Prepared, WindowIndex, Windows, panel_min_history, prepare, split_borders
+from tsformer.data import Prepared, Scaler, WindowIndex, Windows, prepare, split_borders
 from tsformer.errors import CheckpointError, ConfigError, DataError, Interrupted, TrainingError
 from tsformer.fallback import Decision, all_forecasts, apply, decide, season_for, shipped_quantiles
 from tsformer.files import atomic_write_text
@@ -103,8 +103,7 @@ def _train(
     data = prepare(cfg)
     cfg = data.config  # automatic sizes chosen
     refit = cfg.train.interval_calibration == "refit" and bool(cfg.train.intervals)
-    if refit:
-        calibration_config(data)  # refused now, not after training, when the split does not allow it
+    calibration_cfg = calibration_config(data) if refit else None  # refused now, not after training
     if folder is not None:
         for note in folder.notes + list(data.notes):
             print(note, file=sys.stderr)
@@ -132,8 +131,9 @@ def _train(
     if not state.finished:
         runner.loop(state, train_windows, val_windows)
     calibration_model = None
-    if refit:
-        calibration_model = _train_calibration_model(data, out_dir / CALIBRATION_DIR, folder is not None, show_progress)
+    if calibration_cfg is not None:
+        main = folder is not None
+        calibration_model = _train_calibration_model(calibration_cfg, out_dir / CALIBRATION_DIR, main, show_progress)
     decision = None
     if folder is not None:
         from tsformer.plots import plot_history
@@ -214,9 +214,8 @@ def calibration_config(data: Prepared) -> Config:
     train = dataclasses.replace(data.config.train, interval_calibration="validation")
     cfg = dataclasses.replace(data.config, data=dataclasses.replace(data.config.data, split_borders=ends), train=train)
     model = cfg.model
-    history = panel_min_history("train", model.context_len, model.horizon) if data.frame.id_cols else model.context_len
     try:  # the calibration model's split must have room, checked before the run trains
-        split_borders(cfg.data, data.frame, model.context_len, model.horizon, min_history=history)
+        split_borders(cfg.data, data.frame, model.context_len, model.horizon, min_history=data.min_history("train"))
     except DataError as exc:
         raise ConfigError(
             f"train.interval_calibration=refit moves the split back by {gap} steps, and then: {exc}; "
@@ -225,9 +224,9 @@ def calibration_config(data: Prepared) -> Config:
     return cfg
 
 
-def _train_calibration_model(data: Prepared, out_dir: Path, main: bool, show_progress: bool) -> Path:
-    """Train the calibration model into `out_dir` (on every rank, as the run was) and return its model.pt."""
-    cfg = calibration_config(data)
+def _train_calibration_model(cfg: Config, out_dir: Path, main: bool, show_progress: bool) -> Path:
+    """Train the calibration model (`cfg`: `calibration_config`) into `out_dir` (on every rank, as the run was)
+    and return its model.pt."""
     if main:
         train_end, val_end, run_val_end = cfg.data.split_borders
         gap = run_val_end - val_end  # the run's validation and test lengths
@@ -273,16 +272,16 @@ def _refit_forecasts(
     forecast = apply(ckpt.fallback, forecasts, ids)  # (N, H, C) in its scaled units
     quantiles = shipped_quantiles(model, split, forecasts, ckpt.fallback, ids)  # (N, H, C, Q) or None
     c = forecast.shape[-1]
+    its_targets = Scaler(ckpt.scaler.mean[:, :c], ckpt.scaler.std[:, :c])
+    run_targets = Scaler(data.scaler.mean[:, :c], data.scaler.std[:, :c])
 
-    def per_window(stat: np.ndarray) -> torch.Tensor:  # (n_ids, n_columns) -> (N, 1, C), broadcast over steps
-        return torch.from_numpy(np.asarray(stat, dtype=np.float64)[ids, None, :c])
+    def to_run_units(scaled: torch.Tensor) -> torch.Tensor:  # (N, ..., C) in its scaled units -> the run's
+        rows = ids.reshape(-1, *[1] * (scaled.dim() - 2))  # each window's series, broadcast over the rest
+        return torch.from_numpy(run_targets.transform(its_targets.inverse(scaled.numpy(), rows), rows))
 
-    slope = per_window(ckpt.scaler.std) / per_window(data.scaler.std)  # its scaled units -> the run's
-    shift = (per_window(ckpt.scaler.mean) - per_window(data.scaler.mean)) / per_window(data.scaler.std)
-    in_run_units = (forecast.double() * slope + shift).float()
     if quantiles is not None:
-        quantiles = (quantiles.double() * slope[..., None] + shift[..., None]).float()
-    return in_run_units, quantiles
+        quantiles = to_run_units(quantiles.movedim(-1, 1)).movedim(1, -1)  # (N, Q, H, C) while converted
+    return to_run_units(forecast), quantiles
 
 
 @contextlib.contextmanager
