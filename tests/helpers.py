@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from tsformer.config import Config, DataConfig, ModelConfig, TrainConfig
+from tsformer.layout import Layout
 
 TINY_FLAGS = [
     "--context-len",
@@ -94,3 +95,14 @@ def hourly_series(n_rows: int, seed: int = 0) -> pd.DataFrame:
         "load": 10 + 3 * np.sin(2 * np.pi * t / 24) + rng.normal(0, 0.5, n_rows),
         "temp": 5 + np.sin(2 * np.pi * t / 168) + rng.normal(0, 0.2, n_rows),
     })  # fmt: skip
+
+
+def layout_of(n_series: int, n_past: int = 0, n_future: int = 0, cycle: int = 0, **static) -> Layout:
+    """A layout of made-up names: targets s0.., past-only covariates p0.., known-future ones f0..."""
+    return Layout(
+        tuple(f"s{j}" for j in range(n_series)),
+        past=tuple(f"p{j}" for j in range(n_past)),
+        future=tuple(f"f{j}" for j in range(n_future)),
+        cycle=cycle,
+        **static,
+    )

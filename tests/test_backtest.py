@@ -8,8 +8,8 @@ import pytest
 from helpers import make_frame, tiny_config, write_csv
 from test_cli_errors import assert_error, invoke
 
-from tsformer.backtest import backtest, refit_backtest
-from tsformer.checkpoint import load_checkpoint
+from tsformer.backtest import backtest_run, refit_backtest
+from tsformer.checkpoint import load_predictor
 from tsformer.errors import DataError
 from tsformer.train import train
 
@@ -27,15 +27,15 @@ def test_backtest_forecasts_equal_evaluates_on_the_windows_they_share(run, monke
     scored = []
     real_score = evaluate_module.score
     monkeypatch.setattr(evaluate_module, "score", lambda f, *a, **k: scored.append(f) or real_score(f, *a, **k))
-    evaluate_module.evaluate(run, write=False)
+    evaluate_module.evaluate_run(run, write=False)
     shipped = scored[0]  # (N, H, C): the model row of evaluate, every stride-1 test window, scaled
-    ckpt = load_checkpoint(run / "model.pt")
-    result = backtest(run, windows=6, step=1)  # the last 6 windows: evaluate's last 6 test windows
+    ckpt = load_predictor(run / "model.pt")
+    result = backtest_run(run, windows=6, step=1)  # the last 6 windows: evaluate's last 6 test windows
     forecast = result.forecasts["forecast"].to_numpy().reshape(6, 4, 2)  # (origin, step, column)
     expected = ckpt.scaler.inverse(shipped[-6:])
     np.testing.assert_allclose(forecast, expected, rtol=1e-6, atol=1e-6)
-    cut = evaluate_module.load_run_data(ckpt).split_windows("test").split(ckpt.config.model.context_len)
-    widths = ckpt.interval_half_widths(cut)[0, -6:]
+    cut = ckpt.read().split_windows("test").split(ckpt.config.model.context_len)
+    widths = ckpt.calibration.half_widths(cut)[0, -6:]
     assert widths.shape == (6, 4, 2)  # each window's own 80 % half-widths, scaled
     for column, sign in (("lower_80", -1), ("upper_80", 1)):
         bound = result.forecasts[column].to_numpy().reshape(6, 4, 2)
@@ -49,7 +49,7 @@ def test_backtest_forecasts_equal_evaluates_on_the_windows_they_share(run, monke
 
 def test_origins_inside_the_training_data_are_refused(run):
     with pytest.raises(DataError, match="inside the data the model was trained or selected on"):
-        backtest(run, windows=20, step=4)  # reaches back past row 168, where training targets end
+        backtest_run(run, windows=20, step=4)  # reaches back past row 168, where training targets end
 
 
 def test_the_cli_writes_the_long_csv_and_the_plot(run, tmp_path):
@@ -74,7 +74,7 @@ def test_refit_trains_each_fold_on_the_rows_before_its_origin(tmp_path):
     values = pd.read_csv(csv)[["a", "b"]].to_numpy()
     origins = [240 - 4 - 8, 240 - 4]
     for fold, origin in enumerate(origins, start=1):
-        ckpt = load_checkpoint(tmp_path / "folds" / f"fold_{fold}" / "model.pt")
+        ckpt = load_predictor(tmp_path / "folds" / f"fold_{fold}" / "model.pt")
         train_end = int(ckpt.borders.train_end[0])
         assert int(ckpt.borders.val_end[0]) == origin  # validation ends where the fold forecasts from
         np.testing.assert_allclose(ckpt.scaler.mean[0], values[:train_end].mean(0), rtol=1e-5)
@@ -93,7 +93,7 @@ def test_refit_cuts_series_of_different_lengths_at_the_same_dates(tmp_path):
     result = refit_backtest(tiny_config(csv), tmp_path / "folds", windows=2, step=8)
     lengths = {"A": 120, "B": 96}
     for fold, back in enumerate((12, 4), start=1):  # origins 12 and 4 steps before each series' end
-        ckpt = load_checkpoint(tmp_path / "folds" / f"fold_{fold}" / "model.pt")
+        ckpt = load_predictor(tmp_path / "folds" / f"fold_{fold}" / "model.pt")
         for i, key in enumerate(ckpt.series):
             uid = key[0]
             origin = lengths[uid] - back
@@ -122,7 +122,7 @@ def test_backtest_of_a_long_format_run_covers_every_series(tmp_path):
 
     cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, split_ratios=(0.6, 0.2, 0.2)))
     train(cfg, tmp_path / "run", show_progress=False)
-    result = backtest(tmp_path / "run", windows=3, step=4)
+    result = backtest_run(tmp_path / "run", windows=3, step=4)
     assert result.forecasts.groupby("unique_id").size().to_dict() == {"A": 12, "B": 12}
     stamps = pd.read_csv(csv, parse_dates=["ds"]).groupby("unique_id")["ds"]
     last_reads = {uid: str(ds.iloc[-4 - 1]) for uid, ds in stamps}  # each series' last origin reads up to here

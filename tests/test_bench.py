@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 from tsformer.bench import run_benchmark
-from tsformer.checkpoint import load_checkpoint
+from tsformer.checkpoint import load_predictor
 from tsformer.config import load_config, with_data_path
-from tsformer.data import prepare
+from tsformer.data import training_data
 from tsformer.datasets import resolve_data_path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -25,7 +25,7 @@ needs_etth1 = pytest.mark.skipif(
 @needs_etth1
 def test_standard_protocol_borders_windows_and_scaler():
     cfg = with_data_path(load_config(REPO / "configs" / "etth1_96.yaml"), ETTH1)
-    data = prepare(cfg)
+    data = training_data(cfg)
     assert data.borders.to_list() == [[8640], [11520], [14400]]
     assert len(data.windows("test")) == 2880 - 96 + 1
     raw = pd.read_csv(ETTH1).drop(columns="date").to_numpy()
@@ -45,7 +45,7 @@ def test_benchmark_pipeline_on_a_slice(tmp_path):
     result = run_benchmark(config, tmp_path / "runs", tmp_path / "results", data_dir=tmp_path, show_progress=False)
     assert result["n_test_windows"] == 120 - 24 + 1
     assert result["leakage_checks_passed"]
-    ckpt = load_checkpoint(tmp_path / "runs" / "slice_24" / "model.pt")
+    ckpt = load_predictor(tmp_path / "runs" / "slice_24" / "model.pt")
     assert ckpt.borders.to_list() == [[360], [480], [600]]
     raw = pd.read_csv(tmp_path / "etth1_slice.csv").drop(columns="date").to_numpy()
     np.testing.assert_allclose(ckpt.scaler.mean[0], raw[:360].mean(0), rtol=1e-5)
@@ -88,7 +88,7 @@ def test_bench_command_on_tiny_data_without_a_reference_file(tiny_csv, tmp_path)
     assert (saved["dataset"], saved["horizon"], saved["n_test_windows"]) == ("tiny", 4, 48 - 4 + 1)
     table = (results / "tiny.md").read_text()
     model, ablation = saved["test"]["model"], saved["ablation_no_transformer"]
-    assert load_checkpoint(tmp_path / "runs" / "tiny_4_no_transformer" / "model.pt").config.model.transformer is False
+    assert load_predictor(tmp_path / "runs" / "tiny_4_no_transformer" / "model.pt").config.model.transformer is False
     assert "per_column" not in saved["intervals"]["80"]
     assert ablation["n_parameters"] < saved["n_parameters"]  # the skip alone
     assert ablation["best_val_mse"] > 0 and ablation["test_mse"] > 0

@@ -2,9 +2,9 @@ import pytest
 import torch
 from helpers import tiny_config
 
-from tsformer.checkpoint import load_checkpoint, save_checkpoint
+from tsformer.checkpoint import load_predictor, save_predictor
 from tsformer.errors import CheckpointError
-from tsformer.predict import predict
+from tsformer.predict import predict_run
 from tsformer.train import train
 
 
@@ -20,19 +20,21 @@ def trained_run(tmp_path_factory):
 
 def test_round_trip_gives_identical_forecasts(trained_run, tmp_path):
     run, csv = trained_run
-    ckpt = load_checkpoint(run / "model.pt")
-    save_checkpoint(ckpt, tmp_path / "copy.pt")
-    again = load_checkpoint(tmp_path / "copy.pt")
-    assert again.config == ckpt.config and again.columns == ("a", "b") and again.freq == "h"
+    ckpt = load_predictor(run / "model.pt")
+    save_predictor(ckpt, tmp_path / "copy.pt")
+    again = load_predictor(tmp_path / "copy.pt")
+    assert again.config == ckpt.config and again.layout == ckpt.layout and again.layout.targets == ("a", "b")
+    assert again.freq == "h" and again.fallback == ckpt.fallback and again.summary == ckpt.summary
     assert again.data_fingerprint["last"] == "2024-01-10 23:00:00" and again.data_fingerprint["rows"] == 240
-    for name, tensor in ckpt.model_state.items():
-        assert torch.equal(tensor, again.model_state[name])
-    assert predict(run, csv).frame.equals(predict(tmp_path / "copy.pt", csv).frame)
+    for name, tensor in ckpt.model.state_dict().items():
+        assert torch.equal(tensor, again.model.state_dict()[name])
+    assert torch.equal(again.calibration.widths, ckpt.calibration.widths)
+    assert predict_run(run, csv).frame.equals(predict_run(tmp_path / "copy.pt", csv).frame)
 
 
 def test_save_leaves_no_temporary_files(trained_run, tmp_path):
     run, _ = trained_run
-    save_checkpoint(load_checkpoint(run / "model.pt"), tmp_path / "m.pt")
+    save_predictor(load_predictor(run / "model.pt"), tmp_path / "m.pt")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt"]
 
 
@@ -41,10 +43,10 @@ def test_truncated_and_foreign_files_are_refused(trained_run, tmp_path):
     data = (run / "model.pt").read_bytes()
     (tmp_path / "cut.pt").write_bytes(data[: len(data) // 2])
     with pytest.raises(CheckpointError, match="not a loadable tsformer checkpoint"):
-        load_checkpoint(tmp_path / "cut.pt")
+        load_predictor(tmp_path / "cut.pt")
     torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
     with pytest.raises(CheckpointError, match="is not a tsformer checkpoint"):
-        load_checkpoint(tmp_path / "other.pt")
+        load_predictor(tmp_path / "other.pt")
 
 
 def test_a_full_disk_while_saving_is_an_os_error_naming_the_checkpoint(trained_run, tmp_path, monkeypatch):
@@ -55,9 +57,9 @@ def test_a_full_disk_while_saving_is_an_os_error_naming_the_checkpoint(trained_r
     import tsformer.files as files_module
 
     run, _ = trained_run
-    ckpt = load_checkpoint(run / "model.pt")
+    ckpt = load_predictor(run / "model.pt")
     path = tmp_path / "m.pt"
-    save_checkpoint(ckpt, path)
+    save_predictor(ckpt, path)
     before = path.read_bytes()
 
     def disk_full(fd):
@@ -65,6 +67,6 @@ def test_a_full_disk_while_saving_is_an_os_error_naming_the_checkpoint(trained_r
 
     monkeypatch.setattr(files_module.os, "fsync", disk_full)
     with pytest.raises(OSError) as caught:
-        save_checkpoint(ckpt, path)
+        save_predictor(ckpt, path)
     assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(path)
     assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["m.pt"]

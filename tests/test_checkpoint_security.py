@@ -11,12 +11,14 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from tsformer.checkpoint import FORMAT_VERSION, MODEL_FILE, Checkpoint, load_checkpoint, save_checkpoint
+from tsformer.checkpoint import FORMAT_VERSION, MODEL_FILE, load_predictor, save_predictor
 from tsformer.cli import app
 from tsformer.config import load_config
 from tsformer.data import Scaler, SplitBorders
 from tsformer.errors import CheckpointError
+from tsformer.layout import Layout
 from tsformer.model import Forecaster
+from tsformer.predictor import Predictor
 
 
 class RunsCommand:
@@ -29,15 +31,15 @@ class RunsCommand:
         return os.system, (self.command,)
 
 
-def _valid_checkpoint() -> Checkpoint:
+def _valid_checkpoint() -> Predictor:
     cfg = load_config(None, ["model.context_len=16", "model.horizon=4", "model.d_model=8", "model.n_heads=2",
                              "model.d_ff=16", "model.patch_len=4", "model.n_layers=1",
                              "data.calendar=false"])  # fmt: skip
-    model = Forecaster(cfg.model, 2, cfg.train.loss)
-    return Checkpoint(
-        config=cfg, columns=("load", "temp"), time_col="date", freq="h",
+    layout = Layout(("load", "temp"))
+    return Predictor(
+        config=cfg, layout=layout, time_col="date", freq="h", id_cols=(), series=((),),
         scaler=Scaler(mean=np.zeros((1, 2), np.float32), std=np.ones((1, 2), np.float32)),
-        borders=SplitBorders.from_list([[70], [80], [100]]), model_state=model.state_dict(),
+        borders=SplitBorders.from_list([[70], [80], [100]]), model=Forecaster(cfg.model, layout, cfg.train.loss),
         data_fingerprint={"rows": 100, "first": "2024-01-01 00:00:00", "last": "2024-01-05 03:00:00", "sha256": "0"},
     )  # fmt: skip
 
@@ -45,7 +47,7 @@ def _valid_checkpoint() -> Checkpoint:
 def _payload(tmp_path: Path) -> dict:
     """The dict a real model.pt holds."""
     path = tmp_path / "genuine.pt"
-    save_checkpoint(_valid_checkpoint(), path)
+    save_predictor(_valid_checkpoint(), path)
     return torch.load(path, weights_only=True)
 
 
@@ -104,11 +106,11 @@ def test_commands_refuse_a_checkpoint_that_would_run_code(tmp_path, csv_path, wr
     assert not marker.exists(), "loading the checkpoint ran code from it"
 
 
-def test_load_checkpoint_refuses_code_without_running_it(tmp_path):
+def test_load_predictor_refuses_code_without_running_it(tmp_path):
     marker = tmp_path / "pwned"
     run = _write_torch(tmp_path, marker)
     with pytest.raises(CheckpointError, match="holding code") as caught:
-        load_checkpoint(run / MODEL_FILE)
+        load_predictor(run / MODEL_FILE)
     assert "system" in str(caught.value)  # names what it refused
     assert "weights_only" not in str(caught.value)  # and does not advise the unsafe retry
     assert not marker.exists()
@@ -123,7 +125,7 @@ def test_other_format_versions_are_refused_naming_both(tmp_path, version):
     torch.save(payload, run / MODEL_FILE)
     expected = f"has checkpoint format {version} but this tsformer"
     with pytest.raises(CheckpointError, match=expected) as caught:
-        load_checkpoint(run / MODEL_FILE)
+        load_predictor(run / MODEL_FILE)
     assert f"reads format {FORMAT_VERSION}" in str(caught.value)
     result = CliRunner().invoke(app, ["evaluate", str(run)])
     assert result.exit_code == 2
@@ -132,8 +134,8 @@ def test_other_format_versions_are_refused_naming_both(tmp_path, version):
 
 def test_genuine_checkpoint_round_trips(tmp_path):
     ckpt = _valid_checkpoint()
-    save_checkpoint(ckpt, tmp_path / MODEL_FILE)
-    loaded = load_checkpoint(tmp_path / MODEL_FILE)
-    assert loaded.config == ckpt.config and loaded.columns == ckpt.columns
-    for key, tensor in ckpt.model_state.items():
-        assert torch.equal(tensor, loaded.model_state[key])
+    save_predictor(ckpt, tmp_path / MODEL_FILE)
+    loaded = load_predictor(tmp_path / MODEL_FILE)
+    assert loaded.config == ckpt.config and loaded.layout.targets == ckpt.layout.targets
+    for key, tensor in ckpt.model.state_dict().items():
+        assert torch.equal(tensor, loaded.model.state_dict()[key])

@@ -1,6 +1,6 @@
 import pandas as pd
 import pytest
-from helpers import TINY_FLAGS
+from helpers import TINY_FLAGS, layout_of
 from typer.testing import CliRunner
 
 from tsformer.cli import app
@@ -165,8 +165,8 @@ def test_training_loss_is_the_mse_of_the_forecasts_the_setting_names(all_positio
     import torch
     from helpers import make_frame, write_csv
 
-    from tsformer.checkpoint import load_checkpoint
-    from tsformer.data import prepare
+    from tsformer.checkpoint import load_predictor
+    from tsformer.data import training_data
     from tsformer.model import Forecaster
 
     csv = write_csv(tmp_path / "data.csv", make_frame())
@@ -176,12 +176,12 @@ def test_training_loss_is_the_mse_of_the_forecasts_the_setting_names(all_positio
     result = runner.invoke(app, ["train", str(csv), "--out", str(tmp_path / "run"), "--quiet", *TINY_FLAGS, *flags])
     assert result.exit_code == 0, result.output
 
-    cfg = load_checkpoint(tmp_path / "run" / "model.pt").config
+    cfg = load_predictor(tmp_path / "run" / "model.pt").config
     assert cfg.train.all_positions is all_positions
-    windows = prepare(cfg).windows("train")  # (149, 20, 2): context 16, horizon 4
+    windows = training_data(cfg).windows("train")  # (149, 20, 2): context 16, horizon 4
     index = {w[:16].numpy().tobytes(): i for i, w in enumerate(windows)}
     batch = windows[[index[c.numpy().tobytes()] for c in first["context"]]]  # the step's whole windows
-    model = Forecaster(cfg.model, 2)
+    model = Forecaster(cfg.model, layout_of(2))
     model.load_state_dict(first["state"])  # the weights the step started from
     tokens = model.forecast_tokens(batch[:, :16])  # (B, 4 tokens, 4, 2); patches end at steps 4, 8, 12, 16
     if all_positions:  # token k forecasts steps 4(k+1) .. 4(k+1)+3 of the window
@@ -196,7 +196,7 @@ def test_training_loss_is_the_mse_of_the_forecasts_the_setting_names(all_positio
     all_tokens = (tokens - torch.stack([batch[:, 4 * k + 4 : 4 * k + 8] for k in range(4)], dim=1)).square().mean()
     assert abs(last_only - all_tokens.item()) > 1e-3  # the two settings really train on different losses
 
-    val = prepare(cfg).windows("val")
-    best = load_checkpoint(tmp_path / "run" / "model.pt").build_model()
+    val = training_data(cfg).windows("val")
+    best = load_predictor(tmp_path / "run" / "model.pt").model
     val_mse = [(m.predict(val[:, :16]) - val[:, 16:]).square().mean().item() for m in (model, best)]
     assert val_mse[1] < 0.9 * val_mse[0]  # and each trains: validation MSE well below the starting weights'

@@ -478,13 +478,19 @@ def edit_payload(path, key, change):
         (newer_format, ("checkpoint format 99", f"reads format {FORMAT_VERSION}")),
         (lambda p: p.unlink(), ("has no model.pt", "tsformer train")),
         (lambda p: edit_payload(p, "scaler", lambda s: {**s, "mean": [[*s["mean"][0], 0.0]]}), ("(1, 3) means",)),
-        (lambda p: edit_payload(p, "columns", lambda c: [*c, "extra"]), ("for 1 series x 3 columns",)),
-        (lambda p: edit_payload(p, "columns", lambda c: [c[0], c[0]]), ("distinct names",)),
+        (
+            lambda p: edit_payload(p, "layout", lambda c: {**c, "targets": [*c["targets"], "x"]}),
+            ("for 1 series x 3 columns",),
+        ),
+        (lambda p: edit_payload(p, "layout", lambda c: {**c, "targets": [c["targets"][0]] * 2}), ("two roles",)),
         (lambda p: edit_payload(p, "freq", lambda f: "0h"), ("does not move time forward",)),
         (lambda p: edit_payload(p, "borders", lambda b: [b[1], b[0], b[2]]), ("increasing row numbers",)),
         (lambda p: edit_payload(p, "data_fingerprint", lambda f: None), ("data fingerprint",)),
         (lambda p: edit_payload(p, "time_col", lambda t: 7), ("time column 7",)),
-        (lambda p: edit_payload(p, "interval_scale_typical", lambda t: -t), ("typical interval scale",)),
+        (
+            lambda p: edit_payload(p, "calibration", lambda c: {**c, "typical": -c["typical"]}),
+            ("typical interval scale",),
+        ),
     ],
     ids=[
         "truncated",
@@ -590,14 +596,14 @@ def test_split_borders_with_another_time_zone_kind_are_refused(tmp_path, rows, b
 
 def test_natural_yaml_dates_in_split_borders_are_dates(tmp_path):
     from tsformer.config import load_config
-    from tsformer.data import prepare
+    from tsformer.data import training_data
 
     csv = write_csv(tmp_path / "ok.csv", hourly_rows())
     config = tmp_path / "dates.yaml"
     config.write_text(f"data:\n  path: {csv}\n  split_borders: [2024-01-06, 2024-01-07, 2024-01-08]\n")
     cfg = load_config(config, ["model.context_len=16", "model.horizon=4", "model.patch_len=4"])
     assert cfg.data.split_borders == ("2024-01-06", "2024-01-07", "2024-01-08")
-    assert prepare(cfg).borders.to_list() == [[120], [144], [168]]
+    assert training_data(cfg).borders.to_list() == [[120], [144], [168]]
 
 
 def test_check_on_a_csv_shorter_than_the_run_is_one_error(tmp_path, run):

@@ -9,16 +9,16 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import TINY_FLAGS, tiny_config
+from helpers import TINY_FLAGS, layout_of, tiny_config
 from test_cli_errors import assert_error, invoke
 
-from tsformer.checkpoint import load_checkpoint
-from tsformer.data import prepare
+from tsformer.checkpoint import load_predictor
+from tsformer.data import training_data
 from tsformer.data.calendar import calendar_features, calendar_names
 from tsformer.leakage import check_model, check_windows
 from tsformer.model import Covariates, Forecaster
 from tsformer.model import covariates as covariates_module
-from tsformer.predict import predict
+from tsformer.predict import predict_run
 from tsformer.train import train
 
 HORIZON = 4
@@ -65,30 +65,30 @@ def covariate_config(csv, **data):
 
 
 def test_windows_carry_past_covariates_before_the_origin_and_future_ones_to_the_horizon(covariate_csv):
-    data = prepare(covariate_config(covariate_csv))
+    data = training_data(covariate_config(covariate_csv))
     assert data.layout.past == ("seen",) and data.layout.known_future == ("load", *calendar_names("h"))
     windows = data.split_windows("test").split(16)
-    past, future = windows.covariates
+    past, future = windows.covariates.past, windows.covariates.future
     assert past.shape == (2, 16, 1) and future.shape == (2, 16 + HORIZON, 5)
+    assert windows.covariates.phase is None and windows.covariates.static_values is None
     frame = data.frame
     for i in range(2):  # the last 4 rows of each series are its test targets
         rows = frame.rows_of(i)
-        load = frame.covariates[rows, 1][-20:]  # covariates: past (seen), then future (load)
+        load = frame.future[rows, 0][-20:]
         mean, std = data.scaler.mean[i, 2], data.scaler.std[i, 2]  # inputs: y, seen, load
         np.testing.assert_allclose(future[i, :, 0].numpy() * std + mean, load, rtol=1e-5)
     assert all(r.passed for r in check_windows(data))
 
 
 def test_a_window_handing_past_covariates_over_the_origin_fails_the_data_check(covariate_csv, monkeypatch):
-    data = prepare(covariate_config(covariate_csv))
-    module = importlib.import_module("tsformer.data.prepare")
+    data = training_data(covariate_config(covariate_csv))
+    module = importlib.import_module("tsformer.data.windows")
     real_split = module.Windows.split
 
     def past_to_the_end(self, context_len):
         split = real_split(self, context_len)
-        c = self.layout.n_targets
-        leaked = self.values[:, -context_len:, c : c + 1]  # past-only covariates shifted by the horizon
-        return split._replace(covariates=Covariates(leaked, split.covariates.future))
+        leaked = self.past[:, -context_len:]  # past-only covariates shifted by the horizon
+        return split._replace(covariates=split.covariates._replace(past=leaked))
 
     monkeypatch.setattr(module.Windows, "split", past_to_the_end)
     results = {r.name: r for r in check_windows(data)}
@@ -99,7 +99,7 @@ def test_a_window_handing_past_covariates_over_the_origin_fails_the_data_check(c
 
 def covariate_model(n_past: int = 1, n_future: int = 2) -> Forecaster:
     cfg = tiny_config().model
-    return Forecaster(cfg, 1, n_past=n_past, n_future=n_future)
+    return Forecaster(cfg, layout_of(1, n_past, n_future))
 
 
 def test_the_model_checks_pass_with_covariates_and_state_the_future_allowance():
@@ -145,7 +145,7 @@ def test_a_known_future_driver_is_learnt_and_used_at_predict(covariate_csv, tmp_
         future = frame.groupby("unique_id", sort=False).tail(HORIZON)
         history.to_csv(tmp_path / "history.csv", index=False)
         future.drop(columns=["y", "seen"]).to_csv(tmp_path / "future.csv", index=False)
-        forecast = predict(run, tmp_path / "history.csv", future=tmp_path / "future.csv" if not data else None)
+        forecast = predict_run(run, tmp_path / "history.csv", future=tmp_path / "future.csv" if not data else None)
         errors[name] = float(np.mean((forecast.frame["y"].to_numpy() - future["y"].to_numpy()) ** 2))
     assert errors["with"] < 0.25 * errors["without"], errors  # x's variance is 9 of y's
 
@@ -178,8 +178,12 @@ def test_the_cli_takes_covariates_and_a_non_numeric_one_is_an_error(covariate_cs
     run = tmp_path / "run"
     result = invoke("train", covariate_csv, "--out", run, "--future-cov", "load", "--past-cov", "seen", *TINY_FLAGS)
     assert result.exit_code == 0, result.output
-    ckpt = load_checkpoint(run / "model.pt")
-    assert ckpt.past_covs == ("seen",) and ckpt.future_covs == ("load",) and ckpt.calendar == calendar_names("h")
+    ckpt = load_predictor(run / "model.pt")
+    assert (
+        ckpt.layout.past == ("seen",)
+        and ckpt.layout.future == ("load",)
+        and ckpt.layout.calendar == calendar_names("h")
+    )
     check = invoke("check", run)
     assert check.exit_code == 0 and "model/covariates" in check.stdout, check.output
     bad = covariate_frame().assign(load="high")
@@ -192,14 +196,14 @@ def test_the_cli_takes_covariates_and_a_non_numeric_one_is_an_error(covariate_cs
     )
     assert_error(invoke("train", covariate_csv, "--future-cov", "price", *TINY_FLAGS), "covariate 'price' not in")
     result = invoke("train", covariate_csv, "--out", tmp_path / "plain", "--no-calendar", *TINY_FLAGS)
-    assert result.exit_code == 0 and load_checkpoint(tmp_path / "plain" / "model.pt").calendar == ()
+    assert result.exit_code == 0 and load_predictor(tmp_path / "plain" / "model.pt").layout.calendar == ()
 
 
 def test_a_wide_file_with_two_targets_and_a_covariate_evaluates_and_predicts(tmp_path):
     """The scaler holds the covariate's statistics beside the targets'; metrics use the targets' only."""
     from helpers import make_frame, write_csv
 
-    from tsformer.evaluate import evaluate
+    from tsformer.evaluate import evaluate_run
 
     frame = make_frame()
     frame["driver"] = np.random.default_rng(0).normal(size=len(frame))
@@ -207,9 +211,9 @@ def test_a_wide_file_with_two_targets_and_a_covariate_evaluates_and_predicts(tmp
     cfg = tiny_config(csv)
     cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, targets=("a", "b"), past_covs=("driver",)))
     train(cfg, tmp_path / "run", show_progress=False)
-    assert load_checkpoint(tmp_path / "run" / "model.pt").scaler.mean.shape == (1, 3)
-    report = evaluate(tmp_path / "run", write=False)
+    assert load_predictor(tmp_path / "run" / "model.pt").scaler.mean.shape == (1, 3)
+    report = evaluate_run(tmp_path / "run", write=False)
     assert set(report.scores["model"]["per_column"]) == {"a", "b"}
     frame["id"] = 7  # a column named like an id: a wide model does not read it as one at predict
-    forecast = predict(tmp_path / "run", write_csv(tmp_path / "with_id.csv", frame)).frame
-    assert list(forecast.columns[:1]) == ["a"] and len(forecast) == HORIZON
+    forecast = predict_run(tmp_path / "run", write_csv(tmp_path / "with_id.csv", frame)).frame
+    assert list(forecast.columns[:2]) == ["date", "a"] and len(forecast) == HORIZON

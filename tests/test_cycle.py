@@ -10,29 +10,28 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import make_frame, tiny_config, write_csv
+from helpers import layout_of, make_frame, tiny_config, write_csv
 
-from tsformer.checkpoint import load_checkpoint
+from tsformer.checkpoint import load_predictor
 from tsformer.config import ConfigError
-from tsformer.data import prepare
-from tsformer.data.calendar import calendar_features, calendar_names, step_numbers
+from tsformer.data import training_data
+from tsformer.data.calendar import cycle_phase, step_numbers
 from tsformer.errors import DataError
 from tsformer.leakage import check_model
 from tsformer.model import Covariates, Forecaster
 from tsformer.model import forecaster as forecaster_module
-from tsformer.predict import predict
+from tsformer.predict import predict_run
 from tsformer.train import train
 
 PERIOD = 24
 
 
 def test_the_phase_is_the_step_count_since_the_epoch_modulo_the_cycle():
-    assert calendar_names("h", features=False, cycle=PERIOD) == ("cycle24_phase",)
-    assert calendar_names("h", cycle=PERIOD)[-1] == "cycle24_phase" and len(calendar_names("h", cycle=PERIOD)) == 5
+    assert layout_of(2, cycle=PERIOD).phase == "cycle24_phase" and layout_of(2).phase == ""
     stamps = pd.DatetimeIndex(["2024-01-01 06:00", "2024-01-03 18:00", "1970-01-02 01:00"])
-    np.testing.assert_array_equal(calendar_features(stamps, "h", features=False, cycle=PERIOD)[:, 0], [6, 18, 1])
+    np.testing.assert_array_equal(cycle_phase(stamps, "h", PERIOD), [6, 18, 1])
     np.testing.assert_array_equal(
-        calendar_features(stamps, "h", features=False, cycle=7)[:, 0],
+        cycle_phase(stamps, "h", 7),
         [(19723 * 24 + 6) % 7, (19725 * 24 + 18) % 7, 25 % 7],
     )  # 2024-01-01 is day 19723 after the epoch
     berlin = pd.DatetimeIndex(["2024-01-01 06:00"]).tz_localize("Europe/Berlin")  # 05:00 UTC
@@ -51,14 +50,14 @@ def test_the_phase_is_the_step_count_since_the_epoch_modulo_the_cycle():
 
 
 def cycle_model(n_features: int = 0, **model) -> Forecaster:
-    """Two series; the known-future inputs are `n_features` covariates, then the phase."""
+    """Two series; the known-future inputs are `n_features` covariates and the phase."""
     cfg = tiny_config(cycle=PERIOD, **model).model
-    return Forecaster(cfg, 2, n_future=n_features + 1)
+    return Forecaster(cfg, layout_of(2, n_future=n_features, cycle=cfg.cycle))
 
 
 def phases(batch: int, length: int, first: int = 5) -> torch.Tensor:
-    """(batch, length, 1) the phase column of consecutive hourly steps, the first at hour `first`."""
-    return ((first + torch.arange(length)) % PERIOD).float().expand(batch, -1).unsqueeze(-1)
+    """(batch, length) the phases of consecutive hourly steps, the first at hour `first`."""
+    return ((first + torch.arange(length)) % PERIOD).float().expand(batch, -1)
 
 
 @pytest.mark.parametrize("context_len, n_features", [(16, 0), (14, 0), (16, 2)])
@@ -72,10 +71,10 @@ def test_a_pure_cycle_is_forecast_exactly_by_its_learned_values(context_len, n_f
     with torch.no_grad():
         model.cycle.values.copy_(shape)
     cfg = model.cfg
-    phase = phases(3, cfg.context_len + cfg.horizon)  # (3, L + H, 1)
-    series = shape[phase[..., 0].long()] + torch.tensor([4.0, -2.0], dtype=torch.float64)  # (3, L + H, 2)
+    phase = phases(3, cfg.context_len + cfg.horizon)  # (3, L + H)
+    series = shape[phase.long()] + torch.tensor([4.0, -2.0], dtype=torch.float64)  # (3, L + H, 2)
     features = torch.randn(3, cfg.context_len + cfg.horizon, n_features, dtype=torch.float64)
-    covariates = Covariates(None, torch.cat([features, phase.double()], dim=-1))
+    covariates = Covariates(future=features if n_features else None, phase=phase.double())
     forecast = model.predict(series[:, : cfg.context_len], None, covariates)
     torch.testing.assert_close(forecast, series[:, cfg.context_len :])
     every_token = model.forecast_tokens(series[:, : cfg.context_len], None, covariates)
@@ -115,15 +114,15 @@ def test_a_run_with_a_cycle_reads_phases_of_the_real_future_at_predict(tmp_path)
     cfg = tiny_config(csv, fallback=False, cycle=PERIOD)
     cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, calendar=False))
     train(cfg, tmp_path / "run", show_progress=False)
-    ckpt = load_checkpoint(tmp_path / "run" / "model.pt")
-    assert ckpt.calendar == ("cycle24_phase",)
-    assert ckpt.build_model().cycle.values.abs().sum() > 0  # it learnt a cycle
-    data = prepare(cfg)
-    np.testing.assert_array_equal(data.scaled[:30, -1].numpy(), np.arange(30) % PERIOD)  # starts at midnight
-    forecast = predict(tmp_path / "run", csv).frame
-    assert list(forecast.index.hour) == [0, 1, 2, 3]  # 240 rows: the data ends at 23:00
-    model = ckpt.build_model()
+    ckpt = load_predictor(tmp_path / "run" / "model.pt")
+    assert ckpt.layout.calendar == () and ckpt.layout.phase == "cycle24_phase"
+    assert ckpt.model.cycle.values.abs().sum() > 0  # it learnt a cycle
+    data = training_data(cfg)
+    np.testing.assert_array_equal(data.inputs.phase[:30].numpy(), np.arange(30) % PERIOD)  # starts at midnight
+    forecast = predict_run(tmp_path / "run", csv).frame
+    assert list(forecast["date"].dt.hour) == [0, 1, 2, 3]  # 240 rows: the data ends at 23:00
+    model = ckpt.model
     window = torch.from_numpy(ckpt.scaler.transform(pd.read_csv(csv)[["a", "b"]].to_numpy()[-16:], 0)).float()
-    future = torch.from_numpy(((224 + np.arange(20)) % PERIOD).astype(np.float32))[None, :, None]
-    expected = ckpt.scaler.inverse(model.predict(window[None], None, Covariates(None, future))[0].numpy(), 0)
+    future = torch.from_numpy(((224 + np.arange(20)) % PERIOD).astype(np.float32))[None]  # (1, L + H)
+    expected = ckpt.scaler.inverse(model.predict(window[None], None, Covariates(phase=future))[0].numpy(), 0)
     np.testing.assert_allclose(forecast[["a", "b"]].to_numpy(), expected, rtol=1e-5, atol=1e-5)

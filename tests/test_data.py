@@ -5,7 +5,15 @@ import torch
 from helpers import make_frame, tiny_config, write_csv
 
 from tsformer.config import DataConfig
-from tsformer.data import Scaler, SeriesFrame, make_windows, prepare, read_series, split_borders, window_target_starts
+from tsformer.data import (
+    Scaler,
+    SeriesFrame,
+    SeriesInputs,
+    read_series,
+    split_borders,
+    training_data,
+    window_target_starts,
+)
 from tsformer.errors import DataError
 
 
@@ -64,27 +72,33 @@ def test_negative_row_borders_count_back_from_the_end():
 
 
 def test_scaler_uses_training_rows_only(tiny_csv):
-    data = prepare(tiny_config(tiny_csv))
+    data = training_data(tiny_config(tiny_csv))
     train_end = int(data.borders.train_end[0])
     train = data.frame.values[:train_end]
     np.testing.assert_allclose(data.scaler.mean[0], train.mean(0), rtol=1e-5)
     np.testing.assert_allclose(data.scaler.std[0], train.std(0), rtol=1e-5)
     assert not np.allclose(data.scaler.mean[0], data.frame.values.mean(0), rtol=1e-3)
-    np.testing.assert_allclose(data.scaled[:train_end].mean(0).numpy(), 0, atol=1e-5)
+    np.testing.assert_allclose(data.inputs.target[:train_end].mean(0).numpy(), 0, atol=1e-5)
 
 
 def test_windows_are_stride_one_views_with_the_right_rows():
     values = torch.arange(40, dtype=torch.float32).reshape(20, 2)  # row r holds (2r, 2r + 1)
+    phase = torch.arange(20, dtype=torch.float32)  # a role of one value per row
+    inputs = SeriesInputs(values, None, np.array([0, 20]), phase=phase)
     starts = np.arange(5, 14)
-    windows = make_windows(values, starts, context_len=5, horizon=3)
-    assert windows.shape == (9, 8, 2)
-    assert windows.untyped_storage().data_ptr() == values.untyped_storage().data_ptr()  # a view, not a copy
+    windows = inputs.unfold(starts, torch.zeros(len(starts), dtype=torch.long), context_len=5, horizon=3)
+    assert windows.target.shape == (9, 8, 2) and windows.phase.shape == (9, 8)
+    for window, block in ((windows.target, values), (windows.phase, phase)):  # views, not copies
+        assert window.untyped_storage().data_ptr() == block.untyped_storage().data_ptr()
     for i, start in enumerate(starts):
-        torch.testing.assert_close(windows[i], values[start - 5 : start + 3])
+        torch.testing.assert_close(windows.target[i], values[start - 5 : start + 3])
+        torch.testing.assert_close(windows.phase[i], phase[start - 5 : start + 3])
+    gathered = inputs.gather(torch.from_numpy(starts), torch.zeros(len(starts), dtype=torch.long), 5, 3)
+    assert torch.equal(gathered.target, windows.target) and torch.equal(gathered.phase, windows.phase)
 
 
 def test_window_targets_stay_in_their_split(tiny_csv):
-    data = prepare(tiny_config(tiny_csv))
+    data = training_data(tiny_config(tiny_csv))
     train_end, val_end, test_end = (int(e[0]) for e in data.borders.to_list())
     bounds = data.frame.bounds
     counts = {s: len(window_target_starts(s, data.borders, bounds, 16, 4)[0]) for s in ("train", "val", "test")}

@@ -9,12 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from helpers import layout_of
 from typer.testing import CliRunner
 
-from tsformer.checkpoint import MODEL_FILE, load_checkpoint
+from tsformer.checkpoint import MODEL_FILE, load_predictor
 from tsformer.cli import app
 from tsformer.config import Config, DataConfig, ModelConfig, load_config, resolve_auto, with_data_path
-from tsformer.data import prepare
+from tsformer.data import training_data
 from tsformer.errors import ConfigError, DataError
 from tsformer.model import Forecaster
 from tsformer.train import resolve
@@ -69,7 +70,7 @@ def test_air_passengers_trains_and_predicts_with_defaults(tmp_path, air_passenge
     assert AIR_NOTE in result.stderr.splitlines()
     saved = yaml.safe_load((run / "config.yaml").read_text())["model"]
     assert (saved["context_len"], saved["patch_len"], saved["horizon"]) == (36, 12, 12)
-    model = load_checkpoint(run / MODEL_FILE).config.model
+    model = load_predictor(run / MODEL_FILE).config.model
     assert (model.context_len, model.patch_len) == (36, 12)
 
     forecast = tmp_path / "forecast.csv"
@@ -91,7 +92,7 @@ def test_etth1_sized_hourly_data_keeps_336_and_24(tmp_path, horizon):
     csv = series_csv(tmp_path / "hourly.csv", 14400, "h", start="2016-07-01", period=24)
     cfg = auto_config(csv, horizon=horizon)
     cfg = Config(data=DataConfig(path=str(csv), split_borders=(8640, 11520, 14400)), model=cfg.model)
-    data = prepare(cfg)
+    data = training_data(cfg)
     resolved = data.config
     assert (resolved.model.context_len, resolved.model.patch_len) == (336, 24)
     assert resolved.model == ModelConfig(context_len=336, patch_len=24, horizon=horizon)  # nothing else moved
@@ -107,7 +108,7 @@ def test_the_etth1_bench_config_resolves_to_336_and_24():
 
 def test_a_daily_series_of_400_rows(tmp_path):
     csv = series_csv(tmp_path / "daily.csv", 400, "D", start="2023-01-01", period=7)
-    data = prepare(resolve(auto_config(csv, horizon=14)))
+    data = training_data(resolve(auto_config(csv, horizon=14)))
     # 280 training rows: 280 - 14 + 1 = 267, so at most 133 steps; 19 weeks of 7 days leave 134 windows
     assert (data.config.model.context_len, data.config.model.patch_len) == (133, 7)
     assert data.notes == (
@@ -181,9 +182,9 @@ def test_a_split_shorter_than_the_horizon_is_still_named_first(tmp_path):
 
 def test_an_unresolved_config_cannot_build_a_model():
     with pytest.raises(ConfigError, match=r"model.context_len \(0\) and model.patch_len \(0\) must be chosen"):
-        Forecaster(ModelConfig(), n_series=1)
+        Forecaster(ModelConfig(), layout_of(1))
     with pytest.raises(ConfigError, match="must be chosen before a model is built"):
-        Forecaster(ModelConfig(context_len=48), n_series=1)
+        Forecaster(ModelConfig(context_len=48), layout_of(1))
 
 
 def test_automatic_values_are_validated():

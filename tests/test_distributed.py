@@ -17,8 +17,8 @@ import pytest
 import torch
 from helpers import TINY_FLAGS, make_frame, write_csv
 
-from tsformer.checkpoint import LAST_FILE, MODEL_FILE, load_checkpoint
-from tsformer.data import prepare
+from tsformer.checkpoint import LAST_FILE, MODEL_FILE, load_predictor, load_train_state
+from tsformer.data import training_data
 from tsformer.leakage import check_model
 
 TORCHRUN = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
@@ -55,10 +55,9 @@ def two_ranks(tmp_path_factory):
 
 def _window_index(csv: Path, run: Path) -> tuple[dict[bytes, int], int]:
     """Each training window's context (as bytes) -> its index; and the number of training windows."""
-    cfg = load_checkpoint(run / MODEL_FILE).config
-    windows = prepare(cfg).windows("train")[:: cfg.train.train_stride]
-    n_targets = len(load_checkpoint(run / MODEL_FILE).columns)  # the windows also hold the calendar features
-    contexts = windows[:, : cfg.model.context_len, :n_targets].contiguous()
+    cfg = load_predictor(run / MODEL_FILE).config
+    windows = training_data(cfg).windows("train")[:: cfg.train.train_stride]  # the targets' windows
+    contexts = windows[:, : cfg.model.context_len].contiguous()
     index = {c.numpy().tobytes(): i for i, c in enumerate(contexts)}
     assert len(index) == len(contexts)  # every context is distinct, so a context names its window
     return index, len(contexts)
@@ -68,9 +67,9 @@ def test_two_ranks_train_one_run(two_ranks):
     _, run, result, records = two_ranks
     assert result.stdout.count("trained ") == 1  # only rank 0 reports
     assert [r["exit_code"] for r in records] == [0, 0]
-    ckpt = load_checkpoint(run / MODEL_FILE)
-    assert ckpt.columns == ("a", "b")
-    assert all(r.passed for r in check_model(ckpt.build_model()))
+    ckpt = load_predictor(run / MODEL_FILE)
+    assert ckpt.layout.targets == ("a", "b")
+    assert all(r.passed for r in check_model(ckpt.model))
 
 
 def test_each_epoch_the_ranks_train_on_disjoint_shards_that_cover_the_data(two_ranks):
@@ -92,7 +91,7 @@ def test_gradients_are_synchronised_so_both_ranks_hold_the_same_weights(two_rank
     assert rank0["state"].keys() == rank1["state"].keys() and rank0["state"]
     for key, tensor in rank0["state"].items():
         assert torch.equal(tensor, rank1["state"][key]), f"{key} differs between the ranks"
-    saved = load_checkpoint(run / LAST_FILE).model_state  # rank 0 saved the weights it ended with
+    saved = load_predictor(run / LAST_FILE).model.state_dict()  # rank 0 saved the weights it ended with
     assert all(torch.equal(saved[key], tensor) for key, tensor in rank0["state"].items())
 
 
@@ -121,15 +120,15 @@ def test_resume_on_two_ranks_matches_an_uninterrupted_two_rank_run(dropout, tiny
     result, records = _probe(tiny_csv, run, tmp_path / "dump", stop, flags)
     assert [r["exit_code"] for r in records] == [130, 130], result.stderr[-2000:]
     assert f"Resume with: tsformer train --resume --out {run}" in result.stderr
-    assert load_checkpoint(run / LAST_FILE).train_state["loop"]["epoch"] == 1
+    assert load_train_state(run / LAST_FILE)[1]["loop"]["epoch"] == 1
 
     _torchrun(["-m", "tsformer", "train", "--resume", "--out", str(run), "--quiet"])
-    assert load_checkpoint(run / LAST_FILE).train_state["loop"]["epoch"] == 2
+    assert load_train_state(run / LAST_FILE)[1]["loop"]["epoch"] == 2
     for name in (MODEL_FILE, LAST_FILE):
-        resumed, uninterrupted = load_checkpoint(run / name), load_checkpoint(reference / name)
-        assert resumed.model_state.keys() == uninterrupted.model_state.keys()
-        for key, tensor in uninterrupted.model_state.items():
-            assert torch.equal(resumed.model_state[key], tensor), f"{name}: {key} differs"
+        resumed, uninterrupted = load_predictor(run / name), load_predictor(reference / name)
+        assert resumed.model.state_dict().keys() == uninterrupted.model.state_dict().keys()
+        for key, tensor in uninterrupted.model.state_dict().items():
+            assert torch.equal(resumed.model.state_dict()[key], tensor), f"{name}: {key} differs"
 
 
 def test_long_format_shards_windows_of_every_series_across_the_ranks(tmp_path):
@@ -148,4 +147,4 @@ def test_long_format_shards_windows_of_every_series_across_the_ranks(tmp_path):
         ranks = [set(s[epoch * shard : (epoch + 1) * shard]) for s in seen]
         assert ranks[0] | ranks[1] == set(range(n_windows)) and len(ranks[0] & ranks[1]) == 2 * shard - n_windows
     assert all(torch.equal(tensor, rank1["state"][key]) for key, tensor in rank0["state"].items())
-    assert load_checkpoint(tmp_path / "run" / MODEL_FILE).series == (("A",), ("B",), ("C",))
+    assert load_predictor(tmp_path / "run" / MODEL_FILE).series == (("A",), ("B",), ("C",))

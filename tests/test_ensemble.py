@@ -5,23 +5,23 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import torch
-from helpers import make_frame, tiny_config, write_csv
+from helpers import layout_of, make_frame, tiny_config, write_csv
 
-from tsformer.checkpoint import load_checkpoint
+from tsformer.checkpoint import load_predictor
 from tsformer.data.calendar import calendar_features
 from tsformer.leakage import check_model
 from tsformer.model import Covariates, Ensemble, Forecaster, build_forecaster
-from tsformer.predict import predict
+from tsformer.predict import predict_run
 from tsformer.train import train
 
 
 def ensemble(members: int = 3, **train) -> Ensemble:
     torch.manual_seed(0)
-    return build_forecaster(tiny_config(members=members).model, 2, **train)
+    return build_forecaster(tiny_config(members=members).model, layout_of(2), **train)
 
 
 def test_one_member_is_a_plain_forecaster_and_members_start_apart():
-    assert type(build_forecaster(tiny_config().model, 2)) is Forecaster
+    assert type(build_forecaster(tiny_config().model, layout_of(2))) is Forecaster
     model = ensemble()
     assert isinstance(model, Ensemble) and len(model.members) == 3
     first, second = (dict(m.named_parameters())["projection.linear.weight"] for m in model.members[:2])
@@ -61,10 +61,10 @@ def test_the_leakage_checks_pass_on_an_ensemble_and_catch_one_leaking_member():
 def test_a_run_with_members_trains_saves_and_predicts_their_mean(tmp_path):
     csv = write_csv(tmp_path / "data.csv", make_frame(n_rows=240))
     train(tiny_config(csv, fallback=False, members=2), tmp_path / "run", show_progress=False)
-    ckpt = load_checkpoint(tmp_path / "run" / "model.pt")
-    model = ckpt.build_model()
+    ckpt = load_predictor(tmp_path / "run" / "model.pt")
+    model = ckpt.model
     assert isinstance(model, Ensemble) and len(model.members) == 2
-    forecast = predict(tmp_path / "run", csv).frame[["a", "b"]].to_numpy()
+    forecast = predict_run(tmp_path / "run", csv).frame[["a", "b"]].to_numpy()
     values = pd.read_csv(csv)[["a", "b"]].to_numpy()
     window = torch.from_numpy(ckpt.scaler.transform(values[-16:], 0))[None]  # (1, L, C)
     stamps = pd.date_range("2024-01-01", periods=240 + 4, freq="h")[-20:]  # the context and the 4 steps ahead

@@ -5,9 +5,9 @@ import pytest
 import torch
 from helpers import tiny_config
 
-from tsformer.checkpoint import load_checkpoint
-from tsformer.data import prepare
-from tsformer.evaluate import evaluate, format_report
+from tsformer.checkpoint import load_predictor
+from tsformer.data import training_data
+from tsformer.evaluate import evaluate_run, format_report
 from tsformer.metrics import mase_scale, repeat_last, score, season_length, seasonal_naive, usable_season
 from tsformer.train import train
 
@@ -50,12 +50,12 @@ def test_one_season_rule_for_the_baseline_the_scale_and_the_report():
 
 def test_evaluate_scores_every_test_window(tiny_csv, tmp_path):
     train(tiny_config(tiny_csv, fallback=False), tmp_path / "run", show_progress=False)  # the model's own scores
-    report = evaluate(tmp_path / "run")
+    report = evaluate_run(tmp_path / "run")
     assert report.n_windows == 240 - 192 - 4 + 1  # test targets are rows 192..239 (70/10/20 split)
     assert report.season == 1  # hourly: 24, more than the 16-step context
-    cfg = load_checkpoint(tmp_path / "run" / "model.pt").config
-    windows = prepare(cfg).split_windows("test").split(16)  # contexts, targets and calendar features
-    model = load_checkpoint(tmp_path / "run" / "model.pt").build_model()
+    cfg = load_predictor(tmp_path / "run" / "model.pt").config
+    windows = training_data(cfg).split_windows("test").split(16)  # contexts, targets and calendar features
+    model = load_predictor(tmp_path / "run" / "model.pt").model
     by_hand = (model.predict(windows.context, None, windows.covariates) - windows.target).square().mean().item()
     assert report.scores["model"]["mean"]["mse"] == pytest.approx(by_hand, rel=1e-5)
     assert set(report.scores) == {"model", "repeat_last", "seasonal_naive"}
@@ -67,8 +67,8 @@ def test_evaluate_scores_every_test_window(tiny_csv, tmp_path):
 
 
 def test_evaluate_on_validation_scores_the_validation_windows_and_writes_nothing(tiny_csv, tmp_path):
-    result = train(tiny_config(tiny_csv, fallback=False), tmp_path / "run", show_progress=False)
-    report = evaluate(tmp_path / "run", split="val")
+    result = train(tiny_config(tiny_csv, fallback=False), tmp_path / "run", show_progress=False).summary
+    report = evaluate_run(tmp_path / "run", split="val")
     assert report.split == "val" and report.n_windows == 192 - 168 - 4 + 1
     assert report.scores["model"]["mean"]["mse"] == pytest.approx(result.best_val_loss, rel=1e-5)
     assert not (tmp_path / "run" / "metrics.json").exists()

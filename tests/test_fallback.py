@@ -9,11 +9,11 @@ import torch
 from helpers import TINY_FLAGS
 from typer.testing import CliRunner
 
-from tsformer.checkpoint import load_checkpoint
+from tsformer.checkpoint import load_predictor
 from tsformer.cli import app
-from tsformer.evaluate import evaluate
+from tsformer.evaluate import evaluate_run
 from tsformer.fallback import apply, decide
-from tsformer.predict import predict
+from tsformer.predict import predict_run
 
 
 def test_each_column_keeps_its_best_forecaster_on_validation():
@@ -69,11 +69,11 @@ def _train(tmp_path, values: np.ndarray, *extra: str):
 def test_a_random_walk_falls_back_to_repeat_last_everywhere_it_is_used(tmp_path):
     walk = np.cumsum(np.random.default_rng(0).normal(size=600)) + 100
     csv, run, output = _train(tmp_path, walk)
-    assert load_checkpoint(run / "model.pt").fallback == (("repeat_last",),)
+    assert load_predictor(run / "model.pt").fallback == (("repeat_last",),)
     assert output.strip().splitlines()[-1].endswith("on validation: using repeat-last")
-    forecast = predict(run, csv).frame["y"].to_numpy()
+    forecast = predict_run(run, csv).frame["y"].to_numpy()
     np.testing.assert_allclose(forecast, walk[-1], rtol=1e-5)  # the last value, repeated, in the CSV's units
-    report = evaluate(run, write=False)
+    report = evaluate_run(run, write=False)
     assert report.scores["model"]["mean"] == report.scores["repeat_last"]["mean"]
 
 
@@ -81,7 +81,7 @@ def test_a_seasonal_series_with_a_trend_keeps_the_model(tmp_path):
     t = np.arange(600)
     series = 0.05 * t + 3 * np.sin(2 * np.pi * t / 24) + np.random.default_rng(0).normal(0, 0.1, len(t))
     _, run, output = _train(tmp_path, series, "--epochs", "6")
-    decision = load_checkpoint(run / "model.pt").fallback
+    decision = load_predictor(run / "model.pt").fallback
     assert decision == (("model",),), output
     assert output.strip().splitlines()[-1].endswith("on validation: using the model")
 
@@ -89,5 +89,5 @@ def test_a_seasonal_series_with_a_trend_keeps_the_model(tmp_path):
 def test_no_fallback_always_uses_the_model(tmp_path):
     walk = np.cumsum(np.random.default_rng(0).normal(size=600)) + 100
     _, run, output = _train(tmp_path, walk, "--no-fallback")
-    assert load_checkpoint(run / "model.pt").fallback == (("model",),)
+    assert load_predictor(run / "model.pt").fallback == (("model",),)
     assert output.strip().splitlines()[-1].endswith("using the model")

@@ -7,8 +7,8 @@ import pytest
 import torch
 from helpers import make_frame, tiny_config, write_csv
 
-from tsformer.checkpoint import load_checkpoint
-from tsformer.evaluate import evaluate, format_report
+from tsformer.checkpoint import load_predictor
+from tsformer.evaluate import evaluate_run, format_report
 from tsformer.intervals import (
     SCALE_FLOOR,
     calibrate,
@@ -111,22 +111,22 @@ def test_scaled_intervals_hold_their_coverage_in_calm_and_volatile_stretches():
 def test_interval_widths_read_each_windows_seasonal_change_and_never_its_targets(tiny_csv, tmp_path):
     """Context 48 of hourly data: each test window's half-widths are the calibrated widths times the mean
     |x_t - x_(t - 24)| of its own context, and stay the same after every target value is redrawn."""
-    from tsformer.data import prepare
+    from tsformer.data import training_data
     from tsformer.fallback import season_for
 
     cfg = tiny_config(tiny_csv, context_len=48)
     train(cfg, tmp_path / "run", show_progress=False)
-    ckpt = load_checkpoint(tmp_path / "run" / "model.pt")
-    windows = prepare(cfg).split_windows("test").split(cfg.model.context_len)
+    ckpt = load_predictor(tmp_path / "run" / "model.pt")
+    windows = training_data(cfg).split_windows("test").split(cfg.model.context_len)
     season = season_for(ckpt.freq, cfg.model.context_len)
     assert season == 24
-    widths = ckpt.interval_half_widths(windows)  # (levels, N, H, C)
+    widths = ckpt.calibration.half_widths(windows)  # (levels, N, H, C)
     context = windows.context.double().numpy()  # (N, L, C)
     change = np.abs(context[:, 24:] - context[:, :-24]).mean(axis=1)  # (N, C), by hand
-    expected = ckpt.interval_widths.numpy()[:, None] * change[None, :, None, :]
+    expected = ckpt.calibration.widths.numpy()[:, None] * change[None, :, None, :]
     np.testing.assert_allclose(widths, expected, rtol=1e-5)
     redrawn = windows._replace(target=100 * torch.randn_like(windows.target))
-    np.testing.assert_array_equal(widths, ckpt.interval_half_widths(redrawn))
+    np.testing.assert_array_equal(widths, ckpt.calibration.half_widths(redrawn))
 
 
 def test_fixed_intervals_are_one_width_per_step(tiny_csv, tmp_path):
@@ -135,13 +135,13 @@ def test_fixed_intervals_are_one_width_per_step(tiny_csv, tmp_path):
     cfg = tiny_config(tiny_csv)
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, interval_scale="fixed"))
     train(cfg, tmp_path / "run", show_progress=False)
-    ckpt = load_checkpoint(tmp_path / "run" / "model.pt")
-    from tsformer.data import prepare
+    ckpt = load_predictor(tmp_path / "run" / "model.pt")
+    from tsformer.data import training_data
 
-    windows = prepare(cfg).split_windows("test").split(cfg.model.context_len)
-    widths = ckpt.interval_half_widths(windows)
+    windows = training_data(cfg).split_windows("test").split(cfg.model.context_len)
+    widths = ckpt.calibration.half_widths(windows)
     assert widths.shape == (2, 1, cfg.model.horizon, 2)
-    np.testing.assert_array_equal(widths[:, 0], ckpt.interval_widths.numpy())
+    np.testing.assert_array_equal(widths[:, 0], ckpt.calibration.widths.numpy())
 
 
 def test_labels():
@@ -157,10 +157,10 @@ def test_calibration_never_reads_the_test_split(tmp_path):
     changed = write_csv(tmp_path / "changed.csv", changed_frame)
     train(tiny_config(original), tmp_path / "a", show_progress=False)
     train(tiny_config(changed), tmp_path / "b", show_progress=False)
-    a, b = load_checkpoint(tmp_path / "a" / "model.pt"), load_checkpoint(tmp_path / "b" / "model.pt")
+    a, b = load_predictor(tmp_path / "a" / "model.pt"), load_predictor(tmp_path / "b" / "model.pt")
     assert a.interval_levels == b.interval_levels == (0.8, 0.95)
-    assert torch.equal(a.interval_widths, b.interval_widths) and a.fallback == b.fallback
-    report = evaluate(tmp_path / "a", write=False)
+    assert torch.equal(a.calibration.widths, b.calibration.widths) and a.fallback == b.fallback
+    report = evaluate_run(tmp_path / "a", write=False)
     assert set(report.intervals) == {"80", "95"} and 0 <= report.intervals["80"]["coverage"] <= 1
     assert report.intervals["80"]["width"] < report.intervals["95"]["width"]
     assert "80 % interval (conformal, calibrated on validation): coverage" in format_report(report)
@@ -175,7 +175,7 @@ def test_interval_levels_from_the_command_line(tiny_csv, tmp_path):
     run = tmp_path / "run"
     argv = ["train", str(tiny_csv), "--out", str(run), "--quiet", *TINY_FLAGS, "--interval", "0.5", "--interval", "0.9"]
     assert CliRunner().invoke(app, argv).exit_code == 0
-    assert load_checkpoint(run / "model.pt").interval_levels == (0.5, 0.9)
+    assert load_predictor(run / "model.pt").interval_levels == (0.5, 0.9)
     bad = CliRunner().invoke(app, ["train", str(tiny_csv), "--out", str(tmp_path / "x"), "--interval", "1.5"])
     assert bad.exit_code == 2 and "train.intervals must be distinct levels in (0, 1), got [1.5]" in bad.stderr
 
@@ -219,10 +219,10 @@ def test_quantile_loss_against_a_hand_computation():
 
 
 def test_seasonal_naive_intervals_come_from_its_in_sample_errors(tiny_csv):
-    from tsformer.data import prepare
+    from tsformer.data import training_data
     from tsformer.evaluate import seasonal_naive_widths
 
-    data = prepare(tiny_config(tiny_csv))
+    data = training_data(tiny_config(tiny_csv))
     widths = seasonal_naive_widths(data, season=2, horizon=4, levels=(0.8, 0.95))  # (levels, series, H, C)
     assert widths.shape == (2, 1, 4, 2)
     train = data.frame.values[:168].astype(np.float64)  # the training rows (70 % of 240)
@@ -235,7 +235,7 @@ def test_seasonal_naive_intervals_come_from_its_in_sample_errors(tiny_csv):
 
 def test_evaluate_reports_seasonal_naive_intervals_beside_the_models(tiny_csv, tmp_path):
     train(tiny_config(tiny_csv), tmp_path / "run", show_progress=False)
-    report = evaluate(tmp_path / "run", write=False)
+    report = evaluate_run(tmp_path / "run", write=False)
     naive = report.intervals["80"]["seasonal_naive"]
     assert 0 <= naive["coverage"] <= 1 and naive["width"] > 0 and naive["msis"] > 0
     assert "seasonal naive's 80 % interval (from its in-sample errors)" in format_report(report)
@@ -257,16 +257,16 @@ def test_refit_widths_come_from_a_model_trained_one_validation_and_test_stretch_
     the CSV cut at that window) calibrates the run's intervals."""
     from test_long_format import long_frame
 
-    from tsformer.data import prepare
+    from tsformer.data import training_data
     from tsformer.fallback import season_for
-    from tsformer.predict import predict
+    from tsformer.predict import predict_run
 
     frame = long_frame({"A": 120, "B": 96, "C": 150})
     csv = write_csv(tmp_path / "long.csv", frame)
     cfg = refit_config(csv)
     train(cfg, tmp_path / "run", show_progress=False)
-    run = load_checkpoint(tmp_path / "run" / "model.pt")
-    own = load_checkpoint(tmp_path / "run" / "calibration" / "model.pt")
+    run = load_predictor(tmp_path / "run" / "model.pt")
+    own = load_predictor(tmp_path / "run" / "calibration" / "model.pt")
     assert run.borders.to_list() == [[112, 88, 142], [116, 92, 146], [120, 96, 150]]
     assert own.borders.to_list() == [[104, 80, 134], [108, 84, 138], [116, 92, 146]]
     for i, uid in enumerate("ABC"):  # its scaler: its own training rows only
@@ -274,14 +274,14 @@ def test_refit_widths_come_from_a_model_trained_one_validation_and_test_stretch_
         np.testing.assert_allclose([own.scaler.mean[i, 0], own.scaler.std[i, 0]], [y.mean(), y.std()], rtol=1e-4)
 
     cut = frame[frame.groupby("unique_id").cumcount(ascending=False) >= 8]  # each series up to the run's validation
-    forecast = predict(tmp_path / "run" / "calibration", write_csv(tmp_path / "cut.csv", cut)).frame
-    data = prepare(run.config)
+    forecast = predict_run(tmp_path / "run" / "calibration", write_csv(tmp_path / "cut.csv", cut)).frame
+    data = training_data(run.config)
     windows = data.split_windows("val").split(run.config.model.context_len)  # one per series, in series order
     mean, std = run.scaler.mean[:, None, :1], run.scaler.std[:, None, :1]  # (3, 1, 1)
     forecast_scaled = (forecast["y"].to_numpy().reshape(3, 4, 1) - mean) / std
     scale, _ = calibration_scale("seasonal", windows.context, windows.context_observed, season_for("h", 16))
     expected = calibrate(torch.from_numpy(forecast_scaled).float(), windows.target, None, (0.8, 0.95), scale)
-    torch.testing.assert_close(run.interval_widths, expected, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(run.calibration.widths, expected, rtol=1e-4, atol=1e-5)
 
 
 def test_the_refit_calibration_model_never_reads_its_test_rows_and_the_run_never_its_test_split(tmp_path):
@@ -300,15 +300,17 @@ def test_the_refit_calibration_model_never_reads_its_test_rows_and_the_run_never
     for name, version in versions.items():
         train(refit_config(write_csv(tmp_path / f"{name}.csv", version)), tmp_path / name, show_progress=False)
         runs[name] = (
-            load_checkpoint(tmp_path / name / "model.pt"),
-            load_checkpoint(tmp_path / name / "calibration" / "model.pt"),
+            load_predictor(tmp_path / name / "model.pt"),
+            load_predictor(tmp_path / name / "calibration" / "model.pt"),
         )
     (run, own), (_, late_own), (test_run, test_own) = runs["original"], runs["late"], runs["test"]
     for other in (late_own, test_own):
-        assert all(torch.equal(own.model_state[k], other.model_state[k]) for k in own.model_state)
+        assert all(torch.equal(own.model.state_dict()[k], other.model.state_dict()[k]) for k in own.model.state_dict())
         assert np.array_equal(own.scaler.mean, other.scaler.mean) and own.fallback == other.fallback
-    assert torch.equal(run.interval_widths, test_run.interval_widths)
-    assert not torch.equal(run.interval_widths, runs["late"][0].interval_widths)  # the run's validation does count
+    assert torch.equal(run.calibration.widths, test_run.calibration.widths)
+    assert not torch.equal(
+        run.calibration.widths, runs["late"][0].calibration.widths
+    )  # the run's validation does count
 
 
 def test_a_stop_while_the_calibration_model_trains_says_to_resume_the_run(tmp_path, monkeypatch):

@@ -5,10 +5,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import make_frame, tiny_config, write_csv
+from helpers import layout_of, make_frame, tiny_config, write_csv
 
 from tsformer.config import DataConfig, ModelConfig
-from tsformer.data import Scaler, prepare, read_series
+from tsformer.data import Scaler, read_series, training_data
 from tsformer.errors import LeakageError
 from tsformer.leakage import check_fill, check_model, check_scaler, check_windows, require_passed
 from tsformer.model import Forecaster, attention, forecaster, normalisation
@@ -28,7 +28,7 @@ def model_for(**overrides) -> Forecaster:
     fields = dict(context_len=22, horizon=3, d_model=16, n_heads=2, d_ff=16, n_layers=2, dropout=0.1)
     fields.update(overrides)
     torch.manual_seed(0)
-    return Forecaster(ModelConfig(**fields), n_series=2)
+    return Forecaster(ModelConfig(**fields), layout_of(2))
 
 
 def by_name(results):
@@ -126,7 +126,7 @@ def test_non_causal_normalisation_fails(monkeypatch):
 
 
 def test_scaler_fit_on_all_rows_fails(tiny_csv):
-    data = prepare(tiny_config(tiny_csv))
+    data = training_data(tiny_config(tiny_csv))
     assert check_scaler(data.frame, data.borders, data.scaler).passed
     leaky = Scaler.fit(data.frame.values)
     result = check_scaler(data.frame, data.borders, leaky)
@@ -134,7 +134,7 @@ def test_scaler_fit_on_all_rows_fails(tiny_csv):
 
 
 def test_window_checks_pass_and_catch_a_shifted_window(tiny_csv, monkeypatch):
-    data = prepare(tiny_config(tiny_csv))
+    data = training_data(tiny_config(tiny_csv))
     assert all(r.passed for r in check_windows(data))
 
     prepare_module = importlib.import_module("tsformer.data.prepare")  # not the function
@@ -156,17 +156,16 @@ def test_window_checks_pass_and_catch_a_shifted_window(tiny_csv, monkeypatch):
 
 
 def test_window_targets_overlapping_inputs_fail(tiny_csv, monkeypatch):
-    data = prepare(tiny_config(tiny_csv))
-    prepare_module = importlib.import_module("tsformer.data.prepare")  # not the function
+    data = training_data(tiny_config(tiny_csv))
+    windows_module = importlib.import_module("tsformer.data.windows")
+    real_gather = windows_module.SeriesInputs.gather
 
-    real_gather = prepare_module.WindowIndex._gather
+    def inputs_end_at_the_last_target(self, starts, floors, context_len, horizon, device="cpu"):
+        real = real_gather(self, starts, floors, context_len, horizon, device)  # rows [s - L, s + H)
+        target = torch.cat([real.target[:, horizon:], real.target[:, context_len:]], dim=1)
+        return dataclasses.replace(real, target=target)  # inputs [s - L + H, s + H)
 
-    def inputs_end_at_the_last_target(self, starts, floors, device):
-        real = real_gather(self, starts, floors, device)  # rows [s - L, s + H)
-        values = torch.cat([real.values[:, self.horizon :], real.values[:, self.context_len :]], dim=1)
-        return dataclasses.replace(real, values=values)  # inputs [s - L + H, s + H)
-
-    monkeypatch.setattr(prepare_module.WindowIndex, "_gather", inputs_end_at_the_last_target)
+    monkeypatch.setattr(windows_module.SeriesInputs, "gather", inputs_end_at_the_last_target)
     results = by_name(check_windows(data))
     assert not results["data/window"].passed
 

@@ -12,12 +12,12 @@ import torch
 from helpers import TINY_FLAGS, tiny_config
 from test_cli_errors import assert_error, invoke
 
-from tsformer.checkpoint import load_checkpoint
+from tsformer.checkpoint import load_predictor
 from tsformer.config import DataConfig
-from tsformer.data import prepare, read_series
-from tsformer.evaluate import evaluate
+from tsformer.data import read_series, training_data
+from tsformer.evaluate import evaluate_run
 from tsformer.leakage import check_data, check_scaler, check_windows
-from tsformer.predict import predict
+from tsformer.predict import predict_run
 from tsformer.train import train
 
 HORIZON = 4  # TINY_FLAGS and tiny_config
@@ -96,7 +96,7 @@ def test_missing_timestamps_in_one_series_become_unobserved_steps(tmp_path):
 
 
 def test_each_series_is_split_by_its_last_horizons_and_scaled_on_its_own_training_rows(long_csv):
-    data = prepare(tiny_config(long_csv))
+    data = training_data(tiny_config(long_csv))
     lengths = np.array([120, 96, 150])
     assert data.borders.to_list() == [(lengths - 8).tolist(), (lengths - 4).tolist(), lengths.tolist()]
     frame = data.frame
@@ -113,14 +113,14 @@ def test_each_series_is_split_by_its_last_horizons_and_scaled_on_its_own_trainin
 
 
 def test_a_scaler_fit_across_series_fails_the_check(long_csv):
-    data = prepare(tiny_config(long_csv))
+    data = training_data(tiny_config(long_csv))
     leaky = dataclasses.replace(data.scaler, mean=data.scaler.mean[[0, 0, 0]])  # A's statistics for every series
     assert check_scaler(data.frame, data.borders, data.scaler).passed
     assert not check_scaler(data.frame, data.borders, leaky).passed
 
 
 def test_windows_that_run_into_the_next_series_fail_the_split_check(long_csv, monkeypatch):
-    data = prepare(tiny_config(long_csv))
+    data = training_data(tiny_config(long_csv))
     module = importlib.import_module("tsformer.data.prepare")
     real = module.window_target_starts
 
@@ -138,13 +138,13 @@ def test_windows_that_run_into_the_next_series_fail_the_split_check(long_csv, mo
 def test_short_series_are_skipped_from_training_by_name_and_still_forecast(tmp_path):
     csv = tmp_path / "ragged.csv"
     long_frame({"long": 160, "tiny": 10, "other": 140}).to_csv(csv, index=False)
-    data = prepare(tiny_config(csv))
+    data = training_data(tiny_config(csv))
     note = next(n for n in data.notes if "skipped from training" in n)
     assert "1 series are too short" in note and "'tiny'" in note
     train_series = np.searchsorted(data.frame.bounds, data.target_starts("train")[1], side="right") - 1
     assert set(train_series.tolist()) == {0, 2}
     train(tiny_config(csv), tmp_path / "run", show_progress=False)
-    forecast = predict(tmp_path / "run", csv).frame
+    forecast = predict_run(tmp_path / "run", csv).frame
     assert forecast.groupby("unique_id", sort=False).size().to_dict() == {"long": 4, "tiny": 4, "other": 4}
     assert np.isfinite(forecast["y"]).all()
 
@@ -152,7 +152,7 @@ def test_short_series_are_skipped_from_training_by_name_and_still_forecast(tmp_p
 def test_left_padded_training_windows_are_masked(tmp_path):
     csv = tmp_path / "short.csv"
     long_frame({"a": 40, "b": 40}).to_csv(csv, index=False)  # 32 training rows each, context 16
-    data = prepare(tiny_config(csv))
+    data = training_data(tiny_config(csv))
     index = data.split_windows("train")
     batch = index.take(torch.arange(len(index)))
     padded = (index.starts - 16 < index.floors).numpy()
@@ -160,7 +160,7 @@ def test_left_padded_training_windows_are_masked(tmp_path):
     assert batch.observed is not None
     for i in np.flatnonzero(padded)[:3]:
         n_pad = int(index.floors[i] - (index.starts[i] - 16))
-        assert not batch.observed[i, :n_pad].any() and (batch.values[i, :n_pad] == 0).all()
+        assert not batch.observed[i, :n_pad].any() and (batch.target[i, :n_pad] == 0).all()
         assert batch.observed[i, n_pad:].all()
 
 
@@ -168,7 +168,7 @@ def test_predict_writes_long_format_that_joins_back_onto_the_data(long_run, long
     full = pd.read_csv(long_csv)
     history = full.groupby("unique_id", sort=False).head(-HORIZON)  # each series without its last 4 rows
     history.to_csv(tmp_path / "history.csv", index=False)
-    forecast = predict(long_run, tmp_path / "history.csv").frame
+    forecast = predict_run(long_run, tmp_path / "history.csv").frame
     assert list(forecast.columns[:3]) == ["unique_id", "ds", "y"] and len(forecast) == 3 * HORIZON
     forecast["ds"] = forecast["ds"].dt.strftime("%Y-%m-%d %H:%M:%S")
     joined = full.merge(forecast, on=["unique_id", "ds"], suffixes=("", "_forecast"))
@@ -187,11 +187,11 @@ def test_predict_equals_the_scored_test_window_of_each_series(long_run, long_csv
     scored = []
     real_score = evaluate_module.score
     monkeypatch.setattr(evaluate_module, "score", lambda f, *a, **k: scored.append(f) or real_score(f, *a, **k))
-    evaluate_module.evaluate(long_run, write=False)
-    ckpt = load_checkpoint(long_run / "model.pt")
+    evaluate_module.evaluate_run(long_run, write=False)
+    ckpt = load_predictor(long_run / "model.pt")
     full = pd.read_csv(long_csv)
     full.groupby("unique_id", sort=False).head(-HORIZON).to_csv(tmp_path / "cut.csv", index=False)
-    forecast = predict(long_run, tmp_path / "cut.csv").frame
+    forecast = predict_run(long_run, tmp_path / "cut.csv").frame
     for i in range(3):
         expected = ckpt.scaler.inverse(scored[0][i], i)[:, 0]  # (H,), the model row's forecast of series i
         np.testing.assert_allclose(forecast["y"].to_numpy()[i * HORIZON : (i + 1) * HORIZON], expected, rtol=1e-5)
@@ -199,14 +199,14 @@ def test_predict_equals_the_scored_test_window_of_each_series(long_run, long_csv
 
 def test_a_series_not_seen_in_training_is_forecast_from_its_own_history(long_run, tmp_path):
     long_frame({"A": 120, "new": 80}, level=50.0).to_csv(tmp_path / "with_new.csv", index=False)
-    result = predict(long_run, tmp_path / "with_new.csv")
+    result = predict_run(long_run, tmp_path / "with_new.csv")
     assert any("1 series were not in training" in note for note in result.notes)
     new = result.frame[result.frame.unique_id == "new"]["y"]
     assert len(new) == HORIZON and 450 < new.mean() < 550  # its own level (50 x scale 10), not A's (10)
 
 
 def test_evaluate_scores_every_series_and_writes_them(long_run):
-    report = evaluate(long_run)
+    report = evaluate_run(long_run)
     assert report.n_series == 3 and report.n_windows == 3
     table = pd.read_csv(long_run / "metrics_by_series.csv")
     assert table["unique_id"].tolist() == ["A", "B", "C"]
@@ -282,7 +282,7 @@ def test_date_borders_split_series_that_end_on_different_dates(tmp_path):
     cfg = tiny_config(csv)
     borders = ("2024-01-05 00:00:00", "2024-01-07 00:00:00", "2024-01-09 08:00:00")
     cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, split_borders=borders))
-    data = prepare(cfg)
+    data = training_data(cfg)
     assert data.borders.to_list() == [[96, 93], [144, 141], [200, 150]]
     assert all(r.passed for r in check_data(data, data.config))
 
@@ -294,5 +294,5 @@ def test_negative_row_borders_count_back_from_each_series_end(tmp_path):
     long_frame({"A": 200, "B": 150, "C": 30}).to_csv(csv, index=False)
     cfg = tiny_config(csv)
     cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, split_borders=(-40, -10, -2)))
-    data = prepare(cfg)
+    data = training_data(cfg)
     assert data.borders.to_list() == [[160, 110, 0], [190, 140, 20], [198, 148, 28]]

@@ -7,16 +7,16 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import TINY_FLAGS, make_frame, tiny_config, write_csv
+from helpers import TINY_FLAGS, layout_of, make_frame, tiny_config, write_csv
 from typer.testing import CliRunner
 
 from tsformer.cli import app
 from tsformer.config import DataConfig, ModelConfig
-from tsformer.data import Scaler, prepare, read_series
-from tsformer.evaluate import evaluate
+from tsformer.data import Scaler, read_series, training_data
+from tsformer.evaluate import evaluate_run
 from tsformer.metrics import forward_fill, score
 from tsformer.model import Forecaster
-from tsformer.predict import predict
+from tsformer.predict import predict_run
 
 
 def _holey(n_rows: int = 240, drop_rows=(50, 51, 120), nan_cells=((30, "a"), (31, "a"), (200, "b"))) -> pd.DataFrame:
@@ -49,10 +49,11 @@ def test_a_daily_series_with_a_few_missing_dates_trains_evaluates_and_predicts(t
     result = CliRunner().invoke(app, ["train", str(csv), "--out", str(run), "--quiet", *TINY_FLAGS])
     assert result.exit_code == 0, result.output
     assert "3 timestamps missing from the D grid (first 2024-04-10 00:00:00) became unobserved steps" in result.stderr
-    report = evaluate(run, write=False)
+    report = evaluate_run(run, write=False)
     assert np.isfinite(report.scores["model"]["mean"]["mse"])
-    forecast = predict(run, csv).frame
-    assert forecast.index[0] == pd.Timestamp("2025-02-04") and np.isfinite(forecast.to_numpy()).all()
+    forecast = predict_run(run, csv).frame
+    assert forecast["date"].iloc[0] == pd.Timestamp("2025-02-04")
+    assert np.isfinite(forecast.drop(columns="date").to_numpy()).all()
 
 
 def test_a_grid_mostly_missing_is_irregular_data_not_gaps(tmp_path):
@@ -70,18 +71,21 @@ def test_the_scaler_uses_observed_training_cells_only():
 
 
 def test_prepare_zeroes_unobserved_cells_and_carries_their_mask(tmp_path):
-    data = prepare(tiny_config(write_csv(tmp_path / "holes.csv", _holey())))
-    assert data.observed is not None and not data.observed[30, 0] and data.scaled[30, 0] == 0.0
+    data = training_data(tiny_config(write_csv(tmp_path / "holes.csv", _holey())))
+    observed = data.inputs.observed
+    assert observed is not None and not observed[30, 0] and data.inputs.target[30, 0] == 0.0
     windows, masks = data.windows("train"), data.observed_windows("train")
     assert masks.shape == windows.shape and masks.dtype == torch.bool
     assert not masks[30 - 0, 0, 0] and masks[:, :, :].sum() < masks.numel()
-    complete = prepare(tiny_config(write_csv(tmp_path / "full.csv", make_frame())))
-    assert complete.observed is None and complete.observed_windows("train") is None
+    complete = training_data(tiny_config(write_csv(tmp_path / "full.csv", make_frame())))
+    assert complete.inputs.observed is None and complete.observed_windows("train") is None
 
 
 def test_the_loss_ignores_unobserved_targets():
     torch.manual_seed(0)
-    model = Forecaster(ModelConfig(context_len=16, horizon=4, patch_len=4, d_model=8, n_heads=2, d_ff=16), 2).eval()
+    model = Forecaster(
+        ModelConfig(context_len=16, horizon=4, patch_len=4, d_model=8, n_heads=2, d_ff=16), layout_of(2)
+    ).eval()
     x, target = torch.randn(3, 16, 2), torch.randn(3, 4, 2)
     observed = torch.rand(3, 4, 2) > 0.3
     forecast, loss = model(x, target=target, target_observed=observed)
@@ -93,7 +97,9 @@ def test_the_loss_ignores_unobserved_targets():
 
 def test_unobserved_input_cells_change_no_forecast():
     torch.manual_seed(0)
-    model = Forecaster(ModelConfig(context_len=16, horizon=4, patch_len=4, d_model=8, n_heads=2, d_ff=16), 3).eval()
+    model = Forecaster(
+        ModelConfig(context_len=16, horizon=4, patch_len=4, d_model=8, n_heads=2, d_ff=16), layout_of(3)
+    ).eval()
     x = torch.randn(2, 16, 3)
     observed = torch.rand(2, 16, 3) > 0.25
     other = torch.where(observed, x, torch.randn_like(x) * 100)

@@ -3,6 +3,7 @@ import math
 
 import pytest
 import torch
+from helpers import layout_of
 
 from tsformer.config import ModelConfig, config_from_dict
 from tsformer.data import split_window
@@ -88,8 +89,8 @@ def test_explicit_and_fused_attention_agree():
 def test_whole_models_agree_between_attention_paths():
     cfg = ModelConfig(context_len=32, horizon=8, patch_len=4, d_model=16, n_heads=4, d_ff=32, n_layers=2)
     torch.manual_seed(0)
-    fused = Forecaster(cfg, 3).eval()
-    explicit = Forecaster(dataclasses.replace(cfg, attention="explicit"), 3).eval()
+    fused = Forecaster(cfg, layout_of(3)).eval()
+    explicit = Forecaster(dataclasses.replace(cfg, attention="explicit"), layout_of(3)).eval()
     explicit.load_state_dict(fused.state_dict())
     x = torch.randn(2, 32, 3)
     torch.testing.assert_close(fused.predict(x), explicit.predict(x), atol=1e-5, rtol=1e-5)
@@ -126,7 +127,7 @@ def test_values_in_pad_positions_do_not_change_the_forecast(channel_independent,
         attention=attention,
     )
     torch.manual_seed(0)
-    model = Forecaster(cfg, 2).eval()
+    model = Forecaster(cfg, layout_of(2)).eval()
     x = torch.randn(1, 30, 2)
     observed = torch.zeros(1, 30, dtype=torch.bool)
     observed[:, -11:] = True  # 11 real steps: a partly padded token, and fully padded ones
@@ -143,7 +144,7 @@ def test_values_in_pad_positions_do_not_change_the_forecast(channel_independent,
 
 def test_token_targets_follow_each_token_and_the_last_is_the_window_target():
     cfg = ModelConfig(context_len=10, horizon=3, patch_len=4, d_model=8, n_heads=2, d_ff=8, n_layers=1)
-    model = Forecaster(cfg, 1)
+    model = Forecaster(cfg, layout_of(1))
     assert model.pad_len == 2 and model.token_ends() == [2, 6, 10]
     window = torch.arange(13, dtype=torch.float32).view(1, 13, 1)
     context, target = split_window(window, cfg.context_len)
@@ -156,7 +157,7 @@ def test_token_targets_follow_each_token_and_the_last_is_the_window_target():
 
 def test_forward_returns_forecast_and_loss():
     cfg = ModelConfig(context_len=16, horizon=4, patch_len=4, d_model=8, n_heads=2, d_ff=8, n_layers=1)
-    model = Forecaster(cfg, 3)
+    model = Forecaster(cfg, layout_of(3))
     x, target = torch.randn(5, 16, 3), torch.randn(5, 4, 3)
     forecast, loss = model(x, target=target)
     assert forecast.shape == (5, 4, 3)
@@ -176,7 +177,7 @@ INFERENCE_CONFIGS = [
 def trained_looking(cfg: ModelConfig, n_series: int) -> Forecaster:
     """A model in eval mode whose context skip is not zero (it starts at zero)."""
     torch.manual_seed(0)
-    model = Forecaster(cfg, n_series).eval()
+    model = Forecaster(cfg, layout_of(n_series)).eval()
     if model.context_skip is not None:
         with torch.no_grad():
             model.context_skip.linear.weight.normal_(0.0, 0.05)
@@ -228,7 +229,7 @@ def test_forward_trains_every_token_but_infers_from_the_last_only(monkeypatch):
 
 def test_mae_loss():
     cfg = ModelConfig(context_len=16, horizon=4, patch_len=4, d_model=8, n_heads=2, d_ff=8, n_layers=1)
-    model = Forecaster(cfg, 3, loss="mae")
+    model = Forecaster(cfg, layout_of(3), loss="mae")
     x, target = torch.randn(5, 16, 3), torch.randn(5, 4, 3)
     forecast, loss = model(x, target=target)
     torch.testing.assert_close(loss, (forecast - target).abs().mean())

@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 from helpers import make_frame, tiny_config, write_csv
 
-from tsformer.checkpoint import load_checkpoint
+from tsformer.checkpoint import load_predictor
 from tsformer.errors import DataError
-from tsformer.predict import predict
+from tsformer.predict import predict_run
 from tsformer.train import train
 
 
@@ -20,29 +20,30 @@ def run(tmp_path_factory):
 
 
 def test_forecast_continues_the_timestamps(run, tmp_path):
-    forecast = predict(run, write_csv(tmp_path / "h.csv", make_frame(100))).frame
+    forecast = predict_run(run, write_csv(tmp_path / "h.csv", make_frame(100))).frame
     bands = [f"{side}_{level}" for level in ("80", "95") for side in ("lower", "upper")]
-    assert list(forecast.columns) == ["a", *(f"a_{b}" for b in bands), "b", *(f"b_{b}" for b in bands)]
+    assert list(forecast.columns) == ["date", "a", *(f"a_{b}" for b in bands), "b", *(f"b_{b}" for b in bands)]
     assert (forecast["a_lower_95"] <= forecast["a_lower_80"]).all() and (forecast["a_lower_80"] <= forecast["a"]).all()
     assert (forecast["a"] <= forecast["a_upper_80"]).all() and (forecast["a_upper_80"] <= forecast["a_upper_95"]).all()
-    assert forecast.index[0] == pd.Timestamp("2024-01-05 04:00") and len(forecast) == 4
-    assert (forecast.index.to_series().diff().dropna() == pd.Timedelta("1h")).all()
+    assert forecast["date"].iloc[0] == pd.Timestamp("2024-01-05 04:00") and len(forecast) == 4
+    assert (forecast["date"].diff().dropna() == pd.Timedelta("1h")).all()
 
 
 def test_history_shorter_than_the_context_is_padded(run, tmp_path):
-    forecast = predict(run, write_csv(tmp_path / "short.csv", make_frame(5))).frame
-    assert forecast.shape == (4, 10) and np.isfinite(forecast.to_numpy()).all()  # 2 columns, each with 2 intervals
+    forecast = predict_run(run, write_csv(tmp_path / "short.csv", make_frame(5))).frame
+    values = forecast.drop(columns="date").to_numpy()
+    assert values.shape == (4, 10) and np.isfinite(values).all()  # 2 columns, each with 2 intervals
 
 
 def test_columns_must_match_the_checkpoint(run, tmp_path):
     frame = make_frame(50).rename(columns={"b": "c"})
     with pytest.raises(DataError, match="does not match the model"):
-        predict(run, write_csv(tmp_path / "other.csv", frame))
+        predict_run(run, write_csv(tmp_path / "other.csv", frame))
 
 
 def test_frequency_must_match_the_checkpoint(run, tmp_path):
     with pytest.raises(DataError, match="frequency"):
-        predict(run, write_csv(tmp_path / "daily.csv", make_frame(50, freq="D")))
+        predict_run(run, write_csv(tmp_path / "daily.csv", make_frame(50, freq="D")))
 
 
 def test_forecast_is_the_models_scaled_output_back_in_the_csvs_units(tmp_path):
@@ -56,20 +57,20 @@ def test_forecast_is_the_models_scaled_output_back_in_the_csvs_units(tmp_path):
     cfg = tiny_config(csv, fallback=False)  # the model's own forecast, from the targets alone
     cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, calendar=False))
     train(cfg, tmp_path / "run", show_progress=False)
-    ckpt = load_checkpoint(tmp_path / "run" / "model.pt")
+    ckpt = load_predictor(tmp_path / "run" / "model.pt")
     values = pd.read_csv(csv)[["a", "b"]].to_numpy()
     np.testing.assert_allclose(ckpt.scaler.mean[0], values[:168].mean(0), rtol=1e-6)  # ~1000
     assert ((40 < ckpt.scaler.std) & (ckpt.scaler.std < 60)).all()
 
-    forecast = predict(tmp_path / "run", csv).frame
+    forecast = predict_run(tmp_path / "run", csv).frame
     context = torch.from_numpy(ckpt.scaler.transform(values[-16:])).float().unsqueeze(0)  # (1, L, C), scaled
-    scaled = ckpt.build_model().predict(context)[0].numpy()  # (H, C)
+    scaled = ckpt.model.predict(context)[0].numpy()  # (H, C)
     assert np.abs(scaled).max() < 5  # the model works on standardised values
     point = forecast[["a", "b"]].to_numpy()
     np.testing.assert_allclose(point, ckpt.scaler.inverse(scaled), rtol=1e-6)  # float32 round-off
     assert (values.min(0) <= point).all() and (point <= values.max(0)).all()
     change = np.abs(np.diff(context[0].numpy(), axis=0)).mean(axis=0)  # (C,) the context's scale (season 1 at L 16)
-    width = ckpt.interval_widths[0].numpy() * change * ckpt.scaler.std  # (H, C): the 80 % half-width, CSV units
+    width = ckpt.calibration.widths[0].numpy() * change * ckpt.scaler.std  # (H, C): the 80 % half-width, CSV units
     np.testing.assert_allclose(forecast[["a_upper_80", "b_upper_80"]].to_numpy() - point, width, rtol=1e-4)
 
 
@@ -85,10 +86,10 @@ def test_predict_matches_evaluate_on_the_first_test_window(run, tmp_path, monkey
         return score(forecast, truth, *args, **kwargs)
 
     monkeypatch.setattr(evaluate_module, "score", recording_score)
-    evaluate_module.evaluate(run, write=False)
+    evaluate_module.evaluate_run(run, write=False)
     model_forecast, truth = scored[0]
 
-    ckpt = load_checkpoint(run / "model.pt")
+    ckpt = load_predictor(run / "model.pt")
     origin = int(ckpt.borders.val_end[0])  # the first test target row: the validation split's end
     lines = (run.parent / "data.csv").read_text().splitlines(keepends=True)
     frame = pd.read_csv(run.parent / "data.csv")
@@ -97,6 +98,6 @@ def test_predict_matches_evaluate_on_the_first_test_window(run, tmp_path, monkey
 
     cut = tmp_path / "cut.csv"
     cut.write_text("".join(lines[: 1 + origin]))  # the header and rows 0 .. origin - 1, byte for byte
-    forecast = predict(run, cut).frame
-    assert list(forecast.index.strftime("%Y-%m-%d %H:%M:%S")) == list(future["date"])
+    forecast = predict_run(run, cut).frame
+    assert list(forecast["date"].dt.strftime("%Y-%m-%d %H:%M:%S")) == list(future["date"])
     np.testing.assert_allclose(forecast[["a", "b"]].to_numpy(), ckpt.scaler.inverse(model_forecast[0]), rtol=1e-5)

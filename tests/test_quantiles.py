@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import TINY_FLAGS, tiny_config
+from helpers import TINY_FLAGS, layout_of, tiny_config
 from test_cli_errors import invoke
 
-from tsformer.checkpoint import load_checkpoint
+from tsformer.checkpoint import load_predictor
 from tsformer.intervals import adjust_quantiles, calibrate_quantiles, quantile_pairs
 from tsformer.leakage import check_model, token_outputs
 from tsformer.model import Forecaster
@@ -33,7 +33,7 @@ def test_pinball_loss_against_a_hand_computation():
 
 
 def quantile_model() -> Forecaster:
-    return Forecaster(tiny_config().model, 2, quantiles=(0.9, 0.1, 0.5)).eval()
+    return Forecaster(tiny_config().model, layout_of(2), quantiles=(0.9, 0.1, 0.5)).eval()
 
 
 def test_quantiles_never_cross_whatever_the_weights():
@@ -87,8 +87,8 @@ def test_train_predict_evaluate_with_quantiles(tiny_csv, tmp_path):
     run = tmp_path / "run"
     result = invoke("train", tiny_csv, "--out", run, "--quantiles", "0.1,0.5,0.9", *TINY_FLAGS)
     assert result.exit_code == 0, result.output
-    ckpt = load_checkpoint(run / "model.pt")
-    assert ckpt.config.train.quantiles == (0.1, 0.5, 0.9) and ckpt.quantile_adjust.shape == (1, 4, 2)
+    ckpt = load_predictor(run / "model.pt")
+    assert ckpt.config.train.quantiles == (0.1, 0.5, 0.9) and ckpt.calibration.quantile_adjust.shape == (1, 4, 2)
     out = tmp_path / "forecast.csv"
     assert invoke("predict", run, tiny_csv, "--out", out).exit_code == 0
     forecast = pd.read_csv(out)

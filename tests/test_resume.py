@@ -16,11 +16,11 @@ from typer.testing import CliRunner
 
 import tsformer.checkpoint as checkpoint_module
 import tsformer.train as train_module
-from tsformer.checkpoint import LAST_FILE, MODEL_FILE, load_checkpoint, save_checkpoint
+from tsformer.checkpoint import LAST_FILE, MODEL_FILE, load_predictor, load_train_state, save_predictor
 from tsformer.cli import app
 from tsformer.config import load_config
-from tsformer.data import prepare
-from tsformer.errors import TrainingError
+from tsformer.data import training_data
+from tsformer.errors import CheckpointError, TrainingError
 from tsformer.model import PREDICT_BATCH, Forecaster
 from tsformer.train import train
 
@@ -63,7 +63,7 @@ def _saved_epoch(run: Path) -> int:
     """The epoch in the run's last.pt; 0 while there is none."""
     if not (run / LAST_FILE).is_file():
         return 0
-    return load_checkpoint(run / LAST_FILE).train_state["loop"]["epoch"]
+    return load_train_state(run / LAST_FILE)[1]["loop"]["epoch"]
 
 
 def _wait_for_epoch(proc: subprocess.Popen, run: Path, epoch: int, deadline_s: float = 60) -> None:
@@ -71,18 +71,18 @@ def _wait_for_epoch(proc: subprocess.Popen, run: Path, epoch: int, deadline_s: f
 
 
 def _epoch_seconds(run: Path) -> float:
-    loop = load_checkpoint(run / LAST_FILE).train_state["loop"]  # not history.csv: it may be mid-write
+    loop = load_train_state(run / LAST_FILE)[1]["loop"]  # not history.csv: it may be mid-write
     return loop["train_seconds"] / loop["epoch"]
 
 
 def _assert_same_run(a: Path, b: Path) -> None:
     """Same weights, optimizer state, early-stopping state and losses, bit for bit."""
     for name in (MODEL_FILE, LAST_FILE):
-        left, right = load_checkpoint(a / name), load_checkpoint(b / name)
-        assert left.model_state.keys() == right.model_state.keys()
-        for key, tensor in left.model_state.items():
-            assert torch.equal(tensor, right.model_state[key]), f"{name}: {key} differs"
-    left, right = load_checkpoint(a / LAST_FILE).train_state, load_checkpoint(b / LAST_FILE).train_state
+        left, right = load_predictor(a / name), load_predictor(b / name)
+        assert left.model.state_dict().keys() == right.model.state_dict().keys()
+        for key, tensor in left.model.state_dict().items():
+            assert torch.equal(tensor, right.model.state_dict()[key]), f"{name}: {key} differs"
+    left, right = load_train_state(a / LAST_FILE)[1], load_train_state(b / LAST_FILE)[1]
     for key, state in left["optimizer"]["state"].items():
         for field, tensor in state.items():
             assert torch.equal(tensor, right["optimizer"]["state"][key][field]), f"optimizer {key}.{field} differs"
@@ -111,7 +111,8 @@ def test_kill_9_mid_epoch_then_resume_matches_uninterrupted_run(series_csv, tmp_
             proc.wait()
     stopped_at = _saved_epoch(killed)  # a kill -9 leaves a loadable last.pt
     assert 2 <= stopped_at < EPOCHS, f"the kill came after the run finished (epoch {stopped_at})"
-    assert load_checkpoint(killed / MODEL_FILE).train_state is None
+    with pytest.raises(CheckpointError, match="holds no training state"):  # model.pt is the best epoch's predictor
+        load_train_state(killed / MODEL_FILE)
 
     resumed = _run_cli(["train", "--resume", "--out", str(killed), "--quiet"])
     assert resumed.exit_code == 0, resumed.output
@@ -150,7 +151,7 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(series_csv, tmp_path, resto
 
     resumed = _run_cli(["train", "--resume", "--out", str(run), "--quiet"])
     assert resumed.exit_code == 0, resumed.output
-    assert _saved_epoch(run) > saved and load_checkpoint(run / LAST_FILE).train_state["loop"]["finished"]
+    assert _saved_epoch(run) > saved and load_train_state(run / LAST_FILE)[1]["loop"]["finished"]
 
 
 def test_ctrl_c_before_any_epoch_says_nothing_was_saved(series_csv, tmp_path, monkeypatch, restore_threads):
@@ -188,7 +189,7 @@ def _nan_from(monkeypatch, method: str, call: int) -> None:
 
 
 def _n_batches(cfg, split: str, batch_size: int) -> int:
-    n_windows = len(prepare(cfg).windows(split))
+    n_windows = len(training_data(cfg).windows(split))
     return -(-n_windows // batch_size)
 
 
@@ -208,9 +209,9 @@ def test_nan_training_loss_stops_and_keeps_last_good_checkpoint(series_csv, tmp_
     message = str(caught.value)
     assert "training loss became nan at epoch 2, step 3" in message
     assert str(run / LAST_FILE) in message and "train.lr" in message
-    kept = load_checkpoint(run / LAST_FILE)
-    assert kept.train_state["loop"]["epoch"] == 1
-    assert all(torch.isfinite(t).all() for t in kept.model_state.values())
+    kept, state = load_train_state(run / LAST_FILE)
+    assert state["loop"]["epoch"] == 1
+    assert all(torch.isfinite(t).all() for t in kept.model.state_dict().values())
 
 
 def test_nan_validation_loss_does_not_overwrite_last_good_checkpoint(
@@ -221,7 +222,7 @@ def test_nan_validation_loss_does_not_overwrite_last_good_checkpoint(
     _nan_from(monkeypatch, "predict", call=_n_batches(cfg, "val", PREDICT_BATCH) + 1)  # epoch 2
     with pytest.raises(TrainingError, match="validation loss became nan at epoch 2"):
         train(cfg, run, show_progress=False)
-    assert load_checkpoint(run / LAST_FILE).train_state["loop"]["epoch"] == 1
+    assert load_train_state(run / LAST_FILE)[1]["loop"]["epoch"] == 1
 
 
 def test_nan_in_first_epoch_says_nothing_was_saved(series_csv, tmp_path, monkeypatch, restore_threads):
@@ -258,7 +259,7 @@ def test_kill_during_checkpoint_write_keeps_previous_file(tmp_path, monkeypatch)
     )
     ckpt = _checkpoint_for(cfg)
     path = tmp_path / LAST_FILE
-    save_checkpoint(ckpt, path)
+    save_predictor(ckpt, path)
     before = path.read_bytes()
 
     def dies_half_way(obj, handle, *args, **kwargs):
@@ -267,26 +268,28 @@ def test_kill_during_checkpoint_write_keeps_previous_file(tmp_path, monkeypatch)
 
     monkeypatch.setattr(checkpoint_module.torch, "save", dies_half_way)
     with pytest.raises(KeyboardInterrupt):
-        save_checkpoint(ckpt, path)
+        save_predictor(ckpt, path)
     assert path.read_bytes() == before
-    assert load_checkpoint(path).config == cfg
+    assert load_predictor(path).config == cfg
     assert sorted(p.name for p in tmp_path.iterdir()) == [LAST_FILE]
 
 
 def _checkpoint_for(cfg):
-    from tsformer.checkpoint import Checkpoint
     from tsformer.data import Scaler, SplitBorders
+    from tsformer.layout import Layout
+    from tsformer.predictor import Predictor
 
-    model = Forecaster(cfg.model, 2, cfg.train.loss, n_future=4)  # the 4 calendar features of hourly data
-    return Checkpoint(
+    layout = Layout(("load", "temp"), calendar=("day_sin", "day_cos", "week_sin", "week_cos"))  # hourly data's
+    return Predictor(
         config=cfg,
-        calendar=("day_sin", "day_cos", "week_sin", "week_cos"),
-        columns=("load", "temp"),
+        layout=layout,
         time_col="date",
         freq="h",
+        id_cols=(),
+        series=((),),
         scaler=Scaler(mean=np.zeros((1, 2), np.float32), std=np.ones((1, 2), np.float32)),
         borders=SplitBorders.from_list([[70], [80], [100]]),
-        model_state=model.state_dict(),
+        model=Forecaster(cfg.model, layout, cfg.train.loss),
         data_fingerprint={"rows": 100, "first": "2024-01-01 00:00:00", "last": "2024-01-05 03:00:00", "sha256": "0"},
     )
 
@@ -311,4 +314,4 @@ def test_resume_refuses_data_that_changed_since_the_run_started(series_csv, tmp_
     assert error.endswith(
         f"start a new run instead (tsformer train ... --out NEW_FOLDER, or --overwrite to replace {run})"
     )
-    assert load_checkpoint(run / LAST_FILE).train_state["loop"]["epoch"] == 1
+    assert load_train_state(run / LAST_FILE)[1]["loop"]["epoch"] == 1

@@ -18,7 +18,7 @@ from helpers import hourly_series, start_tsformer, tiny_config, wait_for, write_
 from typer.testing import CliRunner
 
 import tsformer.files as files_module
-from tsformer.checkpoint import LAST_FILE, MODEL_FILE, load_checkpoint
+from tsformer.checkpoint import LAST_FILE, MODEL_FILE, load_train_state
 from tsformer.cli import app
 from tsformer.errors import ConfigError, TrainingError
 from tsformer.model import Forecaster
@@ -123,7 +123,7 @@ def test_sigterm_after_an_epoch_leaves_a_resumable_run(long_csv, tmp_path):
         code = _stop(proc, signal.SIGTERM)
     log = (tmp_path / "run.log").read_text()
     assert code == 130 and f"Resume with: tsformer train --resume --out {run}" in log, log
-    assert load_checkpoint(run / LAST_FILE).train_state["loop"]["epoch"] >= 1
+    assert load_train_state(run / LAST_FILE)[1]["loop"]["epoch"] >= 1
 
 
 def test_overwrite_keeps_the_old_run_when_the_new_one_fails(tmp_path, monkeypatch):

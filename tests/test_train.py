@@ -6,9 +6,9 @@ import torch
 from helpers import tiny_config
 
 import tsformer.train as train_module
-from tsformer.checkpoint import load_checkpoint
+from tsformer.checkpoint import load_predictor
 from tsformer.config import TrainConfig
-from tsformer.data import prepare
+from tsformer.data import training_data
 from tsformer.errors import ConfigError, LeakageError
 from tsformer.model import Forecaster
 from tsformer.schedule import lr_at
@@ -24,7 +24,7 @@ def test_schedule_warms_up_then_decays_to_the_floor():
 
 
 def test_run_folder_contents_and_history(tiny_csv, tmp_path):
-    result = train(tiny_config(tiny_csv), tmp_path / "run", show_progress=False)
+    result = train(tiny_config(tiny_csv), tmp_path / "run", show_progress=False).summary
     names = {p.name for p in (tmp_path / "run").iterdir()}
     assert {"model.pt", "last.pt", "config.yaml", "history.csv", "loss.png"} <= names
     history = pd.read_csv(tmp_path / "run" / "history.csv")
@@ -39,7 +39,7 @@ def test_same_seed_same_weights(tiny_csv, tmp_path):
     train(cfg, tmp_path / "two", show_progress=False)
     other = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seed=1))
     train(other, tmp_path / "three", show_progress=False)
-    one, two, three = (load_checkpoint(tmp_path / n / "model.pt").model_state for n in ("one", "two", "three"))
+    one, two, three = (load_predictor(tmp_path / n / "model.pt").model.state_dict() for n in ("one", "two", "three"))
     assert all(torch.equal(one[k], two[k]) for k in one)
     assert not all(torch.equal(one[k], three[k]) for k in one)
 
@@ -49,7 +49,7 @@ def test_early_stopping_keeps_the_best_epoch(tiny_csv, tmp_path, monkeypatch):
     monkeypatch.setattr(train_module._Runner, "_val_loss", lambda self, windows: next(losses))
     cfg = tiny_config(tiny_csv)
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, epochs=6, patience=2))
-    result = train(cfg, tmp_path / "run", show_progress=False)
+    result = train(cfg, tmp_path / "run", show_progress=False).summary
     assert (result.best_epoch, result.epochs_run, result.best_val_loss) == (2, 4, 0.4)
 
 
@@ -74,15 +74,15 @@ def test_resume_removes_temp_files_of_interrupted_saves(tiny_csv, tmp_path):
     train(tiny_config(tiny_csv), tmp_path / "run", show_progress=False)
     stale = tmp_path / "run" / ".last.pt.k1ll3d.tmp"
     stale.write_bytes(b"half a checkpoint")
-    result = train(tiny_config(tiny_csv), tmp_path / "run", resume=True, show_progress=False)
+    result = train(tiny_config(tiny_csv), tmp_path / "run", resume=True, show_progress=False).summary
     assert not stale.exists() and result.epochs_run == 2
 
 
 def test_validation_loss_is_the_mse_of_the_last_token_forecast(tiny_csv, tmp_path):
     cfg = tiny_config(tiny_csv)
-    result = train(cfg, tmp_path / "run", show_progress=False)
-    best = load_checkpoint(tmp_path / "run" / "model.pt").build_model()
-    val = prepare(cfg).split_windows("val").split(16)  # (N, L, C) contexts, (N, H, C) targets, covariates
+    result = train(cfg, tmp_path / "run", show_progress=False).summary
+    best = load_predictor(tmp_path / "run" / "model.pt").model
+    val = training_data(cfg).split_windows("val").split(16)  # (N, L, C) contexts, (N, H, C) targets, covariates
     by_hand = (best.predict(val.context, None, val.covariates) - val.target).square().mean().item()
     assert result.best_val_loss == pytest.approx(by_hand, rel=1e-5)
 
@@ -108,7 +108,7 @@ def test_a_step_trains_every_token_or_the_last(tiny_csv, tmp_path, monkeypatch, 
         assert torch.equal(target[:, 0], x[:, 4:8]) and torch.equal(target[:, 2, 0], x[:, 12])
     else:
         assert target.shape == (32, 4, 2)
-    n_windows = len(prepare(cfg).windows("train"))
+    n_windows = len(training_data(cfg).windows("train"))
     assert len(seen) == -(-n_windows // 32)  # one forward with a target per step
 
 

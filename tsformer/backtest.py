@@ -21,15 +21,15 @@ import pandas as pd
 import torch
 from pandas.tseries.frequencies import to_offset
 
-from tsformer.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint
+from tsformer.checkpoint import load_predictor
 from tsformer.config import Config
-from tsformer.data import Prepared, SeriesFrame
+from tsformer.data import Prepared, SeriesFrame, training_data
 from tsformer.errors import DataError
-from tsformer.evaluate import load_run_data, window_stats
-from tsformer.fallback import FORECASTERS, all_forecasts, apply, season_for
+from tsformer.fallback import FORECASTERS
 from tsformer.files import atomic_open, check_output_path
 from tsformer.intervals import label
 from tsformer.metrics import score
+from tsformer.predictor import Forecasts, Predictor, Source
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def origin_rows(frame: SeriesFrame, horizon: int, windows: int, step: int, start
     return rows
 
 
-def backtest(
+def backtest_run(
     run: str | Path,
     csv: str | Path | None = None,
     windows: int = 20,
@@ -82,19 +82,28 @@ def backtest(
     out: Path | None = None,
     plot: Path | None = None,
 ) -> BacktestResult:
-    """Forecast at `windows` origins `step` apart (default: the horizon) with the run's model, fallback
-    and intervals, and score each; with `out`/`plot`, write the long CSV and a plot of error by origin."""
+    """`backtest` of a saved run on its CSV (or `csv`); with `out`/`plot`, write the long CSV and a plot of
+    error by origin (atomically, and only when both succeed)."""
     for path, flag in ((out, "--out"), (plot, "--plot")):
         if path is not None:
             check_output_path(path, flag)
-    ckpt = load_checkpoint(resolve_checkpoint(run))
-    data = load_run_data(ckpt, csv)
-    horizon = ckpt.config.model.horizon
+    predictor = load_predictor(run)
+    result = backtest(predictor, predictor.read(csv), windows, step, start)
+    _write(result, out, plot)
+    return result
+
+
+def backtest(
+    predictor: Predictor, data: Prepared, windows: int = 20, step: int = 0, start: str | None = None
+) -> BacktestResult:
+    """Forecast at `windows` origins `step` apart (default: the horizon) with the predictor (its model, fallback
+    and intervals) on `data` (read by `Predictor.read`), and score each."""
+    horizon = predictor.horizon
     rows = origin_rows(data.frame, horizon, windows, step or horizon, start)
     inside = rows < data.borders.val_end[:, None]  # training targets, or validation (early stopping, fallback)
     if inside.any():
         i, k = (int(v[0]) for v in np.nonzero(inside))
-        where = f" of series {data.frame.names[i]!r}" if ckpt.id_cols else ""
+        where = f" of series {data.frame.names[i]!r}" if predictor.id_cols else ""
         first = data.frame.timestamps[int(data.frame.bounds[i] + data.borders.val_end[i])]
         cutoff = data.frame.timestamps[int(data.frame.bounds[i] + rows[i, k]) - 1]
         raise DataError(
@@ -102,27 +111,24 @@ def backtest(
             f"and validation targets end before {first}); without --refit every origin must come after them: "
             "ask for fewer --windows, a later --start, or retrain at each origin with --refit"
         )
-    result = score_origins(ckpt, data, rows)
-    _write(result, out, plot)
-    return result
+    return score_origins(predictor, data, rows)
 
 
-def score_origins(ckpt: Checkpoint, data: Prepared, rows: np.ndarray) -> BacktestResult:
+def score_origins(predictor: Predictor, data: Prepared, rows: np.ndarray) -> BacktestResult:
     """Forecast and score the windows whose first target is at `rows` (n_ids, n_origins) of each series."""
-    frame, cfg = data.frame, ckpt.config.model
+    frame = data.frame
     n_ids, n_origins = rows.shape
     floors = np.repeat(frame.bounds[:-1], n_origins)  # (n_ids * n_origins,) series after series
     starts = floors + rows.reshape(-1)
     index = dataclasses.replace(
         data.split_windows("test"), starts=torch.from_numpy(starts), floors=torch.from_numpy(floors)
     )
-    windows = index.all().split(cfg.context_len)
-    season = season_for(ckpt.freq, cfg.context_len)
-    forecasts = all_forecasts(ckpt.build_model(), windows, season)  # (N, H, C) each
+    windows = index.all().split(predictor.context_len)
     ids = np.repeat(np.arange(n_ids), n_origins)  # (N,)
-    forecasts["model"] = apply(ckpt.fallback, forecasts, ids)
+    shipped = predictor.forecast(windows, ids)
+    forecasts = {"model": shipped.point, **{k: v for k, v in shipped.each.items() if k != "model"}}  # (N, H, C)
     folds = np.tile(np.arange(n_origins), n_ids)  # (N,)
-    mean, std, scale = window_stats(data, ids, season)  # (N, C) each
+    mean, std, scale = shipped.mean, shipped.std, data.mase_scales(predictor.season)[ids]  # (N, C) each
     truth = windows.target.numpy()
     observed = None if windows.target_observed is None else windows.target_observed.numpy()
     cutoffs = frame.timestamps[starts - 1]  # the last step each forecast may read
@@ -143,8 +149,7 @@ def score_origins(ckpt: Checkpoint, data: Prepared, rows: np.ndarray) -> Backtes
     for name in FORECASTERS:
         s = score(forecasts[name].numpy(), truth, mean, std, frame.columns, scale, observed)["mean"]
         summary.append({"origin": "all", "forecaster": name, **s})
-    widths = ckpt.interval_half_widths(windows)  # (n_levels, N or 1, H, C) or None
-    table = _long_table(ckpt, frame, forecasts, widths, truth, observed, mean, std, starts, ids, cutoffs)
+    table = _long_table(predictor, frame, shipped, truth, observed, starts, ids, cutoffs)
     return BacktestResult(table, pd.DataFrame(summary))
 
 
@@ -155,31 +160,26 @@ def _origin_label(cutoffs: pd.DatetimeIndex) -> str:
     return str(first) if first == last else f"{first} to {last}"
 
 
-def _long_table(ckpt, frame, forecasts, widths, truth, observed, mean, std, starts, ids, cutoffs) -> pd.DataFrame:
-    """One row per origin, series, step and target column, in the CSV's units."""
+def _long_table(predictor, frame, shipped: Forecasts, truth, observed, starts, ids, cutoffs) -> pd.DataFrame:
+    """One row per origin, series, step and target column, in the data's units."""
     horizon, n_targets = truth.shape[1], truth.shape[2]
     n = len(starts)
-
-    def units(scaled: np.ndarray) -> np.ndarray:  # (N, H, C) scaled -> (N * H * C,) in the CSV's units
-        return (scaled * std[:, None] + mean[:, None]).reshape(-1)
-
-    point = forecasts["model"].numpy()
     columns: dict[str, np.ndarray] = {
         "origin": np.repeat(np.asarray(cutoffs.astype(str)), horizon * n_targets),
     }
     key_rows = np.repeat(ids, horizon * n_targets)  # each row's series
-    for j, name in enumerate(ckpt.id_cols):
+    for j, name in enumerate(predictor.id_cols):
         columns[name] = np.array([key[j] for key in frame.keys], dtype=object)[key_rows]
     steps = (starts[:, None] + np.arange(horizon)[None, :]).reshape(-1)  # (N * H,)
-    columns[ckpt.time_col] = np.repeat(np.asarray(frame.timestamps[steps].astype(str)), n_targets)
+    columns[predictor.time_col] = np.repeat(np.asarray(frame.timestamps[steps].astype(str)), n_targets)
     columns["target"] = np.tile(np.array(frame.columns, dtype=object), n * horizon)
-    columns["forecast"] = units(point)
-    for level, width in zip(ckpt.interval_levels, () if widths is None else widths, strict=True):
-        columns[f"lower_{label(level)}"] = units(point - width)  # width (N or 1, H, C)
-        columns[f"upper_{label(level)}"] = units(point + width)
+    columns["forecast"] = shipped.units(shipped.point).reshape(-1)
+    for level, lower, upper in shipped.bounds():
+        columns[f"lower_{label(level)}"] = lower.reshape(-1)
+        columns[f"upper_{label(level)}"] = upper.reshape(-1)
     for name in FORECASTERS[1:]:
-        columns[name] = units(forecasts[name].numpy())
-    truth_units = units(truth)
+        columns[name] = shipped.units(shipped.each[name]).reshape(-1)
+    truth_units = shipped.units(truth).reshape(-1)
     if observed is not None:
         truth_units = np.where(observed.reshape(-1), truth_units, np.nan)
     columns["truth"] = truth_units
@@ -188,28 +188,30 @@ def _long_table(ckpt, frame, forecasts, widths, truth, observed, mean, std, star
 
 def refit_backtest(
     cfg: Config,
-    out_dir: Path,
+    out_dir: Path | None = None,
     windows: int = 5,
     step: int = 0,
     start: str | None = None,
     out: Path | None = None,
     plot: Path | None = None,
     show_progress: bool = False,
+    source: Source | None = None,
+    static: Source | None = None,
 ) -> BacktestResult:
     """Train a model per origin on the steps before it only (an expanding window: its last validation-long
-    stretch validates, its scaler comes from the rest), forecast from the origin, and score.
+    stretch validates, its scaler comes from the rest), forecast from the origin, and score. Each fold's run
+    goes into `out_dir`/fold_N, or stays in memory when `out_dir` is None.
 
     A panel's folds cut every series at the same dates when its origins fall on the same timestamps (the
     series end together, or --start names the date), so no series trains on a time after another's
     origin; otherwise, and in a wide file, at the same rows when the series have equal lengths."""
-    from tsformer.data import prepare
     from tsformer.train import resolve, train
 
     for path, flag in ((out, "--out"), (plot, "--plot")):
         if path is not None:
             check_output_path(path, flag)
     cfg = resolve(cfg)
-    data = prepare(cfg)  # the whole file, for the origins and each fold's size
+    data = training_data(cfg, source, static)  # the whole file, for the origins and each fold's size
     frame, horizon = data.frame, data.config.model.horizon
     rows = origin_rows(frame, horizon, windows, step or horizon, start)  # (n_ids, windows)
     val_len = int((data.borders.val_end - data.borders.train_end).min())
@@ -236,12 +238,11 @@ def refit_backtest(
             borders = tuple(str(t) for t in (when - val_len * offset, when, when + horizon * offset))
             note = f"trained on the steps before {borders[0]}, validated on those before {borders[1]}"
         fold_cfg = dataclasses.replace(data.config, data=dataclasses.replace(data.config.data, split_borders=borders))
-        run = out_dir / f"fold_{fold + 1}"
-        train(fold_cfg, run, overwrite=True, show_progress=show_progress)
-        ckpt = load_checkpoint(run / "model.pt")
-        if not (ckpt.borders.val_end == rows[:, fold]).all():  # the fold's training and validation end at its origin
+        run = None if out_dir is None else out_dir / f"fold_{fold + 1}"
+        predictor = train(fold_cfg, run, overwrite=True, show_progress=show_progress, source=source, static=static)
+        if not (predictor.borders.val_end == rows[:, fold]).all():  # its training and validation end at its origin
             raise RuntimeError(f"fold {fold + 1}'s split borders {list(borders)} do not end at its origins")
-        results.append(score_origins(ckpt, load_run_data(ckpt), rows[:, fold : fold + 1]))
+        results.append(score_origins(predictor, predictor.read(), rows[:, fold : fold + 1]))
         notes.append(f"fold {fold + 1}: {note}")
     forecasts = pd.concat([r.forecasts for r in results], ignore_index=True)
     per_origin = pd.concat([r.summary[r.summary.origin != "all"] for r in results], ignore_index=True)

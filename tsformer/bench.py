@@ -18,12 +18,11 @@ import resource
 import time
 from pathlib import Path
 
-from tsformer.check import check_run
-from tsformer.checkpoint import MODEL_FILE, load_checkpoint
+from tsformer.check import check_predictor
 from tsformer.config import Config, load_config, to_dict, with_data_path
 from tsformer.datasets import resolve_data_path
 from tsformer.errors import DataError
-from tsformer.evaluate import evaluate
+from tsformer.evaluate import evaluate, write_report
 from tsformer.files import atomic_write_text
 from tsformer.train import train
 
@@ -51,11 +50,13 @@ def run_benchmark(
     _reference_rows(dataset, Path(reference))  # a malformed reference file fails now, not after training
     run_dir = Path(runs_dir) / name
     started = time.monotonic()
-    trained = train(cfg, run_dir, overwrite=True, show_progress=show_progress)
+    predictor = train(cfg, run_dir, overwrite=True, show_progress=show_progress)
     train_wall = time.monotonic() - started
-    cfg = load_checkpoint(run_dir / MODEL_FILE).config  # as trained: automatic values resolved
-    report = evaluate(run_dir)
-    checks, _ = check_run(run_dir)
+    trained, cfg = predictor.summary, predictor.config  # as trained: automatic values resolved
+    data = predictor.read()
+    report = evaluate(predictor, data)
+    write_report(report, data, run_dir)
+    checks = check_predictor(predictor, data)
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     scores = {k: {"mse": v["mean"]["mse"], "mae": v["mean"]["mae"]} for k, v in report.scores.items()}
     ablation = _ablation(cfg, Path(runs_dir) / f"{name}_no_transformer", show_progress)
@@ -93,8 +94,8 @@ def _ablation(cfg: Config, run_dir: Path, show_progress: bool) -> dict:
     which only the Transformer reads, go unused): its validation and test MSE, with the same fallback."""
     model = dataclasses.replace(cfg.model, transformer=False)
     ablated = dataclasses.replace(cfg, model=model, train=dataclasses.replace(cfg.train, quantiles=()))
-    trained = train(ablated, run_dir, overwrite=True, show_progress=show_progress)
-    report = evaluate(run_dir)
+    predictor = train(ablated, run_dir, overwrite=True, show_progress=show_progress)
+    trained, report = predictor.summary, evaluate(predictor, predictor.read())
     return {
         "best_val_mse": trained.best_val_loss,
         "test_mse": report.scores["model"]["mean"]["mse"],

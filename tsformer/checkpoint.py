@@ -1,9 +1,10 @@
-"""The only code that knows the checkpoint file format.
+"""The only code that knows the checkpoint file format: a Predictor, and while training its training state.
 
-One file holds everything `evaluate`, `predict` and `check` need: weights, resolved config,
-scaler, columns, time column, frequency, split borders, a fingerprint of the data, versions. Files are
-written atomically (temp file + rename) and read with `weights_only=True`, so loading never
-runs code from the file.
+One file holds everything a Predictor is: the resolved config, the layout by name, the scaler, the
+series, frequency and split borders, the fallback choice, the calibration, the weights, a fingerprint
+of the data, versions. `last.pt` adds the training state (optimizer, RNG, loop) for --resume. Files are
+written atomically (temp file + rename) and read with `weights_only=True`, so loading never runs code
+from the file; every field is checked against the others before use.
 """
 
 from __future__ import annotations
@@ -12,123 +13,97 @@ import io
 import pickle
 import warnings
 import zipfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 from tsformer import __version__
-from tsformer.config import Config, config_from_dict, to_dict
-from tsformer.data import Scaler, SplitBorders, parse_freq
+from tsformer.config import config_from_dict, save_config, to_dict
+from tsformer.data import Scaler, SplitBorders, StaticScale, parse_freq
 from tsformer.data.calendar import calendar_names
-from tsformer.data.prepare import Split
 from tsformer.errors import CheckpointError, TsformerError
-from tsformer.fallback import FORECASTERS, season_for
+from tsformer.fallback import FORECASTERS
 from tsformer.files import atomic_write
-from tsformer.intervals import forecast_scale, half_widths, quantile_pairs
-from tsformer.model import ForecasterBase, build_forecaster
+from tsformer.intervals import Calibration, quantile_pairs
+from tsformer.layout import Layout
+from tsformer.model import build_forecaster
+from tsformer.predictor import Predictor, TrainSummary
 
 FORMAT_NAME = "tsformer-checkpoint"
-FORMAT_VERSION = 5  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
-# 5: interval widths per unit of each window's scale (train.interval_scale)
-MODEL_FILE = "model.pt"  # best weights, for evaluate/predict/check
+FORMAT_VERSION = 6  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
+# 5: interval widths per unit of each window's scale. 6: a Predictor: the layout by name, static covariates,
+# the calibration (with the refit model's borders) and the training summary
+MODEL_FILE = "model.pt"  # the predictor, for evaluate/predict/check
 LAST_FILE = "last.pt"  # latest epoch with optimizer and RNG state, for --resume
 CALIBRATION_DIR = "calibration"  # the run folder of the model whose errors calibrate the intervals (refit)
+CONFIG_FILE = "config.yaml"
 
 
-@dataclass(frozen=True)
-class Checkpoint:
-    config: Config
-    columns: tuple[str, ...]
-    time_col: str
-    freq: str
-    scaler: Scaler  # (n_ids, C) statistics
-    borders: SplitBorders  # per series
-    model_state: dict[str, torch.Tensor]
-    id_cols: tuple[str, ...] = ()  # long format's id columns; () for a wide file
-    series: tuple[tuple[str, ...], ...] = ((),)  # each trained series' id values (((),) for a wide file)
-    past_covs: tuple[str, ...] = ()  # past-only covariates the model reads
-    future_covs: tuple[str, ...] = ()  # known-future ones from the data
-    calendar: tuple[str, ...] = ()  # known-future calendar features derived from the timestamps
-    data_fingerprint: dict[str, str | int] = field(default_factory=dict)  # the data it was trained on
-    fallback: tuple[tuple[str, ...], ...] = ()  # per series and column, the forecaster chosen on validation; () = model
-    interval_levels: tuple[float, ...] = ()  # conformal interval levels (tsformer.intervals)
-    interval_widths: torch.Tensor | None = None  # (n_levels, H, C) half-widths, scaled units (x each window's
-    # scale with train.interval_scale=seasonal: tsformer.intervals.half_widths)
-    interval_scale_typical: torch.Tensor | None = None  # (C,) the median validation window's scale; None: fixed
-    quantile_adjust: torch.Tensor | None = None  # (n_pairs, H, C) conformal widening of each (q, 1 - q) pair
-    train_state: dict[str, Any] | None = None  # optimizer, epoch, RNG, history; only in last.pt
-    package_version: str = __version__
-
-    def build_model(self) -> ForecasterBase:
-        model = build_forecaster(
-            self.config.model,
-            len(self.columns),
-            self.config.train.loss,
-            len(self.past_covs),
-            len(self.future_covs) + len(self.calendar),
-            self.config.train.quantiles,
-        )
-        try:
-            model.load_state_dict(self.model_state)
-        except RuntimeError as exc:
-            raise CheckpointError(
-                f"checkpoint weights do not fit its own config ({str(exc).splitlines()[0]})"
-            ) from None
-        model.eval()
-        return model
-
-    def interval_half_widths(self, windows: Split) -> np.ndarray | None:
-        """The conformal half-widths of `windows`, scaled units: (n_levels, N, H, C), or (n_levels, 1, H, C) when
-        they do not depend on the window (train.interval_scale=fixed); None for a run without intervals. Each
-        window's scale uses the season that calibration did (season_for of the run's frequency and context)."""
-        if self.interval_widths is None or not self.interval_levels:
-            return None
-        season = season_for(self.freq, self.config.model.context_len)
-        scale = forecast_scale(self.interval_scale_typical, windows.context, windows.context_observed, season)
-        return half_widths(self.interval_widths, scale).numpy()
-
-
-def save_checkpoint(ckpt: Checkpoint, path: str | Path) -> None:
+def save_predictor(predictor: Predictor, path: str | Path, train_state: dict[str, Any] | None = None) -> None:
     """Write atomically: a kill or a full disk at any moment leaves either the old file or the new one.
 
     The payload is serialised in memory first, so a failed write is an OSError naming `path`
     (torch's zip writer would report a full disk as a RuntimeError).
     """
+    p = predictor
     payload = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
-        "package_version": ckpt.package_version,
-        "config": to_dict(ckpt.config),
-        "columns": list(ckpt.columns),
-        "time_col": ckpt.time_col,
-        "freq": ckpt.freq,
-        "id_cols": list(ckpt.id_cols),
-        "series": [list(key) for key in ckpt.series],
-        "past_covs": list(ckpt.past_covs),
-        "future_covs": list(ckpt.future_covs),
-        "calendar": list(ckpt.calendar),
-        "scaler": ckpt.scaler.to_dict(),
-        "borders": ckpt.borders.to_list(),
-        "data_fingerprint": dict(ckpt.data_fingerprint),
-        "fallback": [list(row) for row in ckpt.fallback],
-        "interval_levels": list(ckpt.interval_levels),
-        "interval_widths": ckpt.interval_widths,
-        "interval_scale_typical": ckpt.interval_scale_typical,
-        "quantile_adjust": ckpt.quantile_adjust,
-        "model_state": {k: v.detach().cpu() for k, v in ckpt.model_state.items()},
-        "train_state": ckpt.train_state,
+        "package_version": p.package_version,
+        "config": to_dict(p.config),
+        "layout": p.layout.to_dict(),
+        "time_col": p.time_col,
+        "freq": p.freq,
+        "id_cols": list(p.id_cols),
+        "series": [list(key) for key in p.series],
+        "scaler": p.scaler.to_dict(),
+        "borders": p.borders.to_list(),
+        "static": None if p.static is None else _table_to_dict(p.static),
+        "static_scale": None if p.static_scale is None else p.static_scale.to_dict(),
+        "static_from": p.static_from,
+        "data_fingerprint": dict(p.data_fingerprint),
+        "fallback": [list(row) for row in p.fallback],
+        "calibration": None if p.calibration is None else _calibration_to_dict(p.calibration),
+        "summary": None if p.summary is None else {**p.summary.__dict__, "lines": list(p.summary.lines)},
+        "model_state": {k: v.detach().cpu() for k, v in p.model.state_dict().items()},
+        "train_state": train_state,
     }
     buffer = io.BytesIO()
     torch.save(payload, buffer)
     atomic_write(path, lambda handle: handle.write(buffer.getbuffer()))
 
 
-def load_checkpoint(path: str | Path) -> Checkpoint:
-    """Read a checkpoint without executing code from it; any problem is a CheckpointError."""
+def save_run(predictor: Predictor, folder: Path) -> Path:
+    """The predictor as a run folder: `folder`/model.pt and its resolved config.yaml."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise CheckpointError(f"{folder} is a file, not a folder; choose another path to save to") from None
+    save_config(predictor.config, folder / CONFIG_FILE)
+    save_predictor(predictor, folder / MODEL_FILE)
+    return folder
+
+
+def load_predictor(path: str | Path) -> Predictor:
+    """The Predictor in a checkpoint file or run folder; any problem is a CheckpointError."""
+    return _predictor(*_load(resolve_checkpoint(path)))
+
+
+def load_train_state(path: str | Path) -> tuple[Predictor, dict[str, Any]]:
+    """The Predictor of `last.pt` and its training state (optimizer, rng, loop)."""
     path = Path(path)
+    payload, where = _load(path)
+    state = payload.get("train_state")
+    if not (isinstance(state, dict) and {"optimizer", "rng", "loop"} <= set(state)):
+        raise CheckpointError(f"{where} holds no training state; it cannot be resumed, so start a new run")
+    return _predictor(payload, where), state
+
+
+def _load(path: Path) -> tuple[dict[str, Any], Path]:
+    """The payload of a checkpoint file, read without executing code from it, of this format version."""
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} not found; train a model first or check the run folder")
     try:
@@ -161,50 +136,72 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             f"{path} has checkpoint format {version} but this tsformer ({__version__}) reads format "
             f"{FORMAT_VERSION}; use a matching tsformer version or retrain"
         )
+    return payload, path
+
+
+def _predictor(payload: dict[str, Any], path: Path) -> Predictor:
+    """The Predictor of a payload, every field checked against the others."""
     try:
-        ckpt = Checkpoint(
-            config=config_from_dict(payload["config"]),
-            columns=tuple(payload["columns"]),
+        config = config_from_dict(payload["config"])
+        layout = Layout.from_dict(payload["layout"])
+        _check_layout(layout, config, payload["freq"])
+        model = build_forecaster(config.model, layout, config.train.loss, config.train.quantiles)
+        state = payload["model_state"]
+        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+            raise ValueError("model weights must be a mapping of names to tensors")
+        try:
+            model.load_state_dict(state)
+        except RuntimeError as exc:
+            raise ValueError(f"its weights do not fit its own config ({str(exc).splitlines()[0]})") from None
+        model.eval()
+        summary = payload.get("summary")
+        predictor = Predictor(
+            config=config,
+            layout=layout,
             time_col=payload["time_col"],
             freq=payload["freq"],
-            scaler=Scaler.from_dict(payload["scaler"]),
-            borders=SplitBorders.from_list(payload["borders"]),
             id_cols=tuple(payload["id_cols"]),
             series=tuple(tuple(key) for key in payload["series"]),
-            past_covs=tuple(payload["past_covs"]),
-            future_covs=tuple(payload["future_covs"]),
-            calendar=tuple(payload["calendar"]),
-            model_state=payload["model_state"],
+            scaler=Scaler.from_dict(payload["scaler"]),
+            borders=SplitBorders.from_list(payload["borders"]),
+            model=model,
+            static=None if payload["static"] is None else _table_from_dict(payload["static"]),
+            static_scale=None if payload["static_scale"] is None else StaticScale.from_dict(payload["static_scale"]),
+            static_from=str(payload["static_from"]),
+            fallback=tuple(tuple(row) for row in payload["fallback"]),  # () = the model everywhere
+            calibration=None if payload["calibration"] is None else _calibration_from_dict(payload["calibration"]),
             data_fingerprint=payload["data_fingerprint"],
-            fallback=tuple(tuple(row) for row in payload.get("fallback") or ()),  # () = the model everywhere
-            interval_levels=tuple(float(level) for level in payload.get("interval_levels") or ()),
-            interval_widths=payload.get("interval_widths"),
-            interval_scale_typical=payload.get("interval_scale_typical"),
-            quantile_adjust=payload.get("quantile_adjust"),
-            train_state=payload.get("train_state"),
+            summary=None if summary is None else TrainSummary(**{**summary, "lines": tuple(summary["lines"])}),
             package_version=str(payload.get("package_version", "")),
         )
-        _validate(ckpt)
+        _validate(predictor)
     except (KeyError, TypeError, ValueError, TsformerError) as exc:
         detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
         raise CheckpointError(
             f"{path} is a damaged tsformer checkpoint ({detail}); retrain or use the original file"
         ) from None
-    return ckpt
+    return predictor
 
 
-def _validate(ckpt: Checkpoint) -> None:
+def _check_layout(layout: Layout, config, freq: Any) -> None:
+    if not isinstance(freq, str):
+        raise ValueError(f"frequency {freq!r} is not text")
+    parse_freq(freq, "its frequency")
+    layout.check()
+    expected = calendar_names(freq, config.data.calendar)
+    if layout.calendar != expected:
+        raise ValueError(f"calendar features {list(layout.calendar)} must be {list(expected)} for frequency {freq}")
+    if layout.cycle != config.model.cycle:
+        raise ValueError(f"the layout's cycle {layout.cycle} must be model.cycle {config.model.cycle}")
+
+
+def _validate(p: Predictor) -> None:
     """Every field is of its type and agrees with the others; raises ValueError or TsformerError."""
-    columns = ckpt.columns
-    if not columns or not all(isinstance(c, str) and c for c in columns) or len(set(columns)) != len(columns):
-        raise ValueError(f"columns must be distinct names, got {list(columns)}")
-    if not isinstance(ckpt.time_col, str) or not ckpt.time_col or ckpt.time_col in columns:
-        raise ValueError(f"time column {ckpt.time_col!r} must be a name other than the columns'")
-    if not isinstance(ckpt.freq, str):
-        raise ValueError(f"frequency {ckpt.freq!r} is not text")
-    parse_freq(ckpt.freq, "its frequency")
-    id_cols, series = ckpt.id_cols, ckpt.series
-    if not all(isinstance(c, str) and c for c in id_cols) or set(id_cols) & {*columns, ckpt.time_col}:
+    layout, columns = p.layout, p.layout.targets
+    if not isinstance(p.time_col, str) or not p.time_col or p.time_col in columns:
+        raise ValueError(f"time column {p.time_col!r} must be a name other than the columns'")
+    id_cols, series = p.id_cols, p.series
+    if not all(isinstance(c, str) and c for c in id_cols) or set(id_cols) & {*columns, p.time_col}:
         raise ValueError(f"id columns {list(id_cols)} must be names other than the time and target columns")
     if not series or not all(
         isinstance(key, tuple) and len(key) == len(id_cols) and all(isinstance(v, str) for v in key) for key in series
@@ -212,58 +209,102 @@ def _validate(ckpt: Checkpoint) -> None:
         raise ValueError(f"series ids must be {len(id_cols)} names each")
     if len(set(series)) != len(series):
         raise ValueError("series ids must be distinct")
-    covariates = (*ckpt.past_covs, *ckpt.future_covs)
-    if not all(isinstance(c, str) and c for c in covariates) or len(set(covariates)) != len(covariates):
-        raise ValueError(f"covariates {list(covariates)} must be distinct names")
-    expected = calendar_names(ckpt.freq, ckpt.config.data.calendar, ckpt.config.model.cycle)
-    if ckpt.calendar != expected:
-        raise ValueError(f"calendar features {list(ckpt.calendar)} must be {list(expected)} for frequency {ckpt.freq}")
-    shape = (len(series), len(columns) + len(covariates))  # calendar features are not scaled
-    mean, std = ckpt.scaler.mean, ckpt.scaler.std
+    shape = (len(series), len(layout.scaled))  # calendar features are not scaled
+    mean, std = p.scaler.mean, p.scaler.std
     if mean.shape != shape or std.shape != shape:
         raise ValueError(
             f"scaler has {mean.shape} means and {std.shape} stds for {shape[0]} series x {shape[1]} columns"
         )
     if not (np.isfinite(mean).all() and np.isfinite(std).all() and (std > 0).all()):
         raise ValueError("scaler statistics must be finite with positive stds")
-    ends = np.stack([ckpt.borders.train_end, ckpt.borders.val_end, ckpt.borders.test_end])  # (3, n_ids)
+    ends = np.stack([p.borders.train_end, p.borders.val_end, p.borders.test_end])  # (3, n_ids)
     if ends.shape != (3, len(series)) or ends.dtype.kind != "i" or not (np.diff(ends, axis=0) >= 0).all():
         raise ValueError(f"split borders must be increasing row numbers, one set per series, got {ends.tolist()[:3]}")
     if not id_cols and not 0 < ends[0, 0] < ends[1, 0] < ends[2, 0]:
         raise ValueError(f"split borders {ends[:, 0].tolist()} must be increasing row numbers")
-    fingerprint = ckpt.data_fingerprint
+    fingerprint = p.data_fingerprint
     if not isinstance(fingerprint, dict) or set(fingerprint) != {"rows", "first", "last", "sha256"}:
         raise ValueError("data fingerprint must hold rows, first, last and sha256")
-    if ckpt.fallback and (
-        len(ckpt.fallback) != len(series)
-        or any(len(row) != len(columns) or not set(row) <= set(FORECASTERS) for row in ckpt.fallback)
+    if p.fallback and (
+        len(p.fallback) != len(series)
+        or any(len(row) != len(columns) or not set(row) <= set(FORECASTERS) for row in p.fallback)
     ):
         raise ValueError(f"fallback must name one of {', '.join(FORECASTERS)} per series and column")
-    widths, horizon = ckpt.interval_widths, ckpt.config.model.horizon
-    if ckpt.interval_levels and not (
-        isinstance(widths, torch.Tensor) and widths.shape == (len(ckpt.interval_levels), horizon, len(columns))
-    ):
-        raise ValueError(f"interval widths must be (levels, horizon, columns) for levels {list(ckpt.interval_levels)}")
-    typical, scaled = ckpt.interval_scale_typical, ckpt.config.train.interval_scale == "seasonal"
-    if (typical is not None) != (scaled and bool(ckpt.interval_levels)) or (
+    if layout.static:
+        table = p.static
+        if table is None or list(table.columns) != list(layout.static) or len(table) != len(series):
+            raise ValueError("static covariates must hold one row per series and the layout's static columns")
+        if (p.static_scale is None) != (not layout.static_numeric) or p.static_from not in ("data", "table"):
+            raise ValueError("static covariates need their scale (when numeric) and where they come from")
+    _validate_calibration(p.calibration, p.config, len(columns), len(series))
+
+
+def _validate_calibration(calibration: Calibration | None, config, n_columns: int, n_series: int) -> None:
+    if calibration is None:
+        return
+    horizon, levels = config.model.horizon, calibration.levels
+    widths, typical = calibration.widths, calibration.typical
+    if not (isinstance(widths, torch.Tensor) and widths.shape == (len(levels), horizon, n_columns)):
+        raise ValueError(f"interval widths must be (levels, horizon, columns) for levels {list(levels)}")
+    scaled = config.train.interval_scale == "seasonal"
+    if (typical is not None) != (scaled and bool(levels)) or (
         typical is not None
-        and not (isinstance(typical, torch.Tensor) and typical.shape == (len(columns),) and bool((typical > 0).all()))
+        and not (isinstance(typical, torch.Tensor) and typical.shape == (n_columns,) and bool((typical > 0).all()))
     ):
         raise ValueError("the typical interval scale must be one positive value per column, with seasonal intervals")
-    adjust, pairs = ckpt.quantile_adjust, quantile_pairs(ckpt.config.train.quantiles)
+    adjust, pairs = calibration.quantile_adjust, quantile_pairs(config.train.quantiles)
     if adjust is not None and not (
-        isinstance(adjust, torch.Tensor) and adjust.shape == (len(pairs), horizon, len(columns))
+        isinstance(adjust, torch.Tensor) and adjust.shape == (len(pairs), horizon, n_columns)
     ):
         raise ValueError(f"quantile adjustments must be (pairs, horizon, columns) for the pairs {pairs}")
-    state = ckpt.model_state
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ValueError("model weights must be a mapping of names to tensors")
-    train_state = ckpt.train_state
-    if train_state is not None and not (
-        isinstance(train_state, dict) and {"optimizer", "rng", "loop"} <= set(train_state)
+    if calibration.method not in ("validation", "refit") or (calibration.refit_borders is None) != (
+        calibration.method == "validation"
     ):
-        raise ValueError("training state must hold optimizer, rng and loop")
-    ckpt.build_model()
+        raise ValueError("the calibration must say whose errors it used, with the refit model's borders for refit")
+    if calibration.refit_borders is not None and calibration.refit_borders.train_end.shape != (n_series,):
+        raise ValueError("the refit model's borders must be one set per series")
+
+
+def _calibration_to_dict(c: Calibration) -> dict[str, Any]:
+    return {
+        "levels": list(c.levels),
+        "widths": c.widths,
+        "typical": c.typical,
+        "season": c.season,
+        "quantile_adjust": c.quantile_adjust,
+        "method": c.method,
+        "refit_borders": None if c.refit_borders is None else c.refit_borders.to_list(),
+    }
+
+
+def _calibration_from_dict(raw: dict[str, Any]) -> Calibration:
+    borders = raw["refit_borders"]
+    return Calibration(
+        levels=tuple(float(level) for level in raw["levels"]),
+        widths=raw["widths"],
+        typical=raw["typical"],
+        season=int(raw["season"]),
+        quantile_adjust=raw["quantile_adjust"],
+        method=str(raw["method"]),
+        refit_borders=None if borders is None else SplitBorders.from_list(borders),
+    )
+
+
+def _table_to_dict(table: pd.DataFrame) -> dict[str, Any]:
+    """A static table as plain lists (weights_only loading takes no DataFrame): numbers as floats, the rest text."""
+    return {
+        "columns": list(table.columns),
+        "numeric": [table[c].dtype.kind == "f" for c in table.columns],
+        "values": [[float(v) if table[c].dtype.kind == "f" else str(v) for v in table[c]] for c in table.columns],
+    }
+
+
+def _table_from_dict(raw: dict[str, Any]) -> pd.DataFrame:
+    columns = {
+        name: np.asarray(values, dtype=np.float64) if numeric else np.asarray(values, dtype=object)
+        for name, numeric, values in zip(raw["columns"], raw["numeric"], raw["values"], strict=True)
+    }
+    return pd.DataFrame(columns, columns=list(raw["columns"]))
 
 
 def _load_failure(exc: Exception) -> str:

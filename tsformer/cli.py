@@ -84,6 +84,14 @@ def train(
     past_cov: list[str] = typer.Option(
         [], "--past-cov", help="Past-only covariate column (repeatable): observed with the target, unknown ahead."
     ),
+    static: Path | None = typer.Option(
+        None, "--static", help="CSV of static covariates: one row per series, its id column(s) and the covariates."
+    ),
+    static_cov: list[str] = typer.Option(
+        [],
+        "--static-cov",
+        help="Static covariate (repeatable): a column of --static, or of the data holding one value per series.",
+    ),
     no_calendar: bool = typer.Option(
         False, "--no-calendar", help="No calendar features (hour, weekday, ...) as known-future covariates."
     ),
@@ -122,9 +130,9 @@ def train(
 
     Example: tsformer train data/sample.csv --target OT --context-len 96 --horizon 24 --out runs/demo
     """
+    from tsformer.api import fit
     from tsformer.config import config_from_flags, given_flags, with_data_path
     from tsformer.datasets import resolve_data_path
-    from tsformer.train import train as run_training
 
     flags = {
         "data": {
@@ -133,6 +141,8 @@ def train(
             "id_cols": list(id_col) or None,
             "future_covs": list(future_cov) or None,
             "past_covs": list(past_cov) or None,
+            "static_path": str(static) if static else None,
+            "static_covs": list(static_cov) or None,
             "calendar": False if no_calendar else None,
             "freq": freq,
             "fill": fill,
@@ -159,18 +169,18 @@ def train(
                 f"--resume continues {out} with its saved config and data; drop {', '.join(given or ['--overwrite'])} "
                 "(keep --out)"
             )
-    cfg = config_from_flags(config, flags, overrides)
-    if cfg.data.path:
+    cfg = None if resume else config_from_flags(config, flags, overrides)
+    if cfg is not None and cfg.data.path:
         cfg = with_data_path(cfg, resolve_data_path(cfg.data.path, data_dir))
-    result = run_training(cfg, out, resume=resume, overwrite=overwrite, show_progress=not quiet)
+    predictor = fit(config=cfg, out=out, resume=resume, overwrite=overwrite, progress=not quiet)
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
         return
+    s = predictor.summary
     typer.echo(
-        f"trained {result.n_parameters:,} parameters on {result.n_train_windows} windows in "
-        f"{result.train_seconds:.0f} s; best validation MSE {result.best_val_loss:.4f} at epoch "
-        f"{result.best_epoch} of {result.epochs_run}\nrun folder: {result.run_dir}"
+        f"trained {s.n_parameters:,} parameters on {s.n_train_windows} windows in {s.train_seconds:.0f} s; best "
+        f"validation MSE {s.best_val_loss:.4f} at epoch {s.best_epoch} of {s.epochs_run}\nrun folder: {out}"
     )
-    for line in result.fallback_lines:
+    for line in s.lines:
         typer.echo(line)
 
 
@@ -185,12 +195,11 @@ def evaluate(
 
     Example: tsformer evaluate runs/demo
     """
-    from tsformer.evaluate import evaluate as run_evaluation
-    from tsformer.evaluate import format_report
+    from tsformer.evaluate import evaluate_run, format_report
 
     if split not in ("test", "val"):
         fail(f"--split must be test or val, got {split!r}")
-    report = run_evaluation(run, csv, split=split)
+    report = evaluate_run(run, csv, split=split)
     typer.echo(format_report(report))
 
 
@@ -204,14 +213,17 @@ def predict(
     future: Path | None = typer.Option(
         None, "--future", help="CSV of the known-future covariates for the horizon after each series' last row."
     ),
+    static: Path | None = typer.Option(
+        None, "--static", help="CSV of static covariates, one row per series (needed for series not trained on)."
+    ),
 ) -> None:
     """Forecast the next horizon steps after the CSV's last row, in original units.
 
     Example: tsformer predict runs/demo data/sample.csv --out forecast.csv --plot forecast.png
     """
-    from tsformer.predict import predict as run_prediction
+    from tsformer.predict import predict_run
 
-    forecast = run_prediction(run, csv, out=out, plot=plot, future=future)
+    forecast = predict_run(run, csv, out=out, plot=plot, future=future, static=static)
     for note in forecast.notes:
         typer.echo(note, err=True)
     if out is None:
@@ -238,8 +250,7 @@ def backtest(
 
     Example: tsformer backtest runs/demo --windows 10 --step 24 --out backtest.csv
     """
-    from tsformer.backtest import backtest as run_backtest
-    from tsformer.backtest import format_summary, refit_backtest
+    from tsformer.backtest import backtest_run, format_summary, refit_backtest
 
     if refit:
         from tsformer.config import load_config, with_data_path
@@ -253,7 +264,7 @@ def backtest(
     else:
         if run is None or config is not None:
             fail("give a trained run folder (tsformer backtest RUN), or --config with --refit")
-        result = run_backtest(run, csv, windows, step, start, out=out, plot=plot)
+        result = backtest_run(run, csv, windows, step, start, out=out, plot=plot)
     for note in result.notes:
         typer.echo(note, err=True)
     typer.echo(format_summary(result))

@@ -60,6 +60,10 @@ class DataConfig:
     freq: str = ""  # pandas offset alias; "" infers it from the timestamps
     future_covs: tuple[str, ...] = ()  # known-future covariates: known up to the end of the forecast
     past_covs: tuple[str, ...] = ()  # past-only covariates: observed with the target, unknown ahead
+    # static covariates, one value per series: columns of static_path (all but the ids when none are named),
+    # or columns of the data that hold one value in each series
+    static_covs: tuple[str, ...] = ()
+    static_path: str = ""  # a CSV with one row per series: its id columns and static covariates
     calendar: bool = True  # derive known-future calendar features (hour, weekday, ...) from the timestamps
     sort: bool = False  # accept unsorted rows by sorting them on the time column
     dayfirst: bool = False  # read ambiguous dates such as 01/02/2024 as day/month

@@ -1,4 +1,4 @@
-"""`evaluate(run)`: honest metrics on every test window, beside naive baselines."""
+"""`evaluate(predictor, data)`: honest metrics on every test window, beside naive baselines."""
 
 from __future__ import annotations
 
@@ -7,31 +7,27 @@ import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 import torch
 
-from tsformer.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint
-from tsformer.config import with_data_path
-from tsformer.data import Prepared, SeriesFrame, prepare
-from tsformer.data.prepare import scale_season
-from tsformer.errors import DataError
-from tsformer.fallback import all_forecasts, apply, season_for, shipped_quantiles
+from tsformer.checkpoint import load_predictor, resolve_checkpoint
+from tsformer.data import Prepared, SeriesFrame
 from tsformer.files import atomic_write_text
-from tsformer.intervals import (
-    adjust_quantiles,
-    coverage,
-    interval_quantiles,
-    label,
-    msis,
-    quantile_loss,
-    quantile_pairs,
-)
-from tsformer.leakage import check_scaler
-from tsformer.metrics import mase_scale, score, score_by_series
+from tsformer.intervals import CALIBRATIONS, coverage, interval_quantiles, label, msis, quantile_loss, quantile_pairs
+from tsformer.metrics import score, score_by_series
+from tsformer.predictor import Forecasts, Predictor
 
-CALIBRATED_BY = {"validation": "", "refit": " by a model trained one validation + test stretch earlier"}
+
+class ScoredWindows(NamedTuple):
+    """What a report's plot shows: the windows' contexts, truth and shipped forecast, scaled, and their series."""
+
+    context: torch.Tensor  # (N, L, C)
+    truth: torch.Tensor  # (N, H, C)
+    forecast: torch.Tensor  # (N, H, C)
+    ids: np.ndarray  # (N,)
 
 
 @dataclass(frozen=True)
@@ -48,102 +44,89 @@ class EvalReport:
     quantile_loss: dict = dataclasses.field(default_factory=dict)  # the intervals' implied quantiles -> WQL
     n_series: int = 1  # series scored (long format); 1 for a wide file
     worst_series: list[dict] = dataclasses.field(default_factory=list)  # long format: the ten with the highest MASE
+    by_series: pd.DataFrame | None = dataclasses.field(default=None, repr=False)  # long format: every series
+    windows: ScoredWindows | None = dataclasses.field(default=None, repr=False)  # for the plot
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        skip = ("by_series", "windows")
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
+
+    def table(self) -> pd.DataFrame:
+        """One row per forecaster: its mean metrics over columns (and series), and for the model each interval's
+        coverage, width and MSIS (`coverage_80`, `width_80`, `msis_80`, ...)."""
+        rows = []
+        for name, scores in self.scores.items():
+            row = {"forecaster": name, **scores["mean"]}
+            if name == "model":
+                for tag, interval in self.intervals.items():
+                    row |= {f"{key}_{tag}": interval[key] for key in ("coverage", "width", "msis")}
+            rows.append(row)
+        return pd.DataFrame(rows)
 
 
-def load_run_data(ckpt: Checkpoint, csv: str | Path | None = None) -> Prepared:
-    """The run's CSV (or `csv`), read with the run's columns, series, frequency, scaler and split borders.
-
-    It must hold the run's series, reach the end of each one's test split and hold the training rows
-    the scaler was fit on.
-    """
-    cfg = ckpt.config
-    if csv is not None:
-        cfg = with_data_path(cfg, csv)
-    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, id_cols=ckpt.id_cols))
-    data = prepare(cfg, scaler=ckpt.scaler, columns=ckpt.columns, freq=ckpt.freq, series=ckpt.series)
-    short = np.flatnonzero(data.frame.lengths < ckpt.borders.test_end)
-    if len(short):
-        i = int(short[0])
-        where = f"series {data.frame.names[i]!r} of " if ckpt.id_cols else ""
-        raise DataError(
-            f"{where}{cfg.data.path} has {data.frame.lengths[i]} rows but the run's test split ends at row "
-            f"{ckpt.borders.test_end[i]}; use the CSV the model was trained on"
-        )
-    data = dataclasses.replace(data, borders=ckpt.borders)
-    if not check_scaler(data.frame, data.borders, data.scaler, scale_season(cfg, ckpt.freq)).passed:
-        raise DataError(
-            f"the training rows of {cfg.data.path} differ from those the run was trained on; "
-            "use the CSV the model was trained on"
-        )
-    return data
-
-
-def evaluate(run: str | Path, csv: str | Path | None = None, write: bool = True, split: str = "test") -> EvalReport:
-    """Score the run's best model on every stride-1 test window; write metrics.json and a PNG (and, for
-    many series, metrics_by_series.csv). `split="val"` scores the validation windows instead (to compare
-    runs on validation) and writes nothing."""
+def evaluate_run(run: str | Path, csv: str | Path | None = None, split: str = "test", write: bool = True) -> EvalReport:
+    """Score a saved run on its CSV (or `csv`); for the test split write metrics.json and a PNG (and, for many
+    series, metrics_by_series.csv) into the run folder. `split="val"` writes nothing."""
     path = resolve_checkpoint(run)
-    ckpt = load_checkpoint(path)
-    data = load_run_data(ckpt, csv)
-    model = ckpt.build_model()
-    context_len, horizon = ckpt.config.model.context_len, ckpt.config.model.horizon
+    predictor = load_predictor(path)
+    data = predictor.read(csv)
+    report = evaluate(predictor, data, split)
+    if write and split == "test":
+        write_report(report, data, path.parent)
+    return report
+
+
+def evaluate(predictor: Predictor, data: Prepared, split: str = "test") -> EvalReport:
+    """Score the predictor's shipped forecast on every stride-1 window of `split` (test, or val to compare runs
+    on validation) of `data` (read by `Predictor.read`), beside the naive forecasters and their intervals."""
+    context_len, horizon = predictor.context_len, predictor.horizon
     windows = data.split_windows(split)
     cut = windows.split(context_len)  # masks None: all observed
-    contexts, truth, truth_observed = cut.context, cut.target, cut.target_observed
-    season = season_for(ckpt.freq, context_len)
-    forecasts = all_forecasts(model, cut, season)  # (N, H, C) each
-    frame = data.frame
-    ids = windows.series(frame.bounds)  # (N,) each window's series
-    model_only = forecasts["model"]
-    forecasts["model"] = apply(ckpt.fallback, forecasts, ids)  # what predict gives: the validation choice
-    stats = window_stats(data, ids, season)
+    truth, truth_observed = cut.target, cut.target_observed
+    ids = windows.series()  # (N,) each window's series
+    shipped = predictor.forecast(cut, ids)
+    season = predictor.season
+    forecasts = {"model": shipped.point, **{k: v for k, v in shipped.each.items() if k != "model"}}  # (N, H, C)
+    stats = shipped.mean, shipped.std, data.mase_scales(season)[ids]  # (N, C) each
     truth_mask = None if truth_observed is None else truth_observed.numpy()
+    columns = predictor.layout.targets
     scores = {
-        name: score(f.numpy(), truth.numpy(), *stats[:2], frame.columns, stats[2], truth_mask)
+        name: score(f.numpy(), truth.numpy(), *stats[:2], columns, stats[2], truth_mask)
         for name, f in forecasts.items()
     }
-    naive_widths = seasonal_naive_widths(data, season, horizon, ckpt.interval_levels)[:, ids]  # (levels, N, H, C)
-    widths = ckpt.interval_half_widths(cut)  # (levels, N or 1, H, C) or None
-    intervals = _interval_scores(ckpt, widths, forecasts, truth, truth_observed, stats, naive_widths)
-    wql = _quantile_scores(ckpt, widths, model, cut, {**forecasts, "model": model_only}, stats, ids)
+    levels = predictor.interval_levels
+    naive_widths = seasonal_naive_widths(data, season, horizon, levels)[:, ids]  # (levels, N, H, C)
+    method = "validation" if predictor.calibration is None else predictor.calibration.method
+    intervals = _interval_scores(columns, levels, method, shipped.half_widths, forecasts, truth, truth_observed,
+                                 stats, naive_widths)  # fmt: skip
     by_series = None
-    if ckpt.id_cols:
-        by_series = _series_table(forecasts, truth.numpy(), stats, truth_mask, ids, frame)
-    report = EvalReport(
+    if predictor.id_cols:
+        by_series = _series_table(forecasts, truth.numpy(), stats, truth_mask, ids, data.frame)
+    return EvalReport(
         split,
         len(windows),
         context_len,
         horizon,
         season,
-        frame.columns,
+        columns,
         scores,
-        ckpt.fallback,
+        predictor.fallback,
         intervals,
-        quantile_loss=wql,
+        quantile_loss=_quantile_scores(shipped, cut, predictor.config.train.quantiles),
         n_series=len(np.unique(ids)),
-        worst_series=_worst(by_series, ckpt.id_cols) if by_series is not None else [],
+        worst_series=_worst(by_series, predictor.id_cols) if by_series is not None else [],
+        by_series=by_series,
+        windows=ScoredWindows(cut.context, truth, shipped.point, ids),
     )
-    if write and split == "test":
-        run_dir = path.parent
-        atomic_write_text(run_dir / "metrics.json", json.dumps(report.to_dict(), indent=2))
-        if by_series is not None:
-            atomic_write_text(run_dir / "metrics_by_series.csv", by_series.to_csv(index=False))
-        _plot_windows(contexts, truth, forecasts["model"], data, ids, by_series, run_dir / "test_windows.png")
-    return report
 
 
-def window_stats(data: Prepared, ids: np.ndarray, season: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per window (of series `ids` (N,)), its series' target mean, std and MASE scale (the seasonal-naive MAE
-    on its training rows, in the CSV's units): (N, C) each."""
-    frame = data.frame
-    scales = np.stack(
-        [mase_scale(frame.values[frame.rows_of(i)][: data.borders.train_end[i]], season) for i in range(frame.n_ids)]
-    )  # (n_ids, C)
-    n_targets = len(frame.columns)  # the scaler also holds the covariates' statistics
-    return data.scaler.mean[ids, :n_targets], data.scaler.std[ids, :n_targets], scales[ids]
+def write_report(report: EvalReport, data: Prepared, run_dir: Path) -> None:
+    """metrics.json, metrics_by_series.csv (many series) and test_windows.png into `run_dir`."""
+    atomic_write_text(run_dir / "metrics.json", json.dumps(report.to_dict(), indent=2))
+    if report.by_series is not None:
+        atomic_write_text(run_dir / "metrics_by_series.csv", report.by_series.to_csv(index=False))
+    w = report.windows
+    _plot_windows(w.context, w.truth, w.forecast, data, w.ids, report.by_series, run_dir / "test_windows.png")
 
 
 def _series_table(
@@ -204,7 +187,9 @@ def seasonal_naive_widths(data: Prepared, season: int, horizon: int, levels: tup
 
 
 def _interval_scores(
-    ckpt: Checkpoint,
+    columns: tuple[str, ...],
+    levels: tuple[float, ...],
+    method: str,
     widths: np.ndarray | None,
     forecasts: dict[str, torch.Tensor],
     truth: torch.Tensor,
@@ -213,15 +198,14 @@ def _interval_scores(
     naive_widths: np.ndarray,
 ) -> dict[str, dict]:
     """Per calibrated level: the share of observed test truth inside the interval (nominal: the level), its
-    mean width in the CSV's units, and its MSIS (M4's interval score over the MASE scale); per column and
+    mean width in the data's units, and its MSIS (M4's interval score over the MASE scale); per column and
     averaged; and the same for seasonal naive with its in-sample intervals (`naive_widths` (levels, N, H, C)).
     widths: the model's half-widths (levels, N or 1, H, C); stats: each window's (mean, std, MASE scale),
-    (N, C) each."""
+    (N, C) each; method: whose errors calibrated them (`intervals.CALIBRATIONS`)."""
     out: dict[str, dict] = {}
     if widths is None:
         return out
-    n_targets = len(ckpt.columns)
-    mean, std, scale = (x[:, :n_targets] for x in stats)
+    _, std, scale = stats
     y = truth.numpy()
     mask = None if observed is None else observed.numpy()
 
@@ -233,7 +217,7 @@ def _interval_scores(
         interval_scores = [
             msis(forecast[..., j : j + 1], y[..., j : j + 1], None if mask is None else mask[..., j : j + 1],
                  per_width[..., j : j + 1], std[:, j : j + 1], scale[:, j : j + 1], level)
-            for j in range(n_targets)
+            for j in range(len(columns))
         ]  # fmt: skip
         return {
             "coverage": float(np.mean(share)),
@@ -241,53 +225,41 @@ def _interval_scores(
             "msis": float(np.mean(interval_scores)),
             "per_column": {
                 name: {"coverage": float(share[j]), "width": float(width_units[j]), "msis": interval_scores[j]}
-                for j, name in enumerate(ckpt.columns)
+                for j, name in enumerate(columns)
             },
         }
 
     model, naive = forecasts["model"].numpy(), forecasts["seasonal_naive"].numpy()
-    for k, (level, width) in enumerate(zip(ckpt.interval_levels, widths, strict=True)):
+    for k, (level, width) in enumerate(zip(levels, widths, strict=True)):
         out[label(level)] = {
             "nominal": level,
-            "calibration": ckpt.config.train.interval_calibration,
+            "calibration": method,
             **scores(model, width, level),
             "seasonal_naive": scores(naive, naive_widths[k].astype(np.float32), level),
         }
     return out
 
 
-def _quantile_scores(
-    ckpt: Checkpoint,
-    widths: np.ndarray | None,
-    model,
-    cut,
-    forecasts: dict[str, torch.Tensor],
-    stats: tuple[np.ndarray, np.ndarray, np.ndarray],
-    ids: np.ndarray,
-) -> dict:
-    """The weighted quantile loss of the model's quantiles (conformally adjusted, with --quantiles) and the
-    coverage of each (q, 1 - q) pair; without quantiles, of those the intervals imply (the point forecast
-    as the median; `widths` (levels, N or 1, H, C))."""
-    n_targets = len(ckpt.columns)
-    mean, std = stats[0][:, :n_targets], stats[1][:, :n_targets]
+def _quantile_scores(shipped: Forecasts, cut, quantiles: tuple[float, ...]) -> dict:
+    """The weighted quantile loss of the shipped quantiles (with --quantiles: the model's, conformally adjusted)
+    and the coverage of each (q, 1 - q) pair; without quantiles, of those the intervals imply (the point
+    forecast as the median)."""
+    mean, std = shipped.mean, shipped.std
     truth = cut.target.numpy()
     mask = None if cut.target_observed is None else cut.target_observed.numpy()
-    quantiles = shipped_quantiles(model, cut, forecasts, ckpt.fallback, ids)  # forecasts: the model's own
-    if quantiles is None:
-        if widths is None:
+    if shipped.quantiles is None:
+        if shipped.half_widths is None:
             return {}
-        shipped = apply(ckpt.fallback, forecasts, ids).numpy()
-        implied = interval_quantiles(shipped, widths, ckpt.interval_levels)
+        implied = interval_quantiles(shipped.point.numpy(), shipped.half_widths, shipped.levels)
         return {
             "source": "intervals",
             "quantiles": [q for q, _ in implied],
             "wql": quantile_loss(implied, truth, mask, mean, std),
         }
-    levels = sorted(ckpt.config.train.quantiles)
-    pairs = quantile_pairs(ckpt.config.train.quantiles)
-    adjusted = adjust_quantiles(quantiles, ckpt.quantile_adjust, pairs).numpy()  # (N, H, C, Q)
+    levels = sorted(quantiles)
+    adjusted = shipped.quantiles.numpy()  # (N, H, C, Q)
     inside = {}
-    for lo, hi in pairs:
+    for lo, hi in quantile_pairs(quantiles):
         hit = (adjusted[..., lo] <= truth) & (truth <= adjusted[..., hi])
         keep = np.ones(hit.shape, dtype=bool) if mask is None else mask
         inside[f"{levels[lo]:g}-{levels[hi]:g}"] = float(hit[keep].mean())
@@ -370,7 +342,7 @@ def format_report(report: EvalReport) -> str:
             lines.append(f"quantiles {pair}: cover {100 * share:.1f} % of {points}")
     for tag, interval in report.intervals.items():
         lines.append(
-            f"{tag} % interval (conformal, calibrated on validation{CALIBRATED_BY[interval['calibration']]}): "
+            f"{tag} % interval (conformal, calibrated on validation{CALIBRATIONS[interval['calibration']]}): "
             f"coverage {100 * interval['coverage']:.1f} % "
             f"of {points}, mean width {interval['width']:.4g} (original units, averaged over columns), "
             f"MSIS {interval['msis']:.3f}"

@@ -4,7 +4,7 @@ forecaster's.
 At the end of training the model and the naive forecasters (repeat-last, seasonal naive) are scored
 on the validation windows only; each column of each series (one series for a wide file) keeps the
 forecaster with the lowest MSE there (the model on a tie, or without a validation window). The choice
-is stored in the checkpoint, and `predict`, `evaluate` and `backtest` apply it. The test split is never
+is stored in the Predictor, whose forecasts apply it (`Predictor.forecast`). The test split is never
 used for it.
 """
 
@@ -15,9 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tsformer.data.prepare import Split
 from tsformer.metrics import forward_fill, repeat_last, season_length, seasonal_naive, usable_season
-from tsformer.model import ForecasterBase
 
 FORECASTERS = ("model", "repeat_last", "seasonal_naive")  # in order of preference on a tie
 LABELS = {"model": "the model", "repeat_last": "repeat-last", "seasonal_naive": "seasonal naive"}
@@ -54,14 +52,6 @@ def _mean_observed(values: np.ndarray) -> float:
 def season_for(freq: str, context_len: int) -> int:
     """The seasonal-naive period: the frequency's season if the context reaches one season back, else 1."""
     return usable_season(season_length(freq), context_len)
-
-
-def all_forecasts(model: ForecasterBase, windows: Split, season: int) -> dict[str, torch.Tensor]:
-    """Every forecaster's forecast (N, H, C) of the windows' contexts (N, L, C): the model's (which also
-    reads their covariates), then the naive ones."""
-    contexts, observed = windows.context, windows.context_observed
-    forecast = torch.cat(list(model.predict_batches(contexts, observed, windows.covariates))).cpu()
-    return {"model": forecast, **naive_forecasts(contexts, observed, model.cfg.horizon, season)}
 
 
 def naive_forecasts(
@@ -113,30 +103,15 @@ def decide(
 def apply(
     choice: tuple[tuple[str, ...], ...], forecasts: dict[str, torch.Tensor], ids: np.ndarray | None = None
 ) -> torch.Tensor:
-    """(N, H, C): each window's columns from the forecaster chosen for its series (`ids` (N,); None: the
-    first series' choice for every window), the model's where `choice` is empty."""
+    """(N, H, C): each window's columns from the forecaster chosen for its series (`ids` (N,) index `choice`;
+    -1: a series with no choice, which the model forecasts; None: the first series' choice for every
+    window), the model's where `choice` is empty."""
     if not choice or all(name == "model" for row in choice for name in row):
         return forecasts["model"]
-    index = torch.tensor([[FORECASTERS.index(name) for name in row] for row in choice])  # (n_ids, C)
+    n_columns = len(choice[0])
+    index = torch.tensor([[FORECASTERS.index(name) for name in row] for row in choice] + [[0] * n_columns])
     picked = index[0].expand(len(forecasts["model"]), -1) if ids is None else index[torch.as_tensor(ids)]  # (N, C)
     shipped = forecasts["model"]
     for k, name in enumerate(FORECASTERS[1:], start=1):  # one (N, H, C) at a time, not all stacked
         shipped = torch.where((picked == k).unsqueeze(1), forecasts[name], shipped)
     return shipped
-
-
-def shipped_quantiles(
-    model: ForecasterBase,
-    windows: Split,
-    forecasts: dict[str, torch.Tensor],
-    choice: tuple[tuple[str, ...], ...],
-    ids: np.ndarray | None = None,
-):
-    """The model's quantiles (N, H, C, Q) of the windows, moved with the shipped forecast: where a column falls
-    back to a naive forecaster, its quantiles keep their offsets from the model's forecast around the naive one.
-    None for a model without quantiles."""
-    if model.quantile_head is None:
-        return None
-    batches = model.quantile_batches(windows.context, windows.context_observed, windows.covariates)
-    quantiles = torch.cat(list(batches)).cpu()
-    return quantiles + (apply(choice, forecasts, ids) - forecasts["model"]).unsqueeze(-1)

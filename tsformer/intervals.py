@@ -16,10 +16,38 @@ that.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
+from tsformer.data.split import SplitBorders
+
 SCALE_FLOOR = 0.1  # no window's scale is below this share of the typical validation window's
+CALIBRATIONS = {"validation": "", "refit": " by a model trained one validation + test stretch earlier"}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A run's conformal calibration: interval half-widths and quantile-pair adjustments, in scaled units (per
+    unit of each window's scale with seasonal widths), and where their errors were measured."""
+
+    levels: tuple[float, ...]  # interval levels, e.g. (0.8, 0.95)
+    widths: torch.Tensor  # (n_levels, H, C) half-widths: scaled units, or units of each window's scale
+    typical: torch.Tensor | None  # (C,) the median validation window's scale; None: fixed widths (one per step)
+    season: int  # the lag of each window's scale (its context's mean seasonal change)
+    quantile_adjust: torch.Tensor | None = None  # (n_pairs, H, C) widening of each (q, 1 - q) pair; None: no pairs
+    method: str = "validation"  # whose errors: the run's own on validation, or a calibration model's ("refit")
+    refit_borders: SplitBorders | None = None  # the calibration model's split borders ("refit")
+
+    def half_widths(self, windows) -> np.ndarray | None:
+        """The half-widths (n_levels, N, H, C) of `windows` (a `data.Split`: each reads its context (N, L, C)
+        and its observed mask only), scaled units, or (n_levels, 1, H, C) when they do not depend on the window
+        (fixed widths); None without levels."""
+        if not self.levels:
+            return None
+        scale = forecast_scale(self.typical, windows.context, windows.context_observed, self.season)
+        return half_widths(self.widths, scale).numpy()
 
 
 def context_change(context: torch.Tensor, observed: torch.Tensor | None, season: int) -> torch.Tensor:

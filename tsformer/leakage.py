@@ -18,15 +18,8 @@ import pandas as pd
 import torch
 
 from tsformer.config import Config
-from tsformer.data import (
-    SPLITS,
-    Prepared,
-    Scaler,
-    SeriesFrame,
-    SplitBorders,
-    fill_column,
-)
-from tsformer.data.prepare import Split, scale_season
+from tsformer.data import SPLITS, Prepared, Scaler, SeriesFrame, Split, SplitBorders, fill_column
+from tsformer.data.prepare import scale_season
 from tsformer.errors import LeakageError
 from tsformer.model import Covariates, ForecasterBase
 
@@ -102,17 +95,34 @@ def check_model(model: ForecasterBase, n_checks: int = 16, seed: int = 0) -> lis
     results += [max(inference, key=lambda r: r.max_change), check_targets(own)]
     if covariates is not None and covariates.future is not None:
         results.append(_check_future_allowance(models[1], x, covariates, positions, generator))
+    if own.layout.static:
+        results.append(_check_static(models[1], x, covariates, generator))
     return results
 
 
 def random_covariates(model: ForecasterBase, batch: int, generator: torch.Generator) -> Covariates | None:
-    """Covariates of the shapes `model` reads (float64), or None when it reads none."""
-    cfg = model.cfg
-    if not model.n_past and not model.n_future:
+    """Covariates of every role `model` reads (its layout), float64 (the categories as codes), or None when it
+    reads none."""
+    cfg, layout = model.cfg, model.layout
+    if not layout.reads_covariates:
         return None
-    past = torch.randn(batch, cfg.context_len, model.n_past, generator=generator, dtype=torch.float64)
-    future = torch.randn(batch, cfg.context_len + cfg.horizon, model.n_future, generator=generator, dtype=torch.float64)
-    return Covariates(past if model.n_past else None, future if model.n_future else None)
+    length = cfg.context_len + cfg.horizon
+
+    def normal(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+    codes = None
+    if layout.static_categorical:  # 0 (unseen) .. its number of categories
+        codes = torch.stack(
+            [torch.randint(0, n + 1, (batch,), generator=generator) for n in layout.cardinalities], dim=1
+        )
+    return Covariates(
+        past=normal(batch, cfg.context_len, layout.n_past) if layout.n_past else None,
+        future=normal(batch, length, layout.n_future) if layout.n_future else None,
+        phase=torch.randint(0, layout.cycle, (batch, length), generator=generator).double() if layout.cycle else None,
+        static_values=normal(batch, len(layout.static_numeric)) if layout.static_numeric else None,
+        static_codes=codes,
+    )
 
 
 def token_outputs(
@@ -186,18 +196,24 @@ def _after(
     x: torch.Tensor, covariates: Covariates | None, end: int, horizon: int, generator: torch.Generator
 ) -> tuple[torch.Tensor, Covariates | None]:
     """Copies with every input after `end` redrawn: the target and past-only covariates from step `end` on,
-    known-future covariates from step `end + horizon` on (the ones before are the forecast's allowance)."""
+    known-future covariates and the cycle's phase from step `end + horizon` on (the ones before are the
+    forecast's allowance); static covariates describe the series at every step and stay."""
 
-    def redraw(t: torch.Tensor, start: int) -> torch.Tensor:
+    def redraw(t: torch.Tensor | None, start: int) -> torch.Tensor | None:
+        if t is None:
+            return None
         changed = t.clone()
         changed[:, start:] = 10 * torch.randn(changed[:, start:].shape, generator=generator, dtype=t.dtype)
         return changed
 
     if covariates is None:
         return redraw(x, end), None
-    past = None if covariates.past is None else redraw(covariates.past, end)
-    future = None if covariates.future is None else redraw(covariates.future, end + horizon)
-    return redraw(x, end), Covariates(past, future)
+    changed = covariates._replace(  # drawn before the target, as the probes always have been
+        past=redraw(covariates.past, end),
+        future=redraw(covariates.future, end + horizon),
+        phase=redraw(covariates.phase, end + horizon),
+    )
+    return redraw(x, end), changed
 
 
 def _probe_future(
@@ -221,20 +237,23 @@ def _probe_future(
         worst_forward = max(worst_forward, (out[:, : k + 1] - base[:, : k + 1]).abs().max().item())
         moved_later = max(moved_later, (out[:, k + 1 :] - base[:, k + 1 :]).abs().max().item())
         inputs = [x.clone().requires_grad_(True)]
-        grad_covariates = None
+        grad_covariates, starts = None, []  # per time-indexed covariate role: the first step it may not move
         if covariates is not None:
-            grad_covariates = Covariates(*(None if t is None else t.clone().requires_grad_(True) for t in covariates))
-            inputs += [t for t in grad_covariates if t is not None]
+            timed = {"past": ends[k], "future": ends[k] + horizon}  # the phase is a code: no gradient
+            grad_covariates = covariates._replace(
+                **{role: getattr(covariates, role).clone().requires_grad_(True)
+                   for role in timed if getattr(covariates, role) is not None}
+            )  # fmt: skip
+            for role, start in timed.items():
+                if getattr(grad_covariates, role) is not None:
+                    inputs.append(getattr(grad_covariates, role))
+                    starts.append(start)
         past_outputs = token_outputs(probe, inputs[0], observed, grad_covariates)[:, : k + 1]
         grads = torch.autograd.grad(past_outputs.sum(), inputs, allow_unused=True)
         worst_grad = max(worst_grad, grads[0][:, ends[k] :].abs().max().item())
-        if grad_covariates is not None:
-            for tensor, grad in zip([t for t in grad_covariates if t is not None], grads[1:], strict=True):
-                if grad is None:
-                    continue
-                start = ends[k] if tensor is grad_covariates.past else ends[k] + horizon
-                if grad[:, start:].numel():
-                    worst_grad = max(worst_grad, grad[:, start:].abs().max().item())
+        for grad, start in zip(grads[1:], starts, strict=True):
+            if grad is not None and grad[:, start:].numel():
+                worst_grad = max(worst_grad, grad[:, start:].abs().max().item())
     return worst_forward, worst_grad, moved_later
 
 
@@ -253,7 +272,7 @@ def _check_future_allowance(
             future[:, ends[k] : ends[k] + horizon] = window + 10 * torch.randn(
                 window.shape, generator=generator, dtype=window.dtype
             )
-            out = model.forecast_tokens(x, None, Covariates(covariates.past, future))
+            out = model.forecast_tokens(x, None, covariates._replace(future=future))
             moved = max(moved, (out[:, k] - base[:, k]).abs().max().item())
     return CheckResult(
         "model/covariates",
@@ -261,6 +280,30 @@ def _check_future_allowance(
         moved,
         f"token t's forecast responds to the {model.n_future} known-future covariates in (t, t + {horizon}] "
         "(allowed: known when the forecast is made; later ones are held fixed by model/forward)",
+    )
+
+
+def _check_static(
+    model: ForecasterBase, x: torch.Tensor, covariates: Covariates, generator: torch.Generator
+) -> CheckResult:
+    """Static covariates describe a series at every step, so every token may read them: with random weights the
+    forecast must respond to them (or the model ignores them); the forward check holds them fixed."""
+    changed = covariates._replace(
+        static_values=None
+        if covariates.static_values is None
+        else covariates.static_values + 10 * torch.randn(covariates.static_values.shape, generator=generator,
+                                                         dtype=torch.float64),
+        static_codes=None if covariates.static_codes is None else covariates.static_codes.flip(0),
+    )  # fmt: skip
+    with torch.no_grad():
+        moved = (model.forecast_tokens(x, None, changed) - model.forecast_tokens(x, None, covariates)).abs().max()
+    layout = model.layout
+    return CheckResult(
+        "model/static",
+        moved.item() > TOLERANCE,
+        moved.item(),
+        f"every token's forecast responds to the {len(layout.static)} static covariates ({', '.join(layout.static)}; "
+        "allowed: one value per series, constant in time)",
     )
 
 
@@ -380,15 +423,14 @@ def check_windows(data: Prepared) -> list[CheckResult]:
     more (memory stays bounded for millions of windows)."""
     frame, borders = data.frame, data.borders
     ids = frame.id_of_rows()
-    n_inputs = data.scaled.shape[1]
-    rows = torch.arange(frame.n_rows, dtype=torch.float64).unsqueeze(1).expand(-1, n_inputs)  # row ids as values
+    rows = data.inputs.row_numbers()  # every role's cells hold their row number
     covered: dict[str, np.ndarray] = {}
     worst_overlap, outside, covariates_ahead, gathered = 0, 0, 0, 0
     for split in SPLITS:
-        index = dataclasses.replace(data.split_windows(split), source=rows, source_observed=None)
+        index = dataclasses.replace(data.split_windows(split), inputs=rows)
         starts, floors = index.starts.numpy(), index.floors.numpy()
         horizon, context_len = index.horizon, index.context_len
-        series = index.series(frame.bounds)  # (N,)
+        series = index.series()  # (N,)
         first, end = borders.target_range(split)
         within = starts - floors
         outside += int(((within < first[series]) | (within + horizon > end[series])).sum())
@@ -446,11 +488,13 @@ def _window_rows(windows, ids: np.ndarray) -> tuple[int, int, int]:
     ahead = 0
     if windows.covariates is not None:
         origin, end = targets[:, :1], targets[:, -1:]  # (N, 1): the first and last target row
-        past, future = windows.covariates
+        past, future, phase = windows.covariates.past, windows.covariates.future, windows.covariates.phase
         if past is not None:  # past-only covariates: rows before the origin only
             ahead += int((past.long() >= origin.unsqueeze(-1)).sum())
         if future is not None:  # known-future ones: up to the last step forecast, not beyond
             ahead += int((future.long() > end.unsqueeze(-1)).sum())
+        if phase is not None:  # the cycle's phase is known-future too
+            ahead += int((phase.long() > end).sum())
     ids = torch.from_numpy(ids)
     series = ids[targets[:, :1]]  # (N, 1) the series of each window's first target
     mixed = (ids[targets] != series).sum() + ((ids[inputs.clamp(min=0)] != series) & (inputs >= 0)).sum()

@@ -1,8 +1,10 @@
-"""`train(cfg, out_dir)`: leakage checks, then AdamW with early stopping into a run folder.
+"""Training: leakage checks, then AdamW with early stopping, then the choices made on validation.
 
-The run folder holds config.yaml (resolved), model.pt (best weights), last.pt (latest epoch
-with optimizer and RNG state, for --resume), history.csv and loss.png; with
-train.interval_calibration=refit, calibration/ holds the calibration model's run.
+`train(cfg, out_dir)` returns the trained `Predictor` (fallback chosen, intervals calibrated). With a run
+folder it writes config.yaml (resolved), model.pt (the best weights, then the calibrated predictor),
+last.pt (latest epoch with optimizer and RNG state, for --resume), history.csv and loss.png; with
+train.interval_calibration=refit, calibration/ holds the calibration model's run. Without one it trains
+in memory and writes nothing.
 """
 
 from __future__ import annotations
@@ -19,35 +21,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import torch
 
 from tsformer import distributed, runfolder
-from tsformer.checkpoint import CALIBRATION_DIR, LAST_FILE, MODEL_FILE, Checkpoint, load_checkpoint, save_checkpoint
+from tsformer.calibration import calibration_config, choose_and_calibrate
+from tsformer.checkpoint import (
+    CALIBRATION_DIR,
+    CONFIG_FILE,
+    LAST_FILE,
+    MODEL_FILE,
+    load_predictor,
+    load_train_state,
+    save_predictor,
+)
 from tsformer.config import MAX_SEED, Config, save_config, with_data_path
-from tsformer.data import Prepared, Scaler, WindowIndex, Windows, prepare, split_borders
+from tsformer.data import Prepared, WindowIndex, Windows, training_data
 from tsformer.errors import CheckpointError, ConfigError, DataError, Interrupted, TrainingError
-from tsformer.fallback import Decision, all_forecasts, apply, decide, season_for, shipped_quantiles
 from tsformer.files import atomic_write_text
-from tsformer.intervals import calibrate, calibrate_quantiles, calibration_scale, quantile_pairs
 from tsformer.leakage import check_data, check_model, require_passed
 from tsformer.model import ForecasterBase, build_forecaster
+from tsformer.predictor import Predictor, Source, TrainSummary
 from tsformer.progress import Progress
 from tsformer.schedule import lr_at
-
-
-@dataclass(frozen=True)
-class TrainResult:
-    run_dir: Path
-    best_epoch: int
-    best_val_loss: float
-    epochs_run: int
-    train_seconds: float
-    n_parameters: int
-    n_train_windows: int
-    n_val_windows: int
-    fallback_lines: tuple[str, ...] = ()  # per column: model vs naive on validation, and what is used
 
 
 @dataclass
@@ -65,27 +61,36 @@ class LoopState:
 
 
 def resolve(cfg: Config) -> Config:
-    """The config as saved in the run: the CSV path made absolute (`prepare` then chooses automatic sizes)."""
-    if not cfg.data.path:
-        raise ConfigError("no CSV given; pass a CSV path or set data.path in the config")
-    return with_data_path(cfg, Path(cfg.data.path).resolve())
+    """The config as saved in the run: a CSV path made absolute (`resolve_sizes` then chooses automatic sizes)."""
+    return with_data_path(cfg, Path(cfg.data.path).resolve()) if cfg.data.path else cfg
 
 
 def train(
-    cfg: Config, out_dir: str | Path, resume: bool = False, overwrite: bool = False, show_progress: bool = True
-) -> TrainResult:
-    """Train into `out_dir` (a new run, replacing one only with `overwrite`, or continuing one with `resume`).
+    cfg: Config,
+    out_dir: str | Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    show_progress: bool = True,
+    source: Source | None = None,
+    static: Source | None = None,
+) -> Predictor:
+    """Train on `source` (a path or DataFrame; default cfg.data.path) and return the Predictor; into the run
+    folder `out_dir` (a new run, replacing one only with `overwrite`, or continuing one with `resume`), or
+    in memory when it is None. `static`: a table of static covariates, one row per series.
 
     The folder is claimed first: a second writer is refused, a new run is staged beside it and moved
     into place when its first epoch is saved, so a failure leaves the old run, a resumable run, or none.
     """
-    out_dir = Path(out_dir)
-    folder = runfolder.claim(out_dir, overwrite, resume) if distributed.is_main_process() else None
+    out_dir = None if out_dir is None else Path(out_dir)
+    if resume and out_dir is None:
+        raise ConfigError("resuming needs the run folder to continue (--out)")
+    claim = out_dir is not None and distributed.is_main_process()
+    folder = runfolder.claim(out_dir, overwrite, resume) if claim else None
     try:
         with _terminate_as_interrupt():
-            result = _train(cfg, out_dir, folder, resume, show_progress)
+            predictor = _train(cfg, out_dir, folder, resume, show_progress, source, static)
         distributed.teardown()  # every rank got here: leave the process group together
-        return result
+        return predictor
     finally:
         if folder is not None:
             folder.release()
@@ -93,55 +98,52 @@ def train(
 
 
 def _train(
-    cfg: Config, out_dir: Path, folder: runfolder.RunFolder | None, resume: bool, show_progress: bool
-) -> TrainResult:
-    previous = load_checkpoint(out_dir / LAST_FILE) if resume else None
+    cfg: Config,
+    out_dir: Path | None,
+    folder: runfolder.RunFolder | None,
+    resume: bool,
+    show_progress: bool,
+    source: Source | None,
+    static: Source | None,
+) -> Predictor:
+    previous, train_state = load_train_state(out_dir / LAST_FILE) if resume else (None, None)
+    best_so_far = load_predictor(out_dir / MODEL_FILE).model.state_dict() if resume else None  # before any seeding
     cfg = previous.config if previous else resolve(cfg)
     ctx = distributed.setup(cfg.train.device)
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
-    data = prepare(cfg)
+    data = training_data(cfg, source, static)
     cfg = data.config  # automatic sizes chosen
     refit = cfg.train.interval_calibration == "refit" and bool(cfg.train.intervals)
     calibration_cfg = calibration_config(data) if refit else None  # refused now, not after training
-    if folder is not None:
-        for note in folder.notes + list(data.notes):
+    if ctx.is_main and (folder is not None or show_progress):
+        for note in (folder.notes if folder is not None else []) + list(data.notes):
             print(note, file=sys.stderr)
     if previous is not None:
         _require_same_data(previous, data, out_dir)
     torch.manual_seed(cfg.train.seed)
-    layout = data.layout
-    model = build_forecaster(
-        cfg.model,
-        len(layout.targets),
-        cfg.train.loss,
-        len(layout.past),
-        len(layout.known_future),
-        cfg.train.quantiles,
-    )
+    model = build_forecaster(cfg.model, data.layout, cfg.train.loss, cfg.train.quantiles)
     _run_leakage_checks(model, data, cfg)
     train_windows = data.split_windows("train", cfg.train.train_stride)
     val_windows = data.split_windows("val")
     model.to(ctx.device)
     optimizer = _optimizer(model, cfg)
-    state = _restore(previous, model, optimizer) if previous is not None else LoopState()
+    state = _restore(train_state, previous, model, optimizer) if previous is not None else LoopState()
     if folder is not None and previous is None:
-        save_config(cfg, folder.path / "config.yaml")
-    runner = _Runner(cfg, data, model, optimizer, out_dir, folder, ctx, show_progress)
+        save_config(cfg, folder.path / CONFIG_FILE)
+    static_from = "" if data.frame.static is None else "table" if static is not None or cfg.data.static_path else "data"
+    runner = _Runner(cfg, data, model, optimizer, out_dir, folder, ctx, show_progress, static_from)
+    runner.best_state = best_so_far  # a resumed run's best weights are its model.pt
     if not state.finished:
         runner.loop(state, train_windows, val_windows)
+    model.load_state_dict(runner.best_state)
+    model.eval()
     calibration_model = None
     if calibration_cfg is not None:
-        main = folder is not None
-        calibration_model = _train_calibration_model(calibration_cfg, out_dir / CALIBRATION_DIR, main, show_progress)
-    decision = None
-    if folder is not None:
-        from tsformer.plots import plot_history
-
-        plot_history(pd.DataFrame(state.history), folder.path / "loss.png")
-        decision = _calibrate(folder.path / MODEL_FILE, val_windows, data, calibration_model)
-    return TrainResult(
-        run_dir=out_dir,
+        where = None if out_dir is None else out_dir / CALIBRATION_DIR
+        calibration_model = _train_calibration_model(calibration_cfg, where, source, static, show_progress)
+    predictor, decision = choose_and_calibrate(runner.predictor(model), val_windows, data, calibration_model)
+    summary = TrainSummary(
         best_epoch=state.best_epoch,
         best_val_loss=state.best_val,
         epochs_run=state.epoch,
@@ -149,85 +151,23 @@ def _train(
         n_parameters=sum(p.numel() for p in model.parameters()),
         n_train_windows=len(train_windows),
         n_val_windows=len(val_windows),
-        fallback_lines=tuple(decision.lines()) if decision else (),
+        lines=tuple(decision.lines()),
     )
+    predictor = predictor.replace(summary=summary, data=data)
+    if folder is not None:
+        from tsformer.plots import plot_history
+
+        plot_history(pd.DataFrame(state.history), folder.path / "loss.png")
+        save_predictor(predictor, folder.path / MODEL_FILE)
+    return predictor
 
 
-def _calibrate(model_file: Path, val_windows: WindowIndex, data: Prepared, refit: Path | None) -> Decision:
-    """On the validation windows: score the best model and the naive forecasters, choose per column, and
-    calibrate conformal intervals around the chosen forecast (or, with `refit`, the calibration model's
-    forecast of the same windows); store both in model.pt."""
-    cfg, bounds = data.config, data.frame.bounds
-    best = load_checkpoint(model_file)
-    windows = val_windows.split(cfg.model.context_len)
-    model = best.build_model()
-    season = season_for(best.freq, cfg.model.context_len)
-    forecasts = all_forecasts(model, windows, season)
-    ids = val_windows.series(bounds)  # (N,) each window's series
-    decision = decide(
-        forecasts, windows.target, windows.target_observed, best.columns, cfg.train.fallback, ids, len(bounds) - 1
-    )
-    levels = cfg.train.intervals
-    if refit is None:  # the forecasts (N, H, C) and quantiles (N, H, C, Q) whose errors calibrate
-        shipped = apply(decision.choice, forecasts, ids)
-        quantiles = shipped_quantiles(model, windows, forecasts, decision.choice, ids)
-    else:
-        shipped, quantiles = _refit_forecasts(refit, data, val_windows)
-    scale, typical = calibration_scale(cfg.train.interval_scale, windows.context, windows.context_observed, season)
-    widths = calibrate(shipped, windows.target, windows.target_observed, levels, scale)
-    adjust = None
-    if quantiles is not None:
-        pairs = quantile_pairs(cfg.train.quantiles)
-        adjust = calibrate_quantiles(quantiles, windows.target, windows.target_observed, pairs, model.quantile_levels)
-    calibrated = dataclasses.replace(
-        best,
-        fallback=decision.choice,
-        interval_levels=levels,
-        interval_widths=widths,
-        interval_scale_typical=typical if levels else None,
-        quantile_adjust=adjust,
-    )
-    save_checkpoint(calibrated, model_file)
-    return decision
-
-
-def calibration_config(data: Prepared) -> Config:
-    """The calibration model's config (train.interval_calibration=refit): each series' borders moved back by
-    its validation and test lengths, so that model forecasts the run's validation windows from as far after
-    its training data as predict forecasts from after the run's. It needs those lengths, and the rows after
-    the test split, to be the same in every series with a validation stretch (the long-format default, or
-    one series)."""
-    borders, lengths = data.borders, data.frame.lengths
-    has_val = borders.val_end - borders.train_end >= data.config.model.horizon  # series with a validation window
-    val_len, test_len = borders.val_end - borders.train_end, borders.test_end - borders.val_end
-    after = lengths - borders.test_end  # rows after the test split
-    counts = {int(v) for v in val_len[has_val]}, {int(t) for t in test_len[has_val]}, {int(a) for a in after[has_val]}
-    if any(len(values) != 1 for values in counts):
-        raise ConfigError(
-            "train.interval_calibration=refit needs the same validation and test lengths in every series (the "
-            "long-format default split, or one series); use train.interval_calibration=validation or fix "
-            "data.split_borders"
-        )
-    (v,), (t,), (a,) = counts
-    gap = v + t  # how far predict forecasts after the run's training data
-    ends = (-(a + gap + gap), -(a + gap + t), -(a + t))  # train', val', and the run's validation end, from the end
-    train = dataclasses.replace(data.config.train, interval_calibration="validation")
-    cfg = dataclasses.replace(data.config, data=dataclasses.replace(data.config.data, split_borders=ends), train=train)
-    model = cfg.model
-    try:  # the calibration model's split must have room, checked before the run trains
-        split_borders(cfg.data, data.frame, model.context_len, model.horizon, min_history=data.min_history("train"))
-    except DataError as exc:
-        raise ConfigError(
-            f"train.interval_calibration=refit moves the split back by {gap} steps, and then: {exc}; "
-            "use train.interval_calibration=validation, or give the series more rows"
-        ) from None
-    return cfg
-
-
-def _train_calibration_model(cfg: Config, out_dir: Path, main: bool, show_progress: bool) -> Path:
-    """Train the calibration model (`cfg`: `calibration_config`) into `out_dir` (on every rank, as the run was)
-    and return its model.pt."""
-    if main:
+def _train_calibration_model(
+    cfg: Config, out_dir: Path | None, source: Source | None, static: Source | None, show_progress: bool
+) -> Predictor:
+    """Train the calibration model (`cfg`: `calibration_config`) on the run's data, into `out_dir` when the run
+    has a folder (on every rank, as the run was), and return it."""
+    if distributed.is_main_process():
         train_end, val_end, run_val_end = cfg.data.split_borders
         gap = run_val_end - val_end  # the run's validation and test lengths
         print(
@@ -236,52 +176,20 @@ def _train_calibration_model(cfg: Config, out_dir: Path, main: bool, show_progre
             f"{gap} steps after its training data, as a forecast after the run's test split is after the run's",
             file=sys.stderr,
         )
-    folder = runfolder.claim(out_dir, overwrite=True, resume=False) if main else None
+    claim = out_dir is not None and distributed.is_main_process()
+    folder = runfolder.claim(out_dir, overwrite=True, resume=False) if claim else None
     try:
-        _train(cfg, out_dir, folder, False, show_progress)
+        return _train(cfg, out_dir, folder, False, show_progress, source, static)
     except Interrupted:
+        resume = f"tsformer train --resume --out {out_dir.parent}" if out_dir is not None else "train again"
         raise Interrupted(
-            "training stopped while the calibration model trained; the run's own model is saved. "
-            f"Resume with: tsformer train --resume --out {out_dir.parent}"
+            f"training stopped while the calibration model trained; the run's own model is saved. Resume with: {resume}"
         ) from None
     except TrainingError as exc:
         raise TrainingError(f"the calibration model (train.interval_calibration=refit) failed: {exc}") from None
     finally:
         if folder is not None:
             folder.release()
-    return out_dir / MODEL_FILE
-
-
-def _refit_forecasts(
-    model_file: Path, data: Prepared, val_windows: WindowIndex
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The calibration model's shipped forecast (N, H, C) and quantiles (N, H, C, Q) or None (its own fallback
-    applied) of the run's validation windows, in the run's scaled units. It reads the same rows in its own
-    scaling."""
-    from tsformer.evaluate import load_run_data
-
-    ckpt = load_checkpoint(model_file)
-    own = load_run_data(ckpt)
-    if not np.array_equal(own.frame.bounds, data.frame.bounds):
-        raise TrainingError("the calibration model read different rows from the run's CSV; train the run again")
-    windows = dataclasses.replace(val_windows, source=own.scaled, source_observed=own.observed)
-    ids = windows.series(data.frame.bounds)  # (N,)
-    split = windows.split(ckpt.config.model.context_len)
-    model = ckpt.build_model()
-    forecasts = all_forecasts(model, split, season_for(ckpt.freq, ckpt.config.model.context_len))
-    forecast = apply(ckpt.fallback, forecasts, ids)  # (N, H, C) in its scaled units
-    quantiles = shipped_quantiles(model, split, forecasts, ckpt.fallback, ids)  # (N, H, C, Q) or None
-    c = forecast.shape[-1]
-    its_targets = Scaler(ckpt.scaler.mean[:, :c], ckpt.scaler.std[:, :c])
-    run_targets = Scaler(data.scaler.mean[:, :c], data.scaler.std[:, :c])
-
-    def to_run_units(scaled: torch.Tensor) -> torch.Tensor:  # (N, ..., C) in its scaled units -> the run's
-        rows = ids.reshape(-1, *[1] * (scaled.dim() - 2))  # each window's series, broadcast over the rest
-        return torch.from_numpy(run_targets.transform(its_targets.inverse(scaled.numpy(), rows), rows))
-
-    if quantiles is not None:
-        quantiles = to_run_units(quantiles.movedim(-1, 1)).movedim(1, -1)  # (N, Q, H, C) while converted
-    return to_run_units(forecast), quantiles
 
 
 @contextlib.contextmanager
@@ -301,14 +209,14 @@ def _terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _require_same_data(previous: Checkpoint, data: Prepared, out_dir: Path) -> None:
+def _require_same_data(previous: Predictor, data: Prepared, out_dir: Path) -> None:
     """A resumed run must see the data it started on, or its splits and scaler would silently differ."""
     was, now = previous.data_fingerprint, data.fingerprint
     if was != now:
         changes = [f"{key} {was.get(key)} -> {now[key]}" for key in now if was.get(key) != now[key]]
         raise DataError(
-            f"{previous.config.data.path} changed since run {out_dir} started ({'; '.join(changes)}), so it "
-            f"cannot be resumed exactly; start a new run instead (tsformer train ... --out NEW_FOLDER, or "
+            f"{previous.config.data.path or 'the data'} changed since run {out_dir} started ({'; '.join(changes)}), "
+            f"so it cannot be resumed exactly; start a new run instead (tsformer train ... --out NEW_FOLDER, or "
             f"--overwrite to replace {out_dir})"
         )
 
@@ -326,13 +234,12 @@ def _optimizer(model: ForecasterBase, cfg: Config) -> torch.optim.Optimizer:
     return torch.optim.AdamW(groups, lr=cfg.train.lr)
 
 
-def _restore(previous: Checkpoint, model: ForecasterBase, optimizer: torch.optim.Optimizer) -> LoopState:
+def _restore(
+    train_state: dict[str, Any], previous: Predictor, model: ForecasterBase, optimizer: torch.optim.Optimizer
+) -> LoopState:
     """Weights, optimizer, RNG and loop state of last.pt; a state that does not fit is a CheckpointError."""
-    train_state = previous.train_state
-    if train_state is None:
-        raise CheckpointError(f"{LAST_FILE} holds no training state; it cannot be resumed, so start a new run")
     try:
-        model.load_state_dict(previous.model_state)
+        model.load_state_dict(previous.model.state_dict())
         optimizer.load_state_dict(train_state["optimizer"])
         torch.set_rng_state(train_state["rng"])
         return LoopState(**train_state["loop"])
@@ -352,16 +259,19 @@ class _Runner:
         data: Prepared,
         model: ForecasterBase,
         optimizer: torch.optim.Optimizer,
-        out_dir: Path,
+        out_dir: Path | None,
         folder: runfolder.RunFolder | None,
         ctx: distributed.Dist,
         show_progress: bool,
+        static_from: str = "",
     ):
         self.cfg, self.data, self.model, self.optimizer = cfg, data, model, optimizer
+        self.static_from = static_from  # where the static covariates came from: "", "data" or "table"
         self.out_dir, self.folder, self.ctx = out_dir, folder, ctx  # folder: None on ranks that do not write
         self.wrapped = distributed.wrap(model, ctx)
         self.show_progress = show_progress and ctx.is_main
         self.saved_epoch = 0  # the epoch in last.pt, for messages
+        self.best_state: dict[str, torch.Tensor] | None = None  # the best epoch's weights, kept in memory
 
     def loop(self, state: LoopState, train_windows: WindowIndex, val_windows: WindowIndex) -> None:
         tc = self.cfg.train
@@ -377,8 +287,8 @@ class _Runner:
                 train_loss, lr = self._train_epoch(state, train_windows, total_steps, started, progress)
                 self._end_epoch(state, train_loss, lr, self._val_loss(val_windows), started, progress)
         except KeyboardInterrupt:
-            if not self.saved_epoch:
-                raise Interrupted(f"training stopped during epoch 1; {self._kept()}") from None
+            if not self.saved_epoch or self.out_dir is None:
+                raise Interrupted(f"training stopped during epoch {self.saved_epoch + 1}; {self._kept()}") from None
             raise Interrupted(
                 f"training stopped during epoch {self.saved_epoch + 1}; {self._kept()}. "
                 f"Resume with: tsformer train --resume --out {self.out_dir}"
@@ -429,6 +339,7 @@ class _Runner:
         improved = val_loss < state.best_val
         if improved:
             state.best_val, state.best_epoch, state.bad_epochs = val_loss, epoch, 0
+            self.best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         else:
             state.bad_epochs += 1
         state.finished = state.finished or state.bad_epochs >= self.cfg.train.patience or epoch == self.cfg.train.epochs
@@ -439,6 +350,8 @@ class _Runner:
         progress.epoch(epoch, train_loss, val_loss, lr, improved)
 
     def _kept(self) -> str:
+        if self.out_dir is None:
+            return "it trained in memory, so nothing was kept"
         if not self.saved_epoch:
             return f"no epoch was saved and {self.out_dir} was left as it was, so start again"
         return f"epoch {self.saved_epoch} is saved in {self.out_dir / LAST_FILE}"
@@ -450,10 +363,9 @@ class _Runner:
         windows = batch.split(self.cfg.model.context_len)  # the last token's target
         target, target_observed = windows.target, windows.target_observed
         if self.cfg.train.all_positions:
-            n_targets = len(self.data.frame.columns)
-            target = self.model.token_targets(batch.values[..., :n_targets])  # (B, T, H, C): after every token
+            target = self.model.token_targets(batch.target)  # (B, T, H, C): after every token
             if batch.observed is not None:
-                target_observed = self.model.token_targets(batch.observed[..., :n_targets])
+                target_observed = self.model.token_targets(batch.observed)
         _, loss = self.wrapped(
             windows.context,
             windows.context_observed,
@@ -488,37 +400,38 @@ class _Runner:
             start = end
         return total / max(1, int(target_observed.sum()))
 
-    def _checkpoint(self, train_state: dict[str, Any] | None) -> Checkpoint:
-        frame = self.data.frame
-        return Checkpoint(
+    def predictor(self, model: ForecasterBase) -> Predictor:
+        """An uncalibrated Predictor of `model` on this run's data (no fallback, no intervals yet)."""
+        data, frame = self.data, self.data.frame
+        return Predictor(
             config=self.cfg,
-            columns=frame.columns,
+            layout=data.layout,
             time_col=frame.time_col,
             freq=frame.freq,
             id_cols=frame.id_cols,
             series=frame.keys,
-            past_covs=self.data.layout.past,
-            future_covs=self.data.layout.future,
-            calendar=self.data.layout.calendar,
-            scaler=self.data.scaler,
-            borders=self.data.borders,
-            model_state=self.model.state_dict(),
-            data_fingerprint=self.data.fingerprint,
-            train_state=train_state,
+            scaler=data.scaler,
+            borders=data.borders,
+            model=model,
+            static=frame.static,
+            static_scale=data.static_scale,
+            static_from=self.static_from,
+            data_fingerprint=data.fingerprint,
         )
 
     def _save(self, state: LoopState, improved: bool) -> None:
         """Best weights, the resumable state and the history; the first save puts the run in place."""
         if self.folder is None:
             return
+        current = self.predictor(self.model)
         if improved:
-            save_checkpoint(self._checkpoint(None), self.folder.path / MODEL_FILE)
+            save_predictor(current, self.folder.path / MODEL_FILE)
         train_state = {
             "optimizer": self.optimizer.state_dict(),
             "rng": torch.get_rng_state(),
             "loop": dataclasses.asdict(state),
         }
-        save_checkpoint(self._checkpoint(train_state), self.folder.path / LAST_FILE)
+        save_predictor(current, self.folder.path / LAST_FILE, train_state)
         atomic_write_text(self.folder.path / "history.csv", pd.DataFrame(state.history).to_csv(index=False))
         self.folder.publish()
         self.saved_epoch = state.epoch

@@ -45,22 +45,19 @@ def calendar_cycles(freq: str) -> tuple[str, ...]:
     return ()
 
 
-def calendar_names(freq: str, features: bool = True, cycle: int = 0) -> tuple[str, ...]:
-    """Feature names, e.g. ("day_sin", "day_cos", "week_sin", "week_cos") for hourly data, then
-    "cycle24_phase" with a learned cycle of 24 steps (always last: the model finds it there)."""
-    names = tuple(f"{c}_{part}" for c in calendar_cycles(freq) for part in ("sin", "cos")) if features else ()
-    return names + ((f"cycle{cycle}_phase",) if cycle else ())
+def calendar_names(freq: str, features: bool = True) -> tuple[str, ...]:
+    """Feature names, e.g. ("day_sin", "day_cos", "week_sin", "week_cos") for hourly data; () without features."""
+    return tuple(f"{c}_{part}" for c in calendar_cycles(freq) for part in ("sin", "cos")) if features else ()
 
 
-def calendar_features(timestamps: pd.DatetimeIndex, freq: str, features: bool = True, cycle: int = 0) -> np.ndarray:
-    """(n_rows, len(calendar_names(freq, features, cycle))) float32: each cycle's phase as sin and cos,
-    then the phase in the learned cycle (0..cycle-1, exact in float32)."""
-    columns = [_sin_cos(timestamps, freq)] if features else []
-    if cycle:
-        columns.append((step_numbers(timestamps, freq) % cycle).astype(np.float32)[:, None])
-    if not columns:
-        return np.zeros((len(timestamps), 0), dtype=np.float32)
-    return np.concatenate(columns, axis=1)
+def calendar_features(timestamps: pd.DatetimeIndex, freq: str) -> np.ndarray:
+    """(n_rows, len(calendar_names(freq))) float32: each cycle's phase as sin and cos."""
+    return _sin_cos(timestamps, freq)
+
+
+def cycle_phase(timestamps: pd.DatetimeIndex, freq: str, cycle: int) -> np.ndarray:
+    """(n_rows,) float32: each step's phase in a learned cycle of `cycle` steps, 0..cycle-1 (exact in float32)."""
+    return (step_numbers(timestamps, freq) % cycle).astype(np.float32)
 
 
 def step_numbers(timestamps: pd.DatetimeIndex, freq: str) -> np.ndarray:

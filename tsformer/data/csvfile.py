@@ -169,3 +169,28 @@ def _name_columns(table: pd.DataFrame, header: list[str], path: Path) -> pd.Data
 def names(columns) -> str:
     """Column names for a one-line message, quoted so odd characters show as escapes: 'date', 'OT'."""
     return ", ".join(repr(str(name)) for name in columns)
+
+
+def table_from_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """A DataFrame as `read_table` gives a file: text column names, and an index numbering the rows as the lines
+    of the CSV the frame would write (the header is line 1). A named index, a DatetimeIndex or a MultiIndex
+    becomes columns first (so a time index is found like a time column); any other index is dropped."""
+    if not isinstance(frame, pd.DataFrame):
+        raise DataError(f"expected a pandas DataFrame, got {type(frame).__name__}")
+    index = frame.index
+    if any(name is not None for name in index.names) or isinstance(index, pd.DatetimeIndex | pd.MultiIndex):
+        frame = frame.reset_index()
+    table = frame.copy()
+    table.columns = [str(c).strip() for c in table.columns]
+    duplicated = table.columns[table.columns.duplicated()]
+    if len(duplicated):
+        raise DataError(f"the DataFrame has the column name {duplicated[0]!r} twice; give each column a unique name")
+    if table.shape[1] < 2:
+        raise DataError(
+            f"the DataFrame has {table.shape[1]} column{'s' * (table.shape[1] != 1)}; it needs a time column and at "
+            "least one numeric column"
+        )
+    if len(table) == 0:
+        raise DataError("the DataFrame has no rows; give it rows of data")
+    table.index = pd.RangeIndex(2, len(table) + 2)
+    return table

@@ -7,6 +7,7 @@ the file that holds each row (the header is line 1), so every message can name t
 
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,8 @@ from pandas.tseries.api import guess_datetime_format
 from pandas.tseries.frequencies import to_offset
 
 from tsformer.config import DataConfig
-from tsformer.data.csvfile import names, read_table
+from tsformer.data.csvfile import names, read_table, table_from_frame
+from tsformer.data.static import read_static, static_columns
 from tsformer.errors import DataError
 
 TIME_COL_NAMES = ("date", "timestamp", "time", "datetime", "ds", "period", "dt")
@@ -29,7 +31,7 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 @dataclass(frozen=True)
 class SeriesFrame:
-    """Regular series on one frequency: one float32 column per target.
+    """Regular series on one frequency: one float32 column per target, and the covariates by role.
 
     A wide file is one series (its columns share one clock). A long-format file holds many series,
     named by the id columns; their rows are stacked, series after series, each on its own regular
@@ -45,8 +47,11 @@ class SeriesFrame:
     notes: tuple[str, ...] = ()  # what the reader decided that the user should hear (date order, fills)
     id_cols: tuple[str, ...] = ()  # () for a wide file
     keys: tuple[tuple[str, ...], ...] = ((),)  # each series' id values, in the order of the file
-    covariate_names: tuple[str, ...] = ()  # data.past_covs, then data.future_covs
-    covariates: np.ndarray | None = None  # (n_rows, n_covariates) float32, NaN where missing
+    past_names: tuple[str, ...] = ()  # data.past_covs
+    past: np.ndarray | None = None  # (n_rows, n_past) float32, NaN where missing
+    future_names: tuple[str, ...] = ()  # data.future_covs
+    future: np.ndarray | None = None  # (n_rows, n_future) float32, NaN where missing
+    static: pd.DataFrame | None = None  # one row per series (in `keys` order), its static covariates as read
     bounds: np.ndarray | None = None  # (n_ids + 1,) row where each series starts, then n_rows; None: one series
 
     def __post_init__(self) -> None:
@@ -76,18 +81,14 @@ class SeriesFrame:
 
     @property
     def input_names(self) -> tuple[str, ...]:
-        """The targets, then the covariates."""
-        return self.columns + self.covariate_names
+        """The scaled inputs: the targets, then the past-only covariates, then the known-future ones."""
+        return self.columns + self.past_names + self.future_names
 
     def inputs(self) -> np.ndarray:
-        """(n_rows, n_columns + n_covariates) float32: targets (as filled), then covariates; NaN where missing."""
-        if self.covariates is None:
-            return self.values
-        return np.concatenate([self.values, self.covariates], axis=1)
-
-    def input_observed(self) -> np.ndarray:
-        """The cells of `inputs` that hold a value (filled target cells count: --fill gave them one)."""
-        return ~np.isnan(self.inputs())
+        """(n_rows, n_columns + n_past + n_future) float32: targets (as filled), then the covariates by role;
+        NaN where missing."""
+        blocks = [b for b in (self.values, self.past, self.future) if b is not None]
+        return blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=1)
 
     def id_of_rows(self) -> np.ndarray:
         """(n_rows,) the series index of every row."""
@@ -95,23 +96,55 @@ class SeriesFrame:
 
 
 def read_series(
-    path: str | Path, cfg: DataConfig, expected_freq: str = "", expected_ids: tuple[str, ...] | None = None
+    source: str | Path | pd.DataFrame,
+    cfg: DataConfig,
+    expected_freq: str = "",
+    expected_ids: tuple[str, ...] | None = None,
+    static: str | Path | pd.DataFrame | None = None,
 ) -> SeriesFrame:
-    """Read `path`, pick the time column and targets, check order, spacing and values.
+    """Read a CSV file or a DataFrame, pick the time column, targets and covariates, check order, spacing and
+    values.
 
-    `expected_freq` (a trained model's frequency) must match the data's unless `cfg.freq` states one.
+    `expected_freq` (a trained model's frequency) must match the data's unless `cfg.freq` states one;
+    `expected_ids` (a trained model's id columns) are taken as they are. The static covariates come from
+    `static` (a table with one row per series), else `cfg.static_path`, else, as `cfg.static_covs` names
+    them, from the data's own columns (constant in each series). A DataFrame's problems name its rows
+    (0-based, as `df.iloc`); a file's name its lines.
     """
-    path = Path(path)
+    if isinstance(source, pd.DataFrame):
+        try:
+            return _read(table_from_frame(source), "the DataFrame", "", cfg, expected_freq, expected_ids, static)
+        except DataError as exc:
+            raise DataError(rows_not_lines(str(exc))) from None
+    path = Path(source)
     table, delimiter = read_table(path)
-    time_col = _find_time_col(table, cfg.time_col, path)
+    return _read(table, path.name, delimiter, cfg, expected_freq, expected_ids, static)
+
+
+def _read(
+    table: pd.DataFrame,
+    name: str,
+    delimiter: str,
+    cfg: DataConfig,
+    expected_freq: str,
+    expected_ids: tuple[str, ...] | None,
+    static: str | Path | pd.DataFrame | None,
+) -> SeriesFrame:
+    """read_series on a table whose index is the line of the file holding each row."""
+    time_col = _find_time_col(table, cfg.time_col, name)
     if expected_ids is None:  # training: the id columns given, else found by name
-        id_cols = _find_id_cols(table, cfg.id_cols, time_col, path)
+        id_cols = _find_id_cols(table, cfg.id_cols, time_col, name)
     else:  # a trained model's (none for a wide file): exactly those, whatever the names of the columns
-        id_cols = _find_id_cols(table, expected_ids, time_col, path) if expected_ids else ()
+        id_cols = _find_id_cols(table, expected_ids, time_col, name) if expected_ids else ()
     codes, keys = _series_codes(table, id_cols, check_unique=expected_ids is None)
     timestamps, time_notes = _parse_timestamps(table[time_col], time_col, cfg, sample=codes == 0)
-    covariate_names = _pick_covariates(table, cfg, (time_col, *id_cols), path)
-    targets, target_notes = _pick_targets(table, (time_col, *id_cols), cfg.targets, path, delimiter, covariate_names)
+    static_source = static if static is not None else (cfg.static_path or None)
+    in_table = () if static_source is not None else cfg.static_covs  # static columns of the data itself
+    past_names, future_names = _pick_covariates(table, cfg, (time_col, *id_cols), name, in_table)
+    covariate_names = past_names + future_names
+    targets, target_notes = _pick_targets(
+        table, (time_col, *id_cols), cfg.targets, name, delimiter, covariate_names + in_table
+    )
     # series after series (in the order they first appear), each in file order or, with --sort, in time order
     order = np.lexsort((timestamps.asi8, codes)) if cfg.sort else np.argsort(codes, kind="stable")
     table, timestamps, codes = table.iloc[order], timestamps[order], codes[order]
@@ -132,13 +165,21 @@ def read_series(
     else:
         timestamps, values, bounds, gap_notes = _fill_the_grids(timestamps, values, freq, bounds, names, lines)
         first_lines = lines[np.searchsorted(codes, np.arange(len(keys)))]
-    covariates = values[:, len(targets) :].astype(np.float32) if covariate_names else None
-    values, observed, value_notes = _complete(values[:, : len(targets)], targets, cfg.fill, bounds, first_lines, names)
-    if covariates is not None and np.isnan(covariates).any():
+    n_targets, n_past = len(targets), len(past_names)
+    past = values[:, n_targets : n_targets + n_past].astype(np.float32) if past_names else None
+    future = values[:, n_targets + n_past :].astype(np.float32) if future_names else None
+    values, observed, value_notes = _complete(values[:, :n_targets], targets, cfg.fill, bounds, first_lines, names)
+    missing = sum(int(np.isnan(block).sum()) for block in (past, future) if block is not None)
+    if missing:
         value_notes += (
-            f"{int(np.isnan(covariates).sum())} covariate cells are missing; the model reads them as unobserved "
-            "(the training mean)",
+            f"{missing} covariate cells are missing; the model reads them as unobserved (the training mean)",
         )
+    if static_source is not None:
+        static_table = read_static(static_source, keys, id_cols, cfg.static_covs)
+    elif in_table:
+        static_table = static_columns(table, in_table, codes, names, id_cols)
+    else:
+        static_table = None
     return SeriesFrame(
         timestamps=timestamps,
         values=values,
@@ -150,19 +191,22 @@ def read_series(
         id_cols=id_cols,
         keys=keys,
         bounds=bounds,
-        covariate_names=covariate_names,
-        covariates=covariates,
+        past_names=past_names,
+        past=past,
+        future_names=future_names,
+        future=future,
+        static=static_table,
     )
 
 
 # --- series ids -----------------------------------------------------------------------------------
 
 
-def _find_id_cols(table: pd.DataFrame, requested: tuple[str, ...], time_col: str, path: Path) -> tuple[str, ...]:
+def _find_id_cols(table: pd.DataFrame, requested: tuple[str, ...], time_col: str, source: str) -> tuple[str, ...]:
     """The long format's id columns: as given (--id-col), else the first of ID_COL_NAMES present, else ()."""
     for i, name in enumerate(requested):
         if name not in table.columns:
-            raise DataError(f"id column {name!r} not in {path.name}; columns are: {names(table.columns)}")
+            raise DataError(f"id column {name!r} not in {source}; columns are: {names(table.columns)}")
         if name == time_col:
             raise DataError(f"id column {name!r} is the time column; name the column that identifies each series")
         if name in requested[:i]:
@@ -207,16 +251,16 @@ def _series_codes(
 # --- time -----------------------------------------------------------------------------------------
 
 
-def _find_time_col(table: pd.DataFrame, requested: str, path: Path) -> str:
+def _find_time_col(table: pd.DataFrame, requested: str, source: str) -> str:
     if requested:
         if requested not in table.columns:
-            raise DataError(f"time column {requested!r} not in {path.name}; columns are: {names(table.columns)}")
+            raise DataError(f"time column {requested!r} not in {source}; columns are: {names(table.columns)}")
         return requested
     for column in table.columns:
         if column.lower() in TIME_COL_NAMES:
             return column
     raise DataError(
-        f"no time column found in {path.name} (looked for {', '.join(TIME_COL_NAMES)}; columns are: "
+        f"no time column found in {source} (looked for {', '.join(TIME_COL_NAMES)}; columns are: "
         f"{names(table.columns)}); name it with --time-col"
     )
 
@@ -563,33 +607,36 @@ def _irregular(timestamps: pd.DatetimeIndex, lines: np.ndarray, expected: str) -
 
 
 def _pick_covariates(
-    table: pd.DataFrame, cfg: DataConfig, not_covariates: tuple[str, ...], path: Path
-) -> tuple[str, ...]:
-    """data.past_covs then data.future_covs, each a column of the file that is no id, time or other covariate."""
+    table: pd.DataFrame, cfg: DataConfig, not_covariates: tuple[str, ...], source: str, static: tuple[str, ...] = ()
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """data.past_covs and data.future_covs: each a column of the data that is no id, time, target, static or
+    other covariate."""
     given = (*cfg.past_covs, *cfg.future_covs)
     for i, name in enumerate(given):
         if name not in table.columns:
-            raise DataError(f"covariate {name!r} not in {path.name}; columns are: {names(table.columns)}")
+            raise DataError(f"covariate {name!r} not in {source}; columns are: {names(table.columns)}")
         if name in not_covariates:
             raise DataError(f"covariate {name!r} is the time or an id column; name a column of values")
         if name in given[:i]:
             raise DataError(f"covariate {name!r} is given twice; give each covariate once, as past-only or future")
         if name in cfg.targets:
             raise DataError(f"column {name!r} is both a target and a covariate; give it as one of them")
-    return given
+        if name in static:
+            raise DataError(f"column {name!r} is both a static and a time-varying covariate; give it as one of them")
+    return tuple(cfg.past_covs), tuple(cfg.future_covs)
 
 
 def _pick_targets(
     table: pd.DataFrame,
     not_targets: tuple[str, ...],
     requested: tuple[str, ...],
-    path: Path,
+    source: str,
     delimiter: str,
     covariates: tuple[str, ...] = (),
 ) -> tuple[list[str], tuple[str, ...]]:
     """The target columns and a note when a long file's `y` was chosen over other numeric columns.
 
-    `not_targets` are the time column, then the id columns; covariates are not targets either."""
+    `not_targets` are the time column, then the id columns; covariates (static ones too) are not targets."""
     time_col, id_cols = not_targets[0], not_targets[1:]
     candidates = [c for c in table.columns if c not in not_targets and c not in covariates]
     if requested:
@@ -598,16 +645,18 @@ def _pick_targets(
                 raise DataError(f"target column {name!r} is the time column; choose among: {names(candidates)}")
             if name in id_cols:
                 raise DataError(f"target column {name!r} is an id column; choose among: {names(candidates)}")
+            if name in covariates:
+                raise DataError(f"target column {name!r} is also a covariate; give it as one of them")
             if name not in table.columns:
-                raise DataError(f"target column {name!r} not in {path.name}; columns are: {names(candidates)}")
+                raise DataError(f"target column {name!r} not in {source}; columns are: {names(candidates)}")
             if name in requested[:i]:
                 raise DataError(f"target column {name!r} is given twice; give each --target once")
         return list(requested), ()
     numeric = [c for c in candidates if _is_numeric_like(table[c])]
     if not numeric:
         raise DataError(
-            f"no numeric column in {path.name} besides the time column {time_col!r} (read with delimiter "
-            f"{delimiter!r}, columns: {names(candidates)}); add a column of numbers"
+            f"no numeric column in {source} besides the time column {time_col!r} ({_read_with(delimiter)}columns: "
+            f"{names(candidates)}); add a column of numbers"
         )
     if id_cols and LONG_TARGET in numeric and len(numeric) > 1:
         others = [c for c in numeric if c != LONG_TARGET]
@@ -639,9 +688,9 @@ def _numeric_values(table: pd.DataFrame, targets: list[str], delimiter: str, kin
             if kind == "target":
                 raise
             raise DataError(
-                f"covariate {str(exc).split('; ')[0].removeprefix('column ')}; a covariate must be numeric "
-                "(a category that is constant per series would be a static covariate, which tsformer does not "
-                "take yet): encode it as numbers or leave it out"
+                f"covariate {str(exc).split('; ')[0].removeprefix('column ')}; a past-only or known-future "
+                "covariate must be numeric (a category that is constant per series is a static covariate: "
+                "--static-cov): encode it as numbers or leave it out"
             ) from None
         too_big = np.isfinite(column) & (np.abs(column) > FLOAT32_MAX)
         if too_big.any():
@@ -731,8 +780,20 @@ def _to_float(column: pd.Series, name: str, delimiter: str) -> np.ndarray:
         row = int(np.flatnonzero(unparsed)[0])
         decimal = " (write decimals with '.')" if delimiter == ";" and "," in str(column.iloc[row]) else ""
         raise DataError(
-            f"column {name!r} is not numeric: {column.iloc[row]!r} at line {column.index[row]} (read with "
-            f"delimiter {delimiter!r}); remove thousands separators and units{decimal}, or choose other "
-            "--target columns"
+            f"column {name!r} is not numeric: {column.iloc[row]!r} at line {column.index[row]}"
+            f"{' (' + _read_with(delimiter).removesuffix(', ') + ')' if delimiter else ''}; remove thousands "
+            f"separators and units{decimal}, or choose other --target columns"
         )
     return np.array(parsed.to_numpy(dtype=np.float64, na_value=np.nan))
+
+
+def _read_with(delimiter: str) -> str:
+    """ "read with delimiter ';', " for a file's messages; "" for a DataFrame's."""
+    return f"read with delimiter {delimiter!r}, " if delimiter else ""
+
+
+def rows_not_lines(message: str) -> str:
+    """A message about a DataFrame, whose rows were numbered as the lines of the CSV it would write (the header
+    is line 1): "line 7" becomes "row 5" (0-based, as df.iloc), "lines 7 and 8" "rows 5 and 6"."""
+    message = re.sub(r"\blines (\d+) and (\d+)", lambda m: f"rows {int(m[1]) - 2} and {int(m[2]) - 2}", message)
+    return re.sub(r"\bline (\d+)", lambda m: f"row {int(m[1]) - 2}", message)

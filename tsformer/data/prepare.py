@@ -1,159 +1,47 @@
-"""From a config (or a trained run's metadata) to scaled tensors and split borders."""
+"""From a series frame to scaled inputs by role and split borders: the explicit steps of training's data.
+
+`resolve_sizes` chooses automatic model sizes from the data (the result is stored in the run);
+`prepare` splits each series, fits the train-only scaler and scales (training); `scale_inputs` is the one
+scaling path, used by `prepare`, by a trained predictor reading data (`Predictor.read`), and by
+`forecast_index` for the window after each series' end.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 from dataclasses import dataclass
-from typing import NamedTuple
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
+from pandas.tseries.frequencies import to_offset
 
 from tsformer.config import Config, resolve_auto
-from tsformer.data.calendar import calendar_features, calendar_names
+from tsformer.data.calendar import calendar_features, calendar_names, cycle_phase
 from tsformer.data.loader import SeriesFrame, read_series
-from tsformer.data.split import (
-    Scaler,
-    SplitBorders,
-    make_windows,
-    split_borders,
-    split_window,
-    window_counts,
-    window_target_starts,
-)
-from tsformer.errors import DataError
-from tsformer.metrics import season_length
-from tsformer.model.covariates import Covariates
-
-
-class Layout(NamedTuple):
-    """The columns of the scaled inputs: the targets, then past-only covariates, then known-future ones:
-    the data's, then the calendar features (which are not scaled; the learned cycle's phase is the last)."""
-
-    targets: tuple[str, ...]
-    past: tuple[str, ...] = ()
-    future: tuple[str, ...] = ()
-    calendar: tuple[str, ...] = ()
-
-    @property
-    def n_targets(self) -> int:
-        return len(self.targets)
-
-    @property
-    def known_future(self) -> tuple[str, ...]:
-        return self.future + self.calendar
-
-
-class Split(NamedTuple):
-    """Windows cut at their forecast origin: what the model reads and what it must forecast."""
-
-    context: torch.Tensor  # (N, L, C) targets before the origin
-    target: torch.Tensor  # (N, H, C) targets after it
-    context_observed: torch.Tensor | None  # (N, L, C) bool; None: every cell observed
-    target_observed: torch.Tensor | None  # (N, H, C) bool
-    covariates: Covariates | None  # past-only over the context, known-future over context and horizon
-
-
-@dataclass(frozen=True)
-class Windows:
-    """A batch of windows (materialised, or views of the scaled inputs) and, when some cells are
-    unobserved or padding, their mask."""
-
-    values: torch.Tensor  # (n_windows, context_len + horizon, n_inputs): targets, then covariates (`layout`)
-    observed: torch.Tensor | None  # same shape, bool; None: every cell observed
-    layout: Layout
-
-    def __len__(self) -> int:
-        return len(self.values)
-
-    def split(self, context_len: int) -> Split:
-        """Targets before and after the origin, their masks, and the covariates each side may be read."""
-        c, n_past = self.layout.n_targets, len(self.layout.past)
-        contexts, targets = split_window(self.values[..., :c], context_len)
-        covariates = None
-        if n_past or self.layout.known_future:
-            past = self.values[:, :context_len, c : c + n_past] if n_past else None  # never after the origin
-            future = self.values[..., c + n_past :] if self.layout.known_future else None
-            covariates = Covariates(past, future)
-        if self.observed is None:
-            return Split(contexts, targets, None, None, covariates)
-        return Split(contexts, targets, *split_window(self.observed[..., :c], context_len), covariates)
-
-
-@dataclass(frozen=True)
-class WindowIndex:
-    """Where the windows of one split are, sampled lazily from the scaled series (never all materialised).
-
-    Window i forecasts rows starts[i]..starts[i] + horizon - 1 from the context_len rows before; rows
-    before its series' first row (floors[i]) are left padding, masked as unobserved.
-    """
-
-    source: torch.Tensor  # (n_rows, n_inputs) the scaled inputs, stacked
-    source_observed: torch.Tensor | None  # (n_rows, n_inputs) bool; None: every cell observed
-    starts: torch.Tensor  # (n_windows,) int64
-    floors: torch.Tensor  # (n_windows,) int64
-    context_len: int
-    horizon: int
-    layout: Layout
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    def every(self, stride: int) -> WindowIndex:
-        """Every `stride`-th window."""
-        return dataclasses.replace(self, starts=self.starts[::stride], floors=self.floors[::stride])
-
-    def series(self, bounds: np.ndarray) -> np.ndarray:
-        """(n_windows,) the index of each window's series, given the frame's `bounds`."""
-        return np.searchsorted(bounds, self.floors.numpy(), side="right") - 1
-
-    def take(self, index: torch.Tensor, device: torch.device | str = "cpu") -> Windows:
-        """The windows at `index` (a batch), gathered, on `device`."""
-        return self._gather(self.starts[index], self.floors[index], device)
-
-    def all(self) -> Windows:
-        """Every window: views of the scaled series when they are consecutive and unpadded, else gathered."""
-        starts = self.starts.numpy()
-        unpadded = bool((self.starts - self.context_len >= self.floors).all())
-        if len(starts) and unpadded and np.all(np.diff(starts) == 1):
-            values = make_windows(self.source, starts, self.context_len, self.horizon)
-            observed = None
-            if self.source_observed is not None:
-                observed = make_windows(self.source_observed, starts, self.context_len, self.horizon)
-            return Windows(values, observed, self.layout)
-        return self._gather(self.starts, self.floors, "cpu")
-
-    def split(self, context_len: int) -> Split:
-        return self.all().split(context_len)
-
-    def _gather(self, starts: torch.Tensor, floors: torch.Tensor, device: torch.device | str) -> Windows:
-        offsets = torch.arange(-self.context_len, self.horizon)  # (L + H,)
-        rows = starts[:, None] + offsets  # (B, L + H)
-        real = rows >= floors[:, None]  # (B, L + H): False on left padding
-        rows = torch.maximum(rows, floors[:, None])
-        values = self.source[rows]  # (B, L + H, C)
-        padded = not bool(real.all())
-        observed = None if self.source_observed is None else self.source_observed[rows]  # (B, L + H, C)
-        if padded:
-            cells = real.unsqueeze(-1).expand_as(values)
-            values = torch.where(cells, values, torch.zeros((), dtype=values.dtype))
-            observed = cells if observed is None else observed & cells
-        return Windows(values.to(device), None if observed is None else observed.to(device), self.layout)
+from tsformer.data.split import Scaler, SplitBorders, split_borders, window_counts, window_target_starts
+from tsformer.data.static import StaticScale, encode_static, static_roles
+from tsformer.data.windows import SeriesInputs, WindowIndex
+from tsformer.errors import ConfigError, DataError
+from tsformer.layout import Layout
+from tsformer.metrics import mase_scale, season_length
 
 
 @dataclass(frozen=True)
 class Prepared:
-    config: Config  # as given, with automatic (0) context_len/patch_len chosen from the data
+    """Series read, split and scaled: what training, evaluation, backtests and the data checks read."""
+
+    config: Config  # resolved: context_len and patch_len chosen
     frame: SeriesFrame
     borders: SplitBorders
-    scaler: Scaler
-    scaled: torch.Tensor  # (n_rows, n_inputs) float32 (`layout`): standardised with the train-only scaler (calendar
-    # features as they are); 0 where unobserved
-    observed: torch.Tensor | None  # (n_rows, n_inputs) bool, False where a cell is unobserved; None: all observed
+    scaler: Scaler  # (n_ids, len(layout.scaled)) statistics of each series' training rows
+    layout: Layout
+    static_scale: StaticScale | None  # of the numeric static covariates; None without any
+    inputs: SeriesInputs  # the scaled rows by role
     fingerprint: dict[str, str | int]  # what a resumed run checks it still reads: see `data_fingerprint`
     notes: tuple[str, ...]  # how the data was read and what was chosen, for the user
-    layout: Layout
 
     def min_history(self, split: str) -> int:
         """Steps of its series a window needs before its first target: the whole context for a wide file;
@@ -169,25 +57,29 @@ class Prepared:
         )
 
     def windows(self, split: str) -> torch.Tensor:
-        """Every window of `split`, (n_windows, context_len + horizon, n_inputs)."""
-        return self.split_windows(split).all().values
+        """Every window's targets in `split`, (n_windows, context_len + horizon, C)."""
+        return self.split_windows(split).all().target
 
     def observed_windows(self, split: str) -> torch.Tensor | None:
         """Their observed mask, same shape; None: every cell observed."""
         return self.split_windows(split).all().observed
+
+    def mase_scales(self, season: int) -> np.ndarray:
+        """(n_ids, C) each series' MASE denominator: the seasonal-naive MAE on its training rows, in its units."""
+        frame = self.frame
+        return np.stack(
+            [
+                mase_scale(frame.values[frame.rows_of(i)][: self.borders.train_end[i]], season)
+                for i in range(frame.n_ids)
+            ]
+        )
 
     def split_windows(self, split: str, stride: int = 1) -> WindowIndex:
         """Every `stride`-th window of `split` (lazily: `take` or `all` gathers them)."""
         starts, floors = self.target_starts(split)
         model = self.config.model
         index = WindowIndex(
-            self.scaled,
-            self.observed,
-            torch.from_numpy(starts),
-            torch.from_numpy(floors),
-            model.context_len,
-            model.horizon,
-            self.layout,
+            self.inputs, torch.from_numpy(starts), torch.from_numpy(floors), model.context_len, model.horizon
         )
         return index.every(stride) if stride > 1 else index
 
@@ -196,65 +88,154 @@ def panel_min_history(split: str, context_len: int, horizon: int) -> int:
     return min(context_len, horizon) if split == "train" else 1
 
 
-def prepare(
-    cfg: Config,
-    scaler: Scaler | None = None,
-    columns: tuple[str, ...] = (),
-    freq: str = "",
-    series: tuple[tuple[str, ...], ...] | None = None,
+def training_data(
+    cfg: Config, source: str | Path | pd.DataFrame | None = None, static: str | Path | pd.DataFrame | None = None
 ) -> Prepared:
-    """Read cfg.data.path, choose automatic model sizes, split each series and scale it.
+    """Training's data in its three steps: read `source` (a path or DataFrame; default cfg.data.path), choose
+    the automatic sizes, prepare."""
+    if source is None and not cfg.data.path:
+        raise DataError("no data given; pass a CSV path or a DataFrame, or set data.path in the config")
+    frame = read_series(cfg.data.path if source is None else source, cfg.data, static=static)
+    cfg, note = resolve_sizes(cfg, frame)
+    return prepare(frame, cfg, frame.notes + ((note,) if note else ()))
 
-    Training passes no scaler (one is fit on each series' observed training cells); evaluate/check pass
-    the run's scaler, columns, frequency and series, and the CSV must match them.
-    """
-    if not cfg.data.path:
-        raise DataError("no CSV given; pass a CSV path or set data.path in the config")
-    data_cfg = cfg.data if not columns else dataclasses.replace(cfg.data, targets=columns)
-    expected_ids = None if series is None else data_cfg.id_cols  # a run's: exactly its id columns, or none
-    frame = read_series(data_cfg.path, data_cfg, expected_freq=freq, expected_ids=expected_ids)
-    if series is not None and frame.keys != series:
-        raise DataError(f"{data_cfg.path} {_series_difference(frame, series)}; use the CSV the model was trained on")
-    if scaler is None and cfg.data.id_cols and frame.n_ids == 1 and frame.n_rows > 1:
+
+def resolve_sizes(cfg: Config, frame: SeriesFrame) -> tuple[Config, str]:
+    """The config with automatic (0) model.context_len and model.patch_len chosen from the frame's training
+    rows and frequency (`config.resolve_auto`), and one line saying what was chosen ("" when nothing was)."""
+    if cfg.model.resolved:
+        return cfg, ""
+    train_rows = split_borders(cfg.data, frame, 0, cfg.model.horizon, min_history=1).train_end
+    return resolve_auto(cfg, int(train_rows.max()), season_length(frame.freq), frame.freq)
+
+
+def prepare(frame: SeriesFrame, cfg: Config, notes: tuple[str, ...] | None = None) -> Prepared:
+    """Training: split each series of `frame`, fit the train-only scaler (and the scale of the numeric static
+    covariates), and scale. `cfg` has its sizes resolved (`resolve_sizes`); `notes` are those so far for the
+    user (default: the frame's)."""
+    if not cfg.model.resolved:
+        raise ConfigError("model.context_len and model.patch_len must be chosen first (data.resolve_sizes)")
+    if cfg.data.id_cols and frame.n_ids == 1 and frame.n_rows > 1:
         raise DataError(
             f"id column{'s' * (len(frame.id_cols) > 1)} {', '.join(map(repr, frame.id_cols))} hold one value "
             f"({'/'.join(frame.keys[0])!r}) on every row, so {'they name' if len(frame.id_cols) > 1 else 'it names'} "
             "no series; drop --id-col for a single series, or name the column that identifies each series"
         )
-    notes = frame.notes
-    panel = bool(frame.id_cols)
-    horizon = cfg.model.horizon
-    if not cfg.model.resolved:  # the split's room is checked for the horizon alone, then for the chosen context
-        train_rows = split_borders(cfg.data, frame, 0, horizon, min_history=1).train_end
-        cfg, note = resolve_auto(cfg, int(train_rows.max()), season_length(frame.freq), frame.freq)
-        notes += (note,)
-    context_len = cfg.model.context_len
+    notes = frame.notes if notes is None else notes
+    context_len, horizon, panel = cfg.model.context_len, cfg.model.horizon, bool(frame.id_cols)
     train_history = panel_min_history("train", context_len, horizon) if panel else context_len
     borders = split_borders(cfg.data, frame, context_len, horizon, min_history=train_history)
     if panel:
         notes += (_split_note(cfg, frame, borders, train_history),)
-    if scaler is None:
-        scaler, notes = fit_scaler(frame, borders, notes, scale_season(cfg, frame.freq))
-    calendar = calendar_names(frame.freq, cfg.data.calendar, cfg.model.cycle)
-    layout = Layout(frame.columns, cfg.data.past_covs, cfg.data.future_covs, calendar)
-    scaled = _scale(frame, scaler)  # (n_rows, C + n_covariates)
-    observed = frame.input_observed()
-    if not cfg.data.fill:
-        observed[:, : len(frame.columns)] &= frame.observed
-    if calendar:
-        features = calendar_features(frame.timestamps, frame.freq, cfg.data.calendar, cfg.model.cycle)
-        scaled = np.concatenate([scaled, features], axis=1)
-        observed = np.concatenate([observed, np.ones((frame.n_rows, len(calendar)), dtype=bool)], axis=1)
+    scaler, notes = fit_scaler(frame, borders, notes, scale_season(cfg, frame.freq))
+    numeric, categorical = static_roles(frame.static) if frame.static is not None else ((), ())
+    layout = Layout(
+        frame.columns,
+        frame.past_names,
+        frame.future_names,
+        calendar_names(frame.freq, cfg.data.calendar),
+        cfg.model.cycle,
+        numeric,
+        categorical,
+    )
+    static_scale = StaticScale.fit(frame.static, numeric) if numeric else None
     return Prepared(
         config=cfg,
         frame=frame,
         borders=borders,
         scaler=scaler,
-        scaled=torch.from_numpy(scaled),
-        observed=None if observed.all() else torch.from_numpy(observed),
+        layout=layout,
+        static_scale=static_scale,
+        inputs=scale_inputs(frame, layout, scaler, static_scale),
         fingerprint=data_fingerprint(frame),
         notes=notes,
-        layout=layout,
+    )
+
+
+def scale_inputs(frame: SeriesFrame, layout: Layout, scaler: Scaler, static_scale: StaticScale | None) -> SeriesInputs:
+    """The frame's rows by role, as the model reads them: targets and the data's covariates standardised with
+    `scaler` (computed in float64, then float32; 0 where unobserved), the calendar features and the learned
+    cycle's phase from the timestamps, the static covariates encoded."""
+    if frame.input_names != layout.scaled:
+        raise DataError(f"the data holds the inputs {list(frame.input_names)}, the model reads {list(layout.scaled)}")
+    scaled = _scale(frame, scaler)  # (n_rows, C + n_past + n_future)
+    c, p = layout.n_targets, layout.n_past
+    future = [scaled[:, c + p :]] if layout.future else []
+    if layout.calendar:
+        future.append(calendar_features(frame.timestamps, frame.freq))
+    observed = ~np.isnan(frame.values)  # filled cells count: --fill gave them a value
+    static_values = static_codes = None
+    if layout.static:
+        static_values, static_codes, _ = encode_static(
+            frame.static, layout.static_numeric, layout.static_categorical, static_scale
+        )
+    return SeriesInputs(
+        target=torch.from_numpy(np.ascontiguousarray(scaled[:, :c])),
+        observed=None if observed.all() else torch.from_numpy(observed),
+        bounds=frame.bounds,
+        past=torch.from_numpy(np.ascontiguousarray(scaled[:, c : c + p])) if p else None,
+        future=torch.from_numpy(np.ascontiguousarray(np.concatenate(future, axis=1))) if future else None,
+        phase=torch.from_numpy(cycle_phase(frame.timestamps, frame.freq, layout.cycle)) if layout.cycle else None,
+        static_values=None if static_values is None else torch.from_numpy(static_values),
+        static_codes=None if static_codes is None else torch.from_numpy(static_codes),
+    )
+
+
+def forecast_index(
+    frame: SeriesFrame,
+    future: np.ndarray | None,
+    layout: Layout,
+    scaler: Scaler,
+    static_scale: StaticScale | None,
+    context_len: int,
+    horizon: int,
+) -> tuple[WindowIndex, pd.DatetimeIndex]:
+    """One window per series, forecasting the `horizon` steps after its last row, and those steps' timestamps
+    (series after series). Each series is extended by the horizon (targets and past-only covariates unobserved
+    there, known-future covariates from `future` (n_ids, horizon, n_future) or None) and scaled as its history
+    is; a history shorter than the context is left-padded."""
+    offset = to_offset(frame.freq)
+    lasts = frame.timestamps[frame.bounds[1:] - 1]
+    ranges = [pd.date_range(last + offset, periods=horizon, freq=offset) for last in lasts]
+    ahead = ranges[0].append(ranges[1:])
+    extended = _extended(frame, horizon, ahead, future)
+    floors = extended.bounds[:-1]
+    index = WindowIndex(
+        scale_inputs(extended, layout, scaler, static_scale),
+        torch.from_numpy(floors + frame.lengths),
+        torch.from_numpy(floors.copy()),
+        context_len,
+        horizon,
+    )
+    return index, ahead
+
+
+def _extended(frame: SeriesFrame, horizon: int, ahead: pd.DatetimeIndex, future: np.ndarray | None) -> SeriesFrame:
+    """`frame` with `horizon` rows after each series' last (timestamps `ahead`, series after series): unobserved
+    targets and past-only covariates, and the known-future covariates `future` (n_ids, horizon, n_future)."""
+    n_ids = frame.n_ids
+    new_bounds = frame.bounds + horizon * np.arange(n_ids + 1)
+    old_rows = np.concatenate([np.arange(new_bounds[i], new_bounds[i] + frame.lengths[i]) for i in range(n_ids)])
+    new_rows = np.setdiff1d(np.arange(new_bounds[-1]), old_rows)  # the horizon of each series, in order
+
+    def grown(block: np.ndarray | None, after: np.ndarray | None = None) -> np.ndarray | None:
+        if block is None:
+            return None
+        out = np.full((int(new_bounds[-1]), block.shape[1]), np.nan, dtype=block.dtype)
+        out[old_rows] = block
+        if after is not None:
+            out[new_rows] = after.reshape(-1, block.shape[1])
+        return out
+
+    timestamps = frame.timestamps.append(ahead)[np.argsort(np.concatenate([old_rows, new_rows]), kind="stable")]
+    return dataclasses.replace(
+        frame,
+        timestamps=pd.DatetimeIndex(timestamps, name=frame.timestamps.name),
+        values=grown(frame.values),
+        observed=grown(frame.observed.astype(np.float32)) == 1,
+        past=grown(frame.past),
+        future=grown(frame.future, future),
+        bounds=new_bounds,
     )
 
 
@@ -308,7 +289,7 @@ def _split_note(cfg: Config, frame: SeriesFrame, borders: SplitBorders, train_hi
     return line
 
 
-def _series_difference(frame: SeriesFrame, series: tuple[tuple[str, ...], ...]) -> str:
+def series_difference(frame: SeriesFrame, series: tuple[tuple[str, ...], ...]) -> str:
     """How the file's series differ from the run's, in a few words."""
     have, want = set(frame.keys), set(series)
     if want - have:
@@ -330,9 +311,12 @@ def data_fingerprint(frame: SeriesFrame) -> dict[str, str | int]:
     """Rows, first and last timestamp, and a sha256 of the timestamps and values a model is trained on."""
     digest = hashlib.sha256(frame.timestamps.asi8.tobytes())
     digest.update(np.ascontiguousarray(frame.values).tobytes())
-    if frame.covariates is not None:
-        digest.update(np.ascontiguousarray(frame.covariates).tobytes())
-        digest.update("\0".join(frame.covariate_names).encode())
+    covariates = frame.inputs()[:, len(frame.columns) :]  # the past-only, then the known-future covariates
+    if covariates.shape[1]:
+        digest.update(np.ascontiguousarray(covariates).tobytes())
+        digest.update("\0".join(frame.past_names + frame.future_names).encode())
+    if frame.static is not None:
+        digest.update(frame.static.to_csv(index=False).encode())
     digest.update("\0".join(frame.columns).encode())
     if frame.id_cols:
         digest.update(frame.bounds.tobytes())

@@ -234,21 +234,6 @@ def window_target_starts(
     return floors + first[series] + offsets, floors
 
 
-def make_windows(values: torch.Tensor, target_starts: np.ndarray, context_len: int, horizon: int) -> torch.Tensor:
-    """Stride-1 windows as a view: (n_windows, context_len + horizon, n_series).
-
-    Window i holds rows [target_starts[i] - context_len, target_starts[i] + horizon);
-    `target_starts` must be consecutive.
-    """
-    if len(target_starts) == 0:
-        return values.new_empty((0, context_len + horizon, values.shape[1]))
-    assert np.all(np.diff(target_starts) == 1), "windows are built for consecutive target starts"
-    first_row = int(target_starts[0]) - context_len
-    last_row = int(target_starts[-1]) + horizon
-    span = values[first_row:last_row]  # (rows, n_series)
-    return span.unfold(0, context_len + horizon, 1).transpose(1, 2)  # (n_windows, L + H, n_series)
-
-
 def split_window(window: torch.Tensor, context_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     """window (B, context_len + horizon, ...) -> context (B, context_len, ...), target (B, horizon, ...)."""
     return window[:, :context_len], window[:, context_len:]

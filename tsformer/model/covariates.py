@@ -3,7 +3,9 @@
 A *past-only* covariate (observed with the target, unknown ahead) is read like the target: token k
 sees its values in k's own patch only. A *known-future* covariate (a published load forecast, a
 calendar feature) is known up to the end of the forecast, so token k also sees its values over the
-`horizon` steps after its patch: the steps that token forecasts, never later ones.
+`horizon` steps after its patch: the steps that token forecasts, never later ones. A *static*
+covariate (a product's category, a meter's size) is one value per series, the same at every step, so
+every token may read it.
 """
 
 from __future__ import annotations
@@ -17,17 +19,26 @@ from torch import nn
 
 
 class Covariates(NamedTuple):
-    """Scaled covariates of a batch of windows; 0 where a cell is unobserved or left padding."""
+    """A batch of windows' covariates by role (`tsformer.layout.Layout`); scaled, 0 where a cell is
+    unobserved or left padding. A role the model does not read is None."""
 
-    past: torch.Tensor | None  # (B, L, n_past): over the context only
-    future: torch.Tensor | None  # (B, L + H, n_future): over the context and the horizon
+    past: torch.Tensor | None = None  # (B, L, n_past): over the context only
+    future: torch.Tensor | None = None  # (B, L + H, n_future): over the context and the horizon
+    phase: torch.Tensor | None = None  # (B, L + H): each step's phase in the learned cycle (known-future)
+    static_values: torch.Tensor | None = None  # (B, n_static_numeric): the window's series' numeric static values
+    static_codes: torch.Tensor | None = None  # (B, n_static_categorical) int64: its categories (0 = unseen)
 
     def rows(self, start: int, end: int, device: torch.device | str) -> Covariates:
         """Windows start..end-1, on `device`."""
         return Covariates(*(None if t is None else t[start:end].to(device) for t in self))
 
     def double(self) -> Covariates:
-        return Covariates(*(None if t is None else t.double() for t in self))
+        """Real-valued roles in float64 (the categories stay codes)."""
+        return self._replace(**{name: _double(getattr(self, name)) for name in self._fields if name != "static_codes"})
+
+
+def _double(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.double()
 
 
 class CovariateEmbedding(nn.Module):
@@ -81,3 +92,21 @@ class FutureSkip(nn.Module):
         """The last token's only: the horizon after the context, (B, H, out_channels)."""
         b = future.shape[0]
         return self.linear(future[:, -self.horizon :].flatten(1)).view(b, self.horizon, self.out_channels)
+
+
+class StaticEmbedding(nn.Module):
+    """A series' static covariates -> d_model: a linear map of the numeric ones plus one learned vector per
+    category of each categorical one (row 0: a category unseen in training), added to every token."""
+
+    def __init__(self, n_numeric: int, cardinalities: tuple[int, ...], d_model: int):
+        super().__init__()
+        self.numeric = nn.Linear(n_numeric, d_model) if n_numeric else None
+        self.categories = nn.ModuleList(nn.Embedding(n + 1, d_model) for n in cardinalities)
+        for table in self.categories:
+            nn.init.normal_(table.weight, std=1.0 / math.sqrt(d_model))
+
+    def forward(self, values: torch.Tensor | None, codes: torch.Tensor | None) -> torch.Tensor:
+        """values (B, n_numeric), codes (B, n_categorical) int64 -> (B, d_model)."""
+        parts = [] if self.numeric is None else [self.numeric(values)]
+        parts += [table(codes[:, j]) for j, table in enumerate(self.categories)]
+        return torch.stack(parts).sum(0)

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from tsformer.config import ModelConfig
+from tsformer.layout import Layout
 from tsformer.model.covariates import Covariates
 from tsformer.model.forecaster import Forecaster
 from tsformer.model.inference import ForecasterBase
@@ -21,8 +22,8 @@ class Ensemble(ForecasterBase):
         super().__init__()
         self.members = nn.ModuleList(members)
         first = members[0]
-        self.cfg, self.n_series, self.n_past, self.n_future = first.cfg, first.n_series, first.n_past, first.n_future
-        self.n_tokens = first.n_tokens
+        self.cfg, self.layout, self.n_series = first.cfg, first.layout, first.n_series
+        self.n_past, self.n_future, self.n_tokens = first.n_past, first.n_future, first.n_tokens
 
     @property
     def positional_encoding(self) -> torch.Tensor:
@@ -78,13 +79,9 @@ def _mean(outputs: list[tuple[torch.Tensor, torch.Tensor | None]]) -> tuple[torc
 
 
 def build_forecaster(
-    cfg: ModelConfig,
-    n_series: int,
-    loss: str = "mse",
-    n_past: int = 0,
-    n_future: int = 0,
-    quantiles: tuple[float, ...] = (),
+    cfg: ModelConfig, layout: Layout, loss: str = "mse", quantiles: tuple[float, ...] = ()
 ) -> Forecaster | Ensemble:
-    """One Forecaster, or an Ensemble of `cfg.members` of them drawn one after another from the RNG."""
-    members = [Forecaster(cfg, n_series, loss, n_past, n_future, quantiles) for _ in range(cfg.members)]
+    """One Forecaster reading `layout`, or an Ensemble of `cfg.members` of them drawn one after another from
+    the RNG."""
+    members = [Forecaster(cfg, layout, loss, quantiles) for _ in range(cfg.members)]
     return members[0] if cfg.members == 1 else Ensemble(members)

@@ -9,9 +9,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from tsformer.config import ModelConfig
+from tsformer.layout import Layout
 from tsformer.model import normalisation
 from tsformer.model.attention import MultiHeadAttention, attention_mask
-from tsformer.model.covariates import CovariateEmbedding, Covariates, FutureSkip, future_windows
+from tsformer.model.covariates import CovariateEmbedding, Covariates, FutureSkip, StaticEmbedding, future_windows
 from tsformer.model.cycle import Cycle
 from tsformer.model.encoding import PatchProjection, sinusoidal_encoding
 from tsformer.model.inference import ForecasterBase
@@ -136,28 +137,19 @@ class Forecaster(ForecasterBase):
     """Maps a context (B, context_len, n_series), and covariates if it has any, to a forecast (B, horizon, n_series).
 
     Every token's output is a forecast of the `horizon` steps after that token's patch, so the
-    last token's output is the forecast and earlier tokens can be trained too. Covariates
-    (`tsformer.model.covariates`) are shared by the series of a window. With a learned cycle
-    (`cfg.cycle`), the last of the `n_future` known-future columns is each step's phase in it.
+    last token's output is the forecast and earlier tokens can be trained too. What it reads besides
+    the targets is its `layout` (`tsformer.layout`): covariates by role, shared by the series of a
+    window (`tsformer.model.covariates`); with a learned cycle (`cfg.cycle`), each step's phase.
     """
 
-    def __init__(
-        self,
-        cfg: ModelConfig,
-        n_series: int,
-        loss: str = "mse",
-        n_past: int = 0,
-        n_future: int = 0,
-        quantiles: tuple[float, ...] = (),
-    ):
+    def __init__(self, cfg: ModelConfig, layout: Layout, loss: str = "mse", quantiles: tuple[float, ...] = ()):
         super().__init__()
-        self.cfg = cfg
-        self.n_series = n_series
+        self.cfg, self.layout = cfg, layout
+        self.n_series = n_series = layout.n_targets
         self.register_buffer("quantile_levels", torch.tensor(sorted(quantiles)), persistent=False)
-        self.n_past, self.n_future = n_past, n_future
-        if cfg.cycle and not n_future:
-            raise ValueError("a model with a learned cycle reads each step's phase as its last known-future input")
-        n_features = n_future - (1 if cfg.cycle else 0)  # known-future covariates other than the phase
+        self.n_past, self.n_future = n_past, n_features = layout.n_past, layout.n_future  # n_future: not the phase
+        if cfg.cycle != layout.cycle:
+            raise ValueError(f"model.cycle {cfg.cycle} but the layout gives the phase of a cycle of {layout.cycle}")
         self.loss_fn = LOSSES[loss]
         self.n_tokens = cfg.n_tokens
         self.pad_len = self.n_tokens * cfg.patch_len - cfg.context_len  # left pad to whole patches
@@ -165,7 +157,7 @@ class Forecaster(ForecasterBase):
         self.register_buffer("positional_encoding", sinusoidal_encoding(self.n_tokens, cfg.d_model), persistent=False)
         # built in this order so that a seed draws the same weights as before the cycle and the ablation existed
         self.projection = self.input_dropout = self.blocks = self.final_norm = None
-        self.head = self.quantile_head = self.covariate_embedding = None
+        self.head = self.quantile_head = self.covariate_embedding = self.static_embedding = None
         transformer = cfg.transformer  # false: the benchmark's ablation, the skips and the cycle alone
         if transformer:
             n_extra = 2 * self.token_channels if cfg.stats_features else 0
@@ -189,6 +181,8 @@ class Forecaster(ForecasterBase):
                 cfg.d_model, self.n_tokens, cfg.head_token_width, out_features * len(quantiles)
             )
         self.cycle = Cycle(cfg.cycle, n_series) if cfg.cycle else None
+        if transformer and layout.static:  # the ablation reads no static covariates (nor past-only ones)
+            self.static_embedding = StaticEmbedding(len(layout.static_numeric), layout.cardinalities, cfg.d_model)
 
     def token_ends(self) -> list[int]:
         """Exclusive end, in context steps, of each token's patch: output k sees steps < end k only."""
@@ -267,23 +261,25 @@ class Forecaster(ForecasterBase):
         return self._to_series(levels.movedim(-1, 1), b).movedim(1, -1)
 
     def _read_covariates(self, covariates: Covariates | None) -> tuple[Covariates | None, torch.Tensor | None]:
-        """The batch's covariates (which a model built with them requires), split into the features the
-        embedding and the future skip read and, with a learned cycle, each step's phase (B, L + H)."""
-        if self.n_past == 0 and self.n_future == 0:
+        """The batch's covariates (a model built with a role requires it, and refuses one it was not built
+        with), as the features the embeddings and the future skip read, and each step's phase (B, L + H) for
+        the learned cycle (None without one)."""
+        if not self.layout.reads_covariates:
+            if covariates is not None and any(t is not None for t in covariates):
+                raise ValueError("this model reads no covariates; pass none")
             return None, None
-        if (
-            covariates is None
-            or (covariates.past is None) != (self.n_past == 0)
-            or (covariates.future is None) != (self.n_future == 0)
-        ):
-            raise ValueError(
-                f"this model reads {self.n_past} past-only and {self.n_future} known-future covariates; pass them"
-            )
-        if self.cycle is None:
-            return covariates, None
-        future = covariates.future[..., :-1] if self.n_future > 1 else None
-        features = None if covariates.past is None and future is None else Covariates(covariates.past, future)
-        return features, covariates.future[..., -1]
+        wanted = {
+            "past": self.n_past > 0,
+            "future": self.n_future > 0,
+            "phase": self.cycle is not None,
+            "static_values": bool(self.layout.static_numeric),
+            "static_codes": bool(self.layout.static_categorical),
+        }
+        given = {name: covariates is not None and getattr(covariates, name) is not None for name in wanted}
+        if given != wanted:
+            needs = ", ".join(name for name, on in wanted.items() if on)
+            raise ValueError(f"this model reads the covariate roles {needs}; pass those and no others")
+        return covariates._replace(phase=None), covariates.phase
 
     def _per_sequence(self, out: torch.Tensor) -> torch.Tensor:
         """(B, ...) shared by a window's series -> (N, ...), one per sequence (N = B * C when independent)."""
@@ -302,6 +298,9 @@ class Forecaster(ForecasterBase):
         if self.covariate_embedding is not None:
             embedded = self.covariate_embedding(features, self.pad_len, self.n_tokens)  # (B, T, d)
             hidden = hidden + self._per_sequence(embedded)
+        if self.static_embedding is not None:  # the same for every token of a series
+            static = self.static_embedding(features.static_values, features.static_codes)  # (B, d)
+            hidden = hidden + self._per_sequence(static).unsqueeze(1)  # (N, T, d)
         attn_mask = None if observed is None else attention_mask(token_real)  # (N, 1, T, T); None: causal only
         for block in self.blocks:
             hidden = block(hidden, attn_mask)

@@ -80,6 +80,16 @@ class ForecasterBase(nn.Module):
         (torch.cat) or reduce them as they come."""
         return self._batches(self.predict, contexts, observed, covariates, batch_size)
 
+    def output_batches(
+        self,
+        contexts: torch.Tensor,
+        observed: torch.Tensor | None = None,
+        covariates: Covariates | None = None,
+        batch_size: int = PREDICT_BATCH,
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
+        """Both outputs in one pass, batch by batch: yields (forecast (b, H, C), quantiles (b, H, C, Q) or None)."""
+        return self._batches(self._inference, contexts, observed, covariates, batch_size)
+
     def _batches(self, method, contexts, observed, covariates, batch_size: int) -> Iterator[torch.Tensor]:
         """method(batch of contexts, their mask, their covariates) for each batch, on the model's device."""
         device = self.positional_encoding.device

@@ -1,0 +1,126 @@
+"""After training, on the validation windows only: the fallback choice and the conformal calibration.
+
+The trained model and the naive forecasters are scored on the validation windows; each column of each
+series keeps the best (`tsformer.fallback`). The intervals and quantile pairs are then calibrated on the
+errors of the chosen forecast there (`tsformer.intervals`), or, with `train.interval_calibration=refit`,
+on those of a calibration model trained one validation + test stretch earlier, so its errors are
+measured as far after its training data as a forecast after the data's end is after the run's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from tsformer.config import Config
+from tsformer.data import Prepared, Scaler, WindowIndex, split_borders
+from tsformer.errors import ConfigError, DataError, TrainingError
+from tsformer.fallback import Decision, decide
+from tsformer.intervals import Calibration, calibrate, calibrate_quantiles, calibration_scale, quantile_pairs
+from tsformer.predictor import Predictor
+
+
+def choose_and_calibrate(
+    predictor: Predictor, val_windows: WindowIndex, data: Prepared, refit: Predictor | None = None
+) -> tuple[Predictor, Decision]:
+    """The predictor with its fallback chosen and its intervals and quantile pairs calibrated on the validation
+    windows (around the chosen forecast, or with `refit` around the calibration model's), and the decision."""
+    cfg = data.config
+    windows = val_windows.split(cfg.model.context_len)
+    ids = val_windows.series()  # (N,) each window's series
+    forecasts = predictor.forecasters(windows)
+    decision = decide(
+        forecasts[0],
+        windows.target,
+        windows.target_observed,
+        data.layout.targets,
+        cfg.train.fallback,
+        ids,
+        data.frame.n_ids,
+    )
+    chosen = predictor.replace(fallback=decision.choice, calibration=None)
+    if refit is None:  # the forecasts (N, H, C) and quantiles (N, H, C, Q) whose errors calibrate
+        shipped = chosen.ship(forecasts, windows, ids)
+        point, quantiles = shipped.point, shipped.quantiles
+    else:
+        point, quantiles = _refit_forecasts(refit, data, val_windows)
+    levels, season = cfg.train.intervals, predictor.season
+    scale, typical = calibration_scale(cfg.train.interval_scale, windows.context, windows.context_observed, season)
+    widths = calibrate(point, windows.target, windows.target_observed, levels, scale)
+    adjust = None
+    if quantiles is not None:
+        pairs = quantile_pairs(cfg.train.quantiles)
+        adjust = calibrate_quantiles(
+            quantiles, windows.target, windows.target_observed, pairs, predictor.model.quantile_levels
+        )
+    calibration = Calibration(
+        levels=levels,
+        widths=widths,
+        typical=typical if levels else None,
+        season=season,
+        quantile_adjust=adjust,
+        method="validation" if refit is None else "refit",
+        refit_borders=None if refit is None else refit.borders,
+    )
+    return chosen.replace(calibration=calibration), decision
+
+
+def calibration_config(data: Prepared) -> Config:
+    """The calibration model's config (train.interval_calibration=refit): each series' borders moved back by
+    its validation and test lengths, so that model forecasts the run's validation windows from as far after
+    its training data as predict forecasts from after the run's. It needs those lengths, and the rows after
+    the test split, to be the same in every series with a validation stretch (the long-format default, or
+    one series)."""
+    borders, lengths = data.borders, data.frame.lengths
+    has_val = borders.val_end - borders.train_end >= data.config.model.horizon  # series with a validation window
+    val_len, test_len = borders.val_end - borders.train_end, borders.test_end - borders.val_end
+    after = lengths - borders.test_end  # rows after the test split
+    counts = {int(v) for v in val_len[has_val]}, {int(t) for t in test_len[has_val]}, {int(a) for a in after[has_val]}
+    if any(len(values) != 1 for values in counts):
+        raise ConfigError(
+            "train.interval_calibration=refit needs the same validation and test lengths in every series (the "
+            "long-format default split, or one series); use train.interval_calibration=validation or fix "
+            "data.split_borders"
+        )
+    (v,), (t,), (a,) = counts
+    gap = v + t  # how far predict forecasts after the run's training data
+    ends = (-(a + gap + gap), -(a + gap + t), -(a + t))  # train', val', and the run's validation end, from the end
+    train = dataclasses.replace(data.config.train, interval_calibration="validation")
+    cfg = dataclasses.replace(data.config, data=dataclasses.replace(data.config.data, split_borders=ends), train=train)
+    model = cfg.model
+    try:  # the calibration model's split must have room, checked before the run trains
+        split_borders(cfg.data, data.frame, model.context_len, model.horizon, min_history=data.min_history("train"))
+    except DataError as exc:
+        raise ConfigError(
+            f"train.interval_calibration=refit moves the split back by {gap} steps, and then: {exc}; "
+            "use train.interval_calibration=validation, or give the series more rows"
+        ) from None
+    return cfg
+
+
+def _refit_forecasts(
+    refit: Predictor, data: Prepared, val_windows: WindowIndex
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The calibration model's shipped forecast (N, H, C) and quantiles (N, H, C, Q) or None (its own fallback
+    applied, its quantiles unadjusted) of the run's validation windows, in the run's scaled units. It reads
+    the same rows in its own scaling."""
+    own = refit.read()  # the data it was fit on: the run's rows
+    if not np.array_equal(own.frame.bounds, data.frame.bounds):
+        raise TrainingError("the calibration model read different rows from the run's data; train the run again")
+    windows = dataclasses.replace(val_windows, inputs=own.inputs)
+    ids = windows.series()  # (N,)
+    shipped = refit.replace(calibration=None).forecast(windows.split(refit.context_len), ids)
+    c = shipped.point.shape[-1]
+    its_targets = Scaler(refit.scaler.mean[:, :c], refit.scaler.std[:, :c])
+    run_targets = Scaler(data.scaler.mean[:, :c], data.scaler.std[:, :c])
+
+    def to_run_units(scaled: torch.Tensor) -> torch.Tensor:  # (N, ..., C) in its scaled units -> the run's
+        rows = ids.reshape(-1, *[1] * (scaled.dim() - 2))  # each window's series, broadcast over the rest
+        return torch.from_numpy(run_targets.transform(its_targets.inverse(scaled.numpy(), rows), rows))
+
+    quantiles = shipped.quantiles
+    if quantiles is not None:
+        quantiles = to_run_units(quantiles.movedim(-1, 1)).movedim(1, -1)  # (N, Q, H, C) while converted
+    return to_run_units(shipped.point), quantiles

@@ -1,0 +1,317 @@
+"""The shipped forecaster: one object from training to every forecast.
+
+A `Predictor` holds what a forecast needs: the trained model (one member or an ensemble), the
+train-only scaler, what it reads by name and role (`tsformer.layout.Layout`), the per-series and
+per-column choice of forecaster made on validation (the fallback), and the conformal calibration of
+its intervals and quantiles. `forecast` is the one place those are assembled into what ships;
+training returns a Predictor, and evaluate, predict, backtest and check take one. `tsformer.fit` makes
+one from a DataFrame and `tsformer.load` reads a saved one; its methods `predict`, `evaluate`,
+`backtest`, `check` and `save` are the Python API over those modules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from tsformer import __version__
+from tsformer.config import Config
+from tsformer.data import Prepared, Scaler, SeriesFrame, Split, SplitBorders, StaticScale, read_series, scale_inputs
+from tsformer.data.prepare import data_fingerprint, scale_season, series_difference
+from tsformer.errors import DataError
+from tsformer.fallback import apply, naive_forecasts, season_for
+from tsformer.intervals import Calibration, adjust_quantiles, quantile_pairs
+from tsformer.layout import Layout
+from tsformer.model import ForecasterBase
+
+Source = str | Path | pd.DataFrame
+
+
+@dataclass(frozen=True)
+class TrainSummary:
+    """What training did and chose, for the user."""
+
+    best_epoch: int
+    best_val_loss: float
+    epochs_run: int
+    train_seconds: float
+    n_parameters: int
+    n_train_windows: int
+    n_val_windows: int
+    lines: tuple[str, ...] = ()  # per column: the model against the naive forecasters on validation, and the choice
+
+
+@dataclass(frozen=True)
+class Forecasts:
+    """N windows' forecasts, scaled: every forecaster's, and the shipped one with its quantiles and interval
+    half-widths; `units` turns any of them into the data's units."""
+
+    each: dict[str, torch.Tensor]  # "model", "repeat_last", "seasonal_naive" -> (N, H, C)
+    point: torch.Tensor  # (N, H, C): the forecaster chosen on validation for each window's series and column
+    quantiles: torch.Tensor | None  # (N, H, C, Q) moved with the shipped point and conformally adjusted; None
+    half_widths: np.ndarray | None  # (n_levels, N or 1, H, C); None for a run without intervals
+    levels: tuple[float, ...]  # the intervals' levels
+    quantile_levels: tuple[float, ...]  # the quantiles' levels, sorted
+    mean: np.ndarray  # (N, C) each window's series' target mean, in the data's units
+    std: np.ndarray  # (N, C) and scale
+
+    def units(self, scaled: torch.Tensor | np.ndarray) -> np.ndarray:
+        """(N, H, C) or (N, H, C, Q) scaled -> the data's units, float32."""
+        values = scaled.numpy() if isinstance(scaled, torch.Tensor) else scaled
+        extra = values.ndim - 3  # a trailing quantile axis
+        std, mean = (x[:, None].reshape(*x[:, None].shape, *[1] * extra) for x in (self.std, self.mean))
+        return (values * std + mean).astype(np.float32)
+
+    def bounds(self) -> list[tuple[float, np.ndarray, np.ndarray]]:
+        """Per level: (level, lower, upper) (N, H, C) in the data's units."""
+        point = self.point.numpy()
+        widths = () if self.half_widths is None else self.half_widths
+        return [
+            (level, self.units(point - width), self.units(point + width))
+            for level, width in zip(self.levels, widths, strict=True)
+        ]
+
+
+@dataclass(frozen=True)
+class Predictor:
+    """A trained forecaster: everything `forecast` needs, by name. Made by `tsformer.fit` or `tsformer.load`."""
+
+    config: Config  # as trained: automatic sizes resolved
+    layout: Layout  # what the model reads, by role and name
+    time_col: str
+    freq: str
+    id_cols: tuple[str, ...]  # () for a wide file
+    series: tuple[tuple[str, ...], ...]  # each trained series' id values (((),) for a wide file)
+    scaler: Scaler  # (n_series, len(layout.scaled)) statistics of each series' training rows
+    borders: SplitBorders  # each series' train, validation and test ends
+    model: ForecasterBase  # the trained member(s), in eval mode
+    static: pd.DataFrame | None = None  # each trained series' static covariates as read; None without any
+    static_scale: StaticScale | None = None
+    static_from: str = ""  # "data": its own columns (read again from the data), "table": a table given to train
+    fallback: tuple[tuple[str, ...], ...] = ()  # per series and column, the forecaster chosen on validation
+    calibration: Calibration | None = None  # the conformal intervals and quantile adjustments; None: uncalibrated
+    data_fingerprint: dict[str, str | int] = field(default_factory=dict)  # the data it was trained on
+    summary: TrainSummary | None = None
+    package_version: str = __version__
+    data: Prepared | None = field(default=None, repr=False, compare=False)  # the data it was fit on (not saved)
+
+    @property
+    def horizon(self) -> int:
+        return self.config.model.horizon
+
+    @property
+    def context_len(self) -> int:
+        return self.config.model.context_len
+
+    @property
+    def season(self) -> int:
+        """The seasonal-naive period: the frequency's season if the context reaches one season back, else 1."""
+        return season_for(self.freq, self.context_len)
+
+    @property
+    def interval_levels(self) -> tuple[float, ...]:
+        return () if self.calibration is None else self.calibration.levels
+
+    def replace(self, **changes) -> Predictor:
+        return dataclasses.replace(self, **changes)
+
+    # --- forecasting ------------------------------------------------------------------------------
+
+    def forecast(self, windows: Split, ids: np.ndarray, window_scaler: Scaler | None = None) -> Forecasts:
+        """The shipped forecast of `windows`: the model's and the naive forecasts, the forecaster chosen for each
+        window's series (`ids` (N,) index the trained series; -1: one not trained on, which the model forecasts),
+        the model's quantiles moved with it and adjusted, and the calibrated interval half-widths.
+        `window_scaler`: one row of statistics per window, for `Forecasts.units` (default: the run's scaler's
+        rows of `ids`)."""
+        return self.ship(self.forecasters(windows), windows, ids, window_scaler)
+
+    def forecasters(self, windows: Split) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
+        """Every forecaster's forecast (N, H, C) of the windows, the model's in one pass with its quantiles
+        (N, H, C, Q) or None."""
+        outputs = list(self.model.output_batches(windows.context, windows.context_observed, windows.covariates))
+        point = torch.cat([p for p, _ in outputs]).cpu()
+        quantiles = None if outputs and outputs[0][1] is None else torch.cat([q for _, q in outputs]).cpu()
+        naive = naive_forecasts(windows.context, windows.context_observed, self.horizon, self.season)
+        return {"model": point, **naive}, quantiles
+
+    def ship(
+        self,
+        forecasts: tuple[dict[str, torch.Tensor], torch.Tensor | None],
+        windows: Split,
+        ids: np.ndarray,
+        window_scaler: Scaler | None = None,
+    ) -> Forecasts:
+        """`forecast` from the forecasters' outputs (`forecasters`), with this predictor's choices."""
+        each, model_quantiles = forecasts
+        point = apply(self.fallback, each, ids)
+        quantiles = None
+        if model_quantiles is not None:  # where a column falls back, its quantiles keep their offsets
+            quantiles = model_quantiles + (point - each["model"]).unsqueeze(-1)
+            if self.calibration is not None and self.calibration.quantile_adjust is not None:
+                pairs = quantile_pairs(self.config.train.quantiles)
+                quantiles = adjust_quantiles(quantiles, self.calibration.quantile_adjust, pairs)
+        half_widths = None
+        if self.calibration is not None:
+            half_widths = self.calibration.half_widths(windows)
+        c = self.layout.n_targets
+        if window_scaler is None:
+            mean, std = self.scaler.mean[ids, :c], self.scaler.std[ids, :c]
+        else:
+            mean, std = window_scaler.mean[:, :c], window_scaler.std[:, :c]
+        return Forecasts(
+            each=each,
+            point=point,
+            quantiles=quantiles,
+            half_widths=half_widths,
+            levels=self.interval_levels,
+            quantile_levels=tuple(sorted(self.config.train.quantiles)) if quantiles is not None else (),
+            mean=mean,
+            std=std,
+        )
+
+    # --- reading data as trained ------------------------------------------------------------------
+
+    def read_frame(self, source: Source, static: Source | None = None) -> SeriesFrame:
+        """`source` read with the run's targets, time and id columns, covariates and frequency; the static
+        covariates from `static` (a table with a row per series), else as in training: the data's own columns,
+        or the table stored for the trained series."""
+        if static is not None and not self.layout.static:
+            raise DataError("this model reads no static covariates; drop static_df (--static)")
+        from_data = static is not None or self.static_from == "data"
+        data_cfg = dataclasses.replace(
+            self.config.data,
+            path="" if isinstance(source, pd.DataFrame) else str(source),
+            targets=self.layout.targets,
+            time_col=self.time_col,
+            id_cols=self.id_cols,
+            past_covs=self.layout.past,
+            future_covs=self.layout.future,
+            static_covs=self.layout.static if from_data else (),
+            static_path="",
+        )
+        try:
+            frame = read_series(source, data_cfg, self.freq, self.id_cols, static=static)
+        except DataError as exc:
+            if str(exc).startswith(("target column", "time column", "id column")):
+                ids = f", id column{'s' * (len(self.id_cols) > 1)} {', '.join(self.id_cols)}" if self.id_cols else ""
+                name = "the DataFrame" if isinstance(source, pd.DataFrame) else source
+                raise DataError(
+                    f"{name} does not match the model, which was trained on columns {', '.join(self.layout.targets)} "
+                    f"with time column {self.time_col!r}{ids}: {exc}"
+                ) from None
+            raise
+        if self.layout.static and not from_data:
+            frame = dataclasses.replace(frame, static=self._stored_static(frame))
+        return frame
+
+    def _stored_static(self, frame: SeriesFrame) -> pd.DataFrame:
+        """The trained series' static covariates, for the frame's series; a series not trained on needs its own."""
+        known = {key: i for i, key in enumerate(self.series)}
+        new = [key for key in frame.keys if key not in known]
+        if new:
+            raise DataError(
+                f"series {'/'.join(new[0])!r} was not in training, so its static covariates "
+                f"({', '.join(self.layout.static)}) are unknown; pass them (static_df, or --static CSV)"
+            )
+        return self.static.iloc[[known[key] for key in frame.keys]].reset_index(drop=True)
+
+    def read(self, source: Source | None = None, static: Source | None = None) -> Prepared:
+        """The data the run was trained on (or `source`), read with its layout, scaler and split borders, as
+        evaluate, backtest and check score it. It must hold the run's series, reach the end of each one's test
+        split and hold the training rows the scaler was fit on."""
+        from tsformer.leakage import check_scaler
+
+        if source is None and self.data is not None and static is None:
+            return self.data
+        source = source if source is not None else self._path()
+        frame = self.read_frame(source, static)
+        where = "the DataFrame" if isinstance(source, pd.DataFrame) else str(source)
+        if frame.keys != self.series:
+            raise DataError(f"{where} {series_difference(frame, self.series)}; use the data the model was trained on")
+        short = np.flatnonzero(frame.lengths < self.borders.test_end)
+        if len(short):
+            i = int(short[0])
+            name = f"series {frame.names[i]!r} of " if self.id_cols else ""
+            raise DataError(
+                f"{name}{where} has {frame.lengths[i]} rows but the run's test split ends at row "
+                f"{self.borders.test_end[i]}; use the data the model was trained on"
+            )
+        if not check_scaler(frame, self.borders, self.scaler, scale_season(self.config, self.freq)).passed:
+            raise DataError(
+                f"the training rows of {where} differ from those the run was trained on; "
+                "use the data the model was trained on"
+            )
+        return Prepared(
+            config=self.config,
+            frame=frame,
+            borders=self.borders,
+            scaler=self.scaler,
+            layout=self.layout,
+            static_scale=self.static_scale,
+            inputs=scale_inputs(frame, self.layout, self.scaler, self.static_scale),
+            fingerprint=data_fingerprint(frame),
+            notes=frame.notes,
+        )
+
+    # --- the Python API ---------------------------------------------------------------------------
+
+    def predict(
+        self, data: Source | None = None, future: Source | None = None, static_df: Source | None = None
+    ) -> pd.DataFrame:
+        """The next `horizon` steps after each series' last row of `data` (default: the data it was fit on), in
+        the data's units: the time column (and id columns), each target, its interval bounds
+        (`<target>_lower_80`, ...) and quantiles (`<target>_q0.1`, ...), the same columns `tsformer predict`
+        writes. `future`: the known-future covariates' values over those steps, per series; `static_df`: the
+        static covariates of series it was not trained on. How the data was read is in `.attrs["notes"]`."""
+        from tsformer.predict import forecast_after
+
+        source = data if data is not None else self.data.frame if self.data is not None else self._path()
+        forecast = forecast_after(self, source, future, static_df)
+        frame = forecast.frame.copy()
+        frame.attrs["notes"] = list(forecast.notes)
+        return frame
+
+    def evaluate(self, data: Source | None = None, split: str = "test") -> pd.DataFrame:
+        """Honest metrics on every window of the held-out test split (or `split="val"`): one row per forecaster
+        (`model` is what `predict` ships, then the naive baselines) with MSE and MAE on scaled values, MAE and
+        RMSE in the data's units, sMAPE and MASE; and, for the model, each interval's coverage, width and MSIS.
+        `tsformer.evaluate.evaluate` gives the whole report."""
+        from tsformer.evaluate import evaluate
+
+        return evaluate(self, self.read(data), split).table()
+
+    def backtest(
+        self, data: Source | None = None, windows: int = 20, step: int = 0, start: str | None = None
+    ) -> pd.DataFrame:
+        """Forecasts at `windows` rolling origins `step` apart (default: the horizon) after the run's validation,
+        each scored against the truth: one row per origin, series, step and target, with the forecast, its
+        interval bounds, the naive forecasts and the truth (as `tsformer backtest --out` writes)."""
+        from tsformer.backtest import backtest
+
+        return backtest(self, self.read(data), windows, step, start).forecasts
+
+    def check(self, data: Source | None = None) -> pd.DataFrame:
+        """Every leakage check on this predictor and its data: one row per check (name, passed, max_change,
+        detail). The model checks probe the assembled model; the data checks rerun the pipeline on the data."""
+        from tsformer.check import check_predictor
+
+        results = check_predictor(self, self.read(data))
+        return pd.DataFrame([dataclasses.asdict(r) for r in results])
+
+    def save(self, path: str | Path) -> Path:
+        """Write the predictor into the run folder `path` (its model.pt and config.yaml) and return the path;
+        `tsformer.load(path)` reads it back."""
+        from tsformer.checkpoint import save_run
+
+        return save_run(self, Path(path))
+
+    def _path(self) -> str:
+        """The path of the data it was trained on, when it was trained on a file."""
+        if not self.config.data.path:
+            raise DataError("this predictor keeps no data and was trained on a DataFrame; pass the data")
+        return self.config.data.path
