@@ -478,7 +478,7 @@ def check_windows(data: Prepared) -> list[CheckResult]:
 def _window_rows(windows, ids: np.ndarray) -> tuple[int, int, int]:
     """Of windows gathered from row numbers: the most target steps shared with the window's own input, the
     covariate cells read after the origin (past-only) or the horizon (known-future), and the cells read
-    from another series."""
+    from another series (static covariates: the series they were gathered from)."""
     inputs, targets = windows.context[..., 0].long(), windows.target[..., 0].long()  # (N, L), (N, H)
     if windows.context_observed is not None:  # padding (before a series' first row) reads nothing
         inputs = torch.where(windows.context_observed[..., 0], inputs, torch.full_like(inputs, -1))
@@ -498,6 +498,10 @@ def _window_rows(windows, ids: np.ndarray) -> tuple[int, int, int]:
     ids = torch.from_numpy(ids)
     series = ids[targets[:, :1]]  # (N, 1) the series of each window's first target
     mixed = (ids[targets] != series).sum() + ((ids[inputs.clamp(min=0)] != series) & (inputs >= 0)).sum()
+    if windows.covariates is not None:  # static covariates: the window's own series', nobody else's
+        for static in (windows.covariates.static_values, windows.covariates.static_codes):
+            if static is not None:
+                mixed += (static.long() != series).sum()
     return overlap, ahead, int(mixed)
 
 

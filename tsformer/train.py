@@ -413,7 +413,7 @@ class _Runner:
             scaler=data.scaler,
             borders=data.borders,
             model=model,
-            static=frame.static,
+            static=None if frame.static is None else frame.static[list(data.layout.static)].reset_index(drop=True),
             static_scale=data.static_scale,
             static_from=self.static_from,
             data_fingerprint=data.fingerprint,

@@ -136,16 +136,23 @@ class SeriesInputs:
         }
 
     def row_numbers(self) -> SeriesInputs:
-        """The same layout with every time-indexed cell holding its row number (float64): windows gathered from
-        it show which rows each role of a window read."""
-        rows = torch.arange(len(self.target), dtype=torch.float64)
+        """The same layout with every time-indexed cell holding its row number and every static cell its series'
+        index (float64, codes int64): windows gathered from it show which rows and series each role read."""
 
-        def numbered(block: torch.Tensor | None) -> torch.Tensor | None:
+        def numbered(block: torch.Tensor | None, numbers: torch.Tensor) -> torch.Tensor | None:
             if block is None:
                 return None
-            return rows.view(-1, *[1] * (block.dim() - 1)).expand(block.shape)  # a view: no copy
+            numbers = numbers if block.dtype.is_floating_point else numbers.long()
+            return numbers.view(-1, *[1] * (block.dim() - 1)).expand(block.shape)  # a view: no copy
 
-        return dataclasses.replace(self, observed=None, **{role: numbered(getattr(self, role)) for role in ROLES})
+        rows = torch.arange(len(self.target), dtype=torch.float64)
+        series = torch.arange(len(self.bounds) - 1, dtype=torch.float64)
+        return dataclasses.replace(
+            self,
+            observed=None,
+            **{role: numbered(getattr(self, role), rows) for role in ROLES},
+            **{role: numbered(getattr(self, role), series) for role in STATIC_ROLES},
+        )
 
 
 def _unfolded(block: torch.Tensor | None, starts: np.ndarray, context_len: int, horizon: int) -> torch.Tensor | None:

@@ -1,0 +1,237 @@
+"""The Python API: tsformer.fit on DataFrames, the Predictor's methods, save/load, and their agreement with the CLI."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from helpers import TINY_FLAGS, make_frame, write_csv
+from test_cli_errors import invoke
+
+import tsformer
+from tsformer.config import load_config
+from tsformer.errors import ConfigError, DataError
+
+TINY = {
+    "model.context_len": 16,
+    "model.patch_len": 4,
+    "model.d_model": 8,
+    "model.n_heads": 2,
+    "model.d_ff": 16,
+    "model.n_layers": 1,
+    "train.epochs": 2,
+    "train.batch_size": 32,
+    "train.seed": 0,
+}  # the model of TINY_FLAGS
+HORIZON = 4
+
+
+def panel(n_series: int = 4, n_rows: int = 120, seed: int = 0) -> pd.DataFrame:
+    """unique_id, ds, y with a known-future `price` that drives y and a past-only `load`; a static `kind`
+    (the sign of the daily cycle) and `size` (the level) beside them."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for k in range(n_series):
+        t = np.arange(n_rows)
+        price = rng.normal(size=n_rows)
+        kind = "up" if k % 2 else "down"
+        y = (1 if kind == "up" else -1) * np.sin(2 * np.pi * t / 24) + 0.5 * price + k + 0.1 * rng.normal(size=n_rows)
+        parts.append(
+            pd.DataFrame({
+                "unique_id": f"S{k}",
+                "ds": pd.date_range("2024-01-01", periods=n_rows, freq="h").strftime("%Y-%m-%d %H:%M:%S"),
+                "y": y.round(4),
+                "price": price.round(4),
+                "load": rng.normal(size=n_rows).round(4),
+                "kind": kind,
+                "size": float(k),
+            })
+        )  # fmt: skip
+    return pd.concat(parts, ignore_index=True)
+
+
+@pytest.fixture(scope="module")
+def wide_fit():
+    frame = make_frame()
+    return frame, tsformer.fit(frame, horizon=HORIZON, config=TINY)
+
+
+def test_fit_on_a_dataframe_equals_train_on_the_same_data_as_csv(tmp_path):
+    frame = make_frame()
+    csv = write_csv(tmp_path / "data.csv", frame)
+    result = invoke("train", csv, "--out", tmp_path / "run", "--quiet", *TINY_FLAGS)
+    assert result.exit_code == 0, result.output
+    fitted = tsformer.fit(frame, horizon=HORIZON, config=TINY)
+    trained = tsformer.load(tmp_path / "run")
+    assert fitted.config.model == trained.config.model and fitted.layout == trained.layout
+    state, other = fitted.model.state_dict(), trained.model.state_dict()
+    assert all(torch.equal(state[k], other[k]) for k in state)  # bit for bit on CPU
+    assert fitted.fallback == trained.fallback and torch.equal(fitted.calibration.widths, trained.calibration.widths)
+    pd.testing.assert_frame_equal(fitted.predict(frame), trained.predict(csv), check_exact=True)
+
+
+def test_fit_predict_save_load_equals_the_cli_forecast_of_the_same_run(wide_fit, tmp_path):
+    frame, predictor = wide_fit
+    forecast = predictor.predict()  # the data it was fit on
+    assert list(forecast.columns[:2]) == ["date", "a"] and len(forecast) == HORIZON
+    assert forecast["date"].iloc[0] == pd.Timestamp("2024-01-11 00:00")  # the hour after the last row
+    assert {"a_lower_80", "a_upper_80", "b_lower_95", "b_upper_95"} <= set(forecast.columns)
+    run = predictor.save(tmp_path / "saved")
+    again = tsformer.load(run)
+    pd.testing.assert_frame_equal(again.predict(frame), forecast, check_exact=True)
+    csv = write_csv(tmp_path / "data.csv", frame)
+    result = invoke("predict", run, csv, "--out", tmp_path / "cli.csv")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "cli.csv").read_text() == forecast.to_csv(index=False)  # the CLI writes the same table
+    assert invoke("check", run, "--csv", csv).exit_code == 0  # a saved in-memory run is a run folder like any
+
+
+def test_evaluate_backtest_and_check_return_dataframes(wide_fit):
+    frame, predictor = wide_fit
+    report = predictor.evaluate()
+    assert list(report["forecaster"]) == ["model", "repeat_last", "seasonal_naive"]
+    assert {"mse", "mae", "mase", "smape", "coverage_80", "width_80", "msis_95"} <= set(report.columns)
+    assert np.isfinite(report.loc[0, "mse"]) and 0 <= report.loc[0, "coverage_80"] <= 1
+    validation = predictor.evaluate(split="val")
+    assert validation.loc[0, "mse"] != report.loc[0, "mse"]
+    backtest = predictor.backtest(windows=3, step=4)
+    assert len(backtest) == 3 * HORIZON * 2 and {"origin", "date", "target", "forecast", "truth"} <= set(backtest)
+    checks = predictor.check()
+    assert checks["passed"].all() and "data/window" in set(checks["name"]) and "model/forward" in set(checks["name"])
+
+
+def test_long_format_with_covariates_quantiles_and_intervals_from_python():
+    data = panel()
+    history = data.groupby("unique_id", sort=False).head(-HORIZON)
+    future = data.groupby("unique_id", sort=False).tail(HORIZON)[["unique_id", "ds", "price"]]
+    predictor = tsformer.fit(
+        history[["unique_id", "ds", "y", "price", "load"]],
+        horizon=HORIZON,
+        future_covs=["price"],
+        past_covs=["load"],
+        config={**TINY, "train.quantiles": [0.1, 0.5, 0.9]},
+    )
+    assert predictor.layout.future == ("price",) and predictor.layout.past == ("load",)
+    forecast = predictor.predict(future=future)
+    assert list(forecast.columns[:3]) == ["unique_id", "ds", "y"] and len(forecast) == 4 * HORIZON
+    assert {"y_q0.1", "y_q0.5", "y_q0.9", "y_lower_80", "y_upper_95"} <= set(forecast.columns)
+    assert (forecast["y_q0.1"] <= forecast["y_q0.9"]).all() and (forecast["y_lower_95"] <= forecast["y_lower_80"]).all()
+    joined = forecast.assign(ds=forecast["ds"].dt.strftime("%Y-%m-%d %H:%M:%S")).merge(future, on=["unique_id", "ds"])
+    assert len(joined) == len(forecast)  # the forecast steps are the future rows
+    with pytest.raises(DataError, match="known-future covariates price"):
+        predictor.predict()  # without the future values
+    assert predictor.check()["passed"].all()
+
+
+def test_static_covariates_numeric_and_categorical_from_a_table_or_the_data():
+    data = panel()
+    static = data.groupby("unique_id", as_index=False).first()[["unique_id", "kind", "size"]]
+    model_only = {**TINY, "train.fallback": False}  # the model's own forecast ships, so it shows what it reads
+    from_table = tsformer.fit(data[["unique_id", "ds", "y"]], horizon=HORIZON, static_df=static, config=model_only)
+    layout = from_table.layout
+    assert layout.static_numeric == ("size",) and layout.static_categorical == (("kind", ("down", "up")),)
+    checks = from_table.check().set_index("name")
+    assert checks["passed"].all() and checks.loc["model/static", "max_change"] > 0  # it reads them, as allowed
+    from_data = tsformer.fit(data, horizon=HORIZON, static_covs=["kind", "size"], config=model_only)
+    assert from_data.layout == layout and from_data.layout.targets == ("y",)  # a static column is no target
+    pd.testing.assert_frame_equal(
+        from_data.predict(data[["unique_id", "ds", "y", "kind", "size"]]),
+        from_table.predict(data[["unique_id", "ds", "y"]]),
+    )  # the same values, from either place, give the same model and forecast
+    other = static.assign(size=static["size"] + 3.0)
+    moved = from_table.predict(data[["unique_id", "ds", "y"]], static_df=other)
+    assert not np.allclose(moved["y"], from_table.predict()["y"])  # the forecast reads the static values
+
+
+def test_static_covariates_are_refused_when_they_vary_or_are_missing():
+    data = panel()
+    varying = data.copy()
+    varying.loc[5, "size"] = 99.0  # series S0 changes size at row 5
+    with pytest.raises(DataError, match=r"static covariate 'size' varies within series 'S0' .* at row 5"):
+        tsformer.fit(varying, horizon=HORIZON, static_covs=["size"], config=TINY)
+    static = data.groupby("unique_id", as_index=False).first()[["unique_id", "kind"]]
+    with pytest.raises(DataError, match="has no row for series 'S3'"):
+        tsformer.fit(data[["unique_id", "ds", "y"]], horizon=HORIZON, static_df=static.iloc[:3], config=TINY)
+    with pytest.raises(DataError, match="two rows for series 'S0'"):
+        tsformer.fit(data[["unique_id", "ds", "y"]], horizon=HORIZON, static_df=pd.concat([static, static]))
+    with pytest.raises(DataError, match="describe each series of a long-format file"):
+        tsformer.fit(make_frame(), horizon=HORIZON, static_covs=["a"], config=TINY)
+    predictor = tsformer.fit(data[["unique_id", "ds", "y"]], horizon=HORIZON, static_df=static, config=TINY)
+    new = data[data.unique_id == "S0"].assign(unique_id="S9")[["unique_id", "ds", "y"]]
+    with pytest.raises(DataError, match="series 'S9' was not in training, so its static covariates"):
+        predictor.predict(new)
+    forecast = predictor.predict(new, static_df=pd.DataFrame({"unique_id": ["S9"], "kind": ["sideways"]}))
+    assert len(forecast) == HORIZON  # an unseen category reads the unseen code
+
+
+def test_the_cli_takes_static_covariates(tmp_path):
+    data = panel()
+    csv = write_csv(tmp_path / "panel.csv", data[["unique_id", "ds", "y", "kind"]])
+    static = write_csv(
+        tmp_path / "static.csv", data.groupby("unique_id", as_index=False).first()[["unique_id", "size"]]
+    )
+    result = invoke("train", csv, "--out", tmp_path / "run", "--quiet", "--static", static, *TINY_FLAGS)
+    assert result.exit_code == 0, result.output
+    assert tsformer.load(tmp_path / "run").layout.static == ("size",)
+    result = invoke("train", csv, "--out", tmp_path / "own", "--quiet", "--static-cov", "kind", *TINY_FLAGS)
+    assert result.exit_code == 0, result.output
+    assert tsformer.load(tmp_path / "own").layout.static == ("kind",)
+    assert invoke("predict", tmp_path / "own", csv).exit_code == 0
+    checked = invoke("check", tmp_path / "own")
+    assert checked.exit_code == 0 and "PASS  model/static" in checked.stdout
+
+
+def test_config_as_dotted_keys_sections_yaml_or_a_config(tmp_path):
+    yaml_path = tmp_path / "c.yaml"
+    yaml_path.write_text("train:\n  epochs: 1\nmodel:\n  d_model: 8\n  n_heads: 2\n")
+    from tsformer.api import _config
+
+    assert _config({"train.epochs": 1, "model": {"d_model": 8, "n_heads": 2}}) == load_config(yaml_path)
+    assert _config(load_config(yaml_path)) == _config(str(yaml_path))
+    with pytest.raises(ConfigError, match="unknown key train.epoch; valid keys"):
+        tsformer.fit(make_frame(), config={"train.epoch": 1})
+    with pytest.raises(ConfigError, match="must be section.key"):
+        tsformer.fit(make_frame(), config={"epochs": 1})
+
+
+def test_a_dataframes_problems_name_its_rows():
+    frame = make_frame(50)
+    frame.loc[7, "date"] = frame.loc[6, "date"]
+    with pytest.raises(DataError, match=r"duplicate timestamp .* at rows 6 and 7; keep one row per timestamp"):
+        tsformer.fit(frame, config=TINY)
+    indexed = make_frame().set_index("date")  # a time index, as notebooks keep it
+    indexed.index = pd.to_datetime(indexed.index)
+    assert tsformer.fit(indexed, horizon=HORIZON, config=TINY).layout.targets == ("a", "b")
+
+
+def test_the_public_names_are_documented():
+    for name in tsformer.__all__:
+        if name == "__version__":
+            continue
+        value = getattr(tsformer, name)
+        assert inspect.getdoc(value), f"tsformer.{name} has no docstring"
+    for method in ("predict", "evaluate", "backtest", "check", "save", "forecast"):
+        assert inspect.getdoc(getattr(tsformer.Predictor, method)), method
+    assert "static_df" in inspect.getdoc(tsformer.fit) and "dotted keys" in inspect.getdoc(tsformer.fit)
+
+
+def test_static_covariates_from_another_series_fail_the_window_check(monkeypatch):
+    from tsformer.data import training_data, windows
+    from tsformer.leakage import check_windows
+
+    data = panel()
+    cfg = tsformer.api._config({**TINY, "model.horizon": HORIZON})
+    static = data.groupby("unique_id", as_index=False).first()[["unique_id", "kind", "size"]]
+    prepared = training_data(cfg, data[["unique_id", "ds", "y"]], static)
+    assert all(r.passed for r in check_windows(prepared))
+    real = windows.SeriesInputs._static
+
+    def the_previous_windows(self, floors, device):  # each window gets the static values of the window before
+        return {role: values.roll(1, 0) for role, values in real(self, floors, device).items()}
+
+    monkeypatch.setattr(windows.SeriesInputs, "_static", the_previous_windows)
+    results = {r.name: r for r in check_windows(prepared)}
+    assert not results["data/splits"].passed and "outside their split or series" in results["data/splits"].detail
