@@ -8,9 +8,9 @@ import pytest
 from helpers import make_frame, tiny_config, write_csv
 from test_cli_errors import assert_error, invoke
 
-from tsformer.backtest import backtest_run, refit_backtest
-from tsformer.checkpoint import load_predictor
 from tsformer.errors import DataError
+from tsformer.predictor import load_predictor
+from tsformer.runs import backtest_run, refit_backtest
 from tsformer.train import train
 
 
@@ -23,11 +23,12 @@ def run(tmp_path):
 
 def test_backtest_forecasts_equal_evaluates_on_the_windows_they_share(run, monkeypatch):
     import tsformer.evaluate as evaluate_module
+    import tsformer.runs as runs_module
 
     scored = []
     real_score = evaluate_module.score
     monkeypatch.setattr(evaluate_module, "score", lambda f, *a, **k: scored.append(f) or real_score(f, *a, **k))
-    evaluate_module.evaluate_run(run, write=False)
+    runs_module.evaluate_run(run, write=False)
     shipped = scored[0]  # (N, H, C): the model row of evaluate, every stride-1 test window, scaled
     ckpt = load_predictor(run / "model.pt")
     result = backtest_run(run, windows=6, step=1)  # the last 6 windows: evaluate's last 6 test windows

@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 
 from tsformer.bench import run_benchmark
-from tsformer.checkpoint import load_predictor
 from tsformer.config import load_config, with_data_path
 from tsformer.data import training_data
 from tsformer.datasets import resolve_data_path
+from tsformer.predictor import load_predictor
 
 REPO = Path(__file__).resolve().parent.parent
 ETTH1 = resolve_data_path("ETTh1.csv").resolve()  # the lookup the CLI uses: $TSFORMER_DATA_DIR, then the cache

@@ -2,9 +2,10 @@ import pytest
 import torch
 from helpers import tiny_config
 
-from tsformer.checkpoint import load_predictor, save_predictor
+from tsformer.checkpoint import save_predictor
 from tsformer.errors import CheckpointError
-from tsformer.predict import predict_run
+from tsformer.predictor import load_predictor
+from tsformer.runs import predict_run
 from tsformer.train import train
 
 

@@ -11,14 +11,14 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from tsformer.checkpoint import FORMAT_VERSION, MODEL_FILE, load_predictor, save_predictor
+from tsformer.checkpoint import FORMAT_VERSION, MODEL_FILE, save_predictor
 from tsformer.cli import app
 from tsformer.config import load_config
 from tsformer.data import Scaler, SplitBorders
 from tsformer.errors import CheckpointError
 from tsformer.layout import Layout
 from tsformer.model import Forecaster
-from tsformer.predictor import Predictor
+from tsformer.predictor import Predictor, load_predictor
 
 
 class RunsCommand:

@@ -165,9 +165,9 @@ def test_training_loss_is_the_mse_of_the_forecasts_the_setting_names(all_positio
     import torch
     from helpers import make_frame, write_csv
 
-    from tsformer.checkpoint import load_predictor
     from tsformer.data import training_data
     from tsformer.model import Forecaster
+    from tsformer.predictor import load_predictor
 
     csv = write_csv(tmp_path / "data.csv", make_frame())
     first = _spy_first_training_step(monkeypatch)

@@ -12,13 +12,13 @@ import torch
 from helpers import TINY_FLAGS, layout_of, tiny_config
 from test_cli_errors import assert_error, invoke
 
-from tsformer.checkpoint import load_predictor
 from tsformer.data import training_data
 from tsformer.data.calendar import calendar_features, calendar_names
 from tsformer.leakage import check_model, check_windows
 from tsformer.model import Covariates, Forecaster
 from tsformer.model import covariates as covariates_module
-from tsformer.predict import predict_run
+from tsformer.predictor import load_predictor
+from tsformer.runs import predict_run
 from tsformer.train import train
 
 HORIZON = 4
@@ -203,7 +203,7 @@ def test_a_wide_file_with_two_targets_and_a_covariate_evaluates_and_predicts(tmp
     """The scaler holds the covariate's statistics beside the targets'; metrics use the targets' only."""
     from helpers import make_frame, write_csv
 
-    from tsformer.evaluate import evaluate_run
+    from tsformer.runs import evaluate_run
 
     frame = make_frame()
     frame["driver"] = np.random.default_rng(0).normal(size=len(frame))

@@ -12,7 +12,6 @@ import pytest
 import torch
 from helpers import layout_of, make_frame, tiny_config, write_csv
 
-from tsformer.checkpoint import load_predictor
 from tsformer.config import ConfigError
 from tsformer.data import training_data
 from tsformer.data.calendar import cycle_phase, step_numbers
@@ -20,7 +19,8 @@ from tsformer.errors import DataError
 from tsformer.leakage import check_model
 from tsformer.model import Covariates, Forecaster
 from tsformer.model import forecaster as forecaster_module
-from tsformer.predict import predict_run
+from tsformer.predictor import load_predictor
+from tsformer.runs import predict_run
 from tsformer.train import train
 
 PERIOD = 24

@@ -7,11 +7,11 @@ import pandas as pd
 import torch
 from helpers import layout_of, make_frame, tiny_config, write_csv
 
-from tsformer.checkpoint import load_predictor
 from tsformer.data.calendar import calendar_features
 from tsformer.leakage import check_model
 from tsformer.model import Covariates, Ensemble, Forecaster, build_forecaster
-from tsformer.predict import predict_run
+from tsformer.predictor import load_predictor
+from tsformer.runs import predict_run
 from tsformer.train import train
 
 

@@ -5,10 +5,11 @@ import pytest
 import torch
 from helpers import tiny_config
 
-from tsformer.checkpoint import load_predictor
 from tsformer.data import training_data
-from tsformer.evaluate import evaluate_run, format_report
+from tsformer.evaluate import format_report
 from tsformer.metrics import mase_scale, repeat_last, score, season_length, seasonal_naive, usable_season
+from tsformer.predictor import load_predictor
+from tsformer.runs import evaluate_run
 from tsformer.train import train
 
 

@@ -9,11 +9,10 @@ import torch
 from helpers import TINY_FLAGS
 from typer.testing import CliRunner
 
-from tsformer.checkpoint import load_predictor
 from tsformer.cli import app
-from tsformer.evaluate import evaluate_run
 from tsformer.fallback import apply, decide
-from tsformer.predict import predict_run
+from tsformer.predictor import load_predictor
+from tsformer.runs import evaluate_run, predict_run
 
 
 def test_each_column_keeps_its_best_forecaster_on_validation():

@@ -7,8 +7,7 @@ import pytest
 import torch
 from helpers import make_frame, tiny_config, write_csv
 
-from tsformer.checkpoint import load_predictor
-from tsformer.evaluate import evaluate_run, format_report
+from tsformer.evaluate import format_report
 from tsformer.intervals import (
     SCALE_FLOOR,
     calibrate,
@@ -21,6 +20,8 @@ from tsformer.intervals import (
     typical_scale,
     window_scale,
 )
+from tsformer.predictor import load_predictor
+from tsformer.runs import evaluate_run
 from tsformer.train import train
 
 
@@ -259,7 +260,7 @@ def test_refit_widths_come_from_a_model_trained_one_validation_and_test_stretch_
 
     from tsformer.data import training_data
     from tsformer.fallback import season_for
-    from tsformer.predict import predict_run
+    from tsformer.runs import predict_run
 
     frame = long_frame({"A": 120, "B": 96, "C": 150})
     csv = write_csv(tmp_path / "long.csv", frame)

@@ -12,12 +12,11 @@ import torch
 from helpers import TINY_FLAGS, tiny_config
 from test_cli_errors import assert_error, invoke
 
-from tsformer.checkpoint import load_predictor
 from tsformer.config import DataConfig
 from tsformer.data import read_series, training_data
-from tsformer.evaluate import evaluate_run
 from tsformer.leakage import check_data, check_scaler, check_windows
-from tsformer.predict import predict_run
+from tsformer.predictor import load_predictor
+from tsformer.runs import evaluate_run, predict_run
 from tsformer.train import train
 
 HORIZON = 4  # TINY_FLAGS and tiny_config
@@ -183,11 +182,12 @@ def test_predict_writes_long_format_that_joins_back_onto_the_data(long_run, long
 def test_predict_equals_the_scored_test_window_of_each_series(long_run, long_csv, tmp_path, monkeypatch):
     """Cut each series at its test origin: predict gives what evaluate scored, in the CSV's units."""
     import tsformer.evaluate as evaluate_module
+    import tsformer.runs as runs_module
 
     scored = []
     real_score = evaluate_module.score
     monkeypatch.setattr(evaluate_module, "score", lambda f, *a, **k: scored.append(f) or real_score(f, *a, **k))
-    evaluate_module.evaluate_run(long_run, write=False)
+    runs_module.evaluate_run(long_run, write=False)
     ckpt = load_predictor(long_run / "model.pt")
     full = pd.read_csv(long_csv)
     full.groupby("unique_id", sort=False).head(-HORIZON).to_csv(tmp_path / "cut.csv", index=False)

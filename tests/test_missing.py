@@ -13,10 +13,9 @@ from typer.testing import CliRunner
 from tsformer.cli import app
 from tsformer.config import DataConfig, ModelConfig
 from tsformer.data import Scaler, read_series, training_data
-from tsformer.evaluate import evaluate_run
 from tsformer.metrics import forward_fill, score
 from tsformer.model import Forecaster
-from tsformer.predict import predict_run
+from tsformer.runs import evaluate_run, predict_run
 
 
 def _holey(n_rows: int = 240, drop_rows=(50, 51, 120), nan_cells=((30, "a"), (31, "a"), (200, "b"))) -> pd.DataFrame:

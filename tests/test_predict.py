@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 from helpers import make_frame, tiny_config, write_csv
 
-from tsformer.checkpoint import load_predictor
 from tsformer.errors import DataError
-from tsformer.predict import predict_run
+from tsformer.predictor import load_predictor
+from tsformer.runs import predict_run
 from tsformer.train import train
 
 
@@ -77,6 +77,7 @@ def test_forecast_is_the_models_scaled_output_back_in_the_csvs_units(tmp_path):
 def test_predict_matches_evaluate_on_the_first_test_window(run, tmp_path, monkeypatch):
     """predict on the CSV cut at the first test window's origin forecasts what evaluate scores for that window."""
     import tsformer.evaluate as evaluate_module
+    import tsformer.runs as runs_module
 
     scored = []  # (forecast, truth) per forecaster, scaled, (N, H, C); the model's first
     score = evaluate_module.score
@@ -86,7 +87,7 @@ def test_predict_matches_evaluate_on_the_first_test_window(run, tmp_path, monkey
         return score(forecast, truth, *args, **kwargs)
 
     monkeypatch.setattr(evaluate_module, "score", recording_score)
-    evaluate_module.evaluate_run(run, write=False)
+    runs_module.evaluate_run(run, write=False)
     model_forecast, truth = scored[0]
 
     ckpt = load_predictor(run / "model.pt")

@@ -9,11 +9,11 @@ import torch
 from helpers import TINY_FLAGS, layout_of, tiny_config
 from test_cli_errors import invoke
 
-from tsformer.checkpoint import load_predictor
 from tsformer.intervals import adjust_quantiles, calibrate_quantiles, quantile_pairs
 from tsformer.leakage import check_model, token_outputs
 from tsformer.model import Forecaster
 from tsformer.model.forecaster import pinball_loss
+from tsformer.predictor import load_predictor
 
 
 def test_pinball_loss_against_a_hand_computation():

@@ -18,10 +18,11 @@ from helpers import hourly_series, start_tsformer, tiny_config, wait_for, write_
 from typer.testing import CliRunner
 
 import tsformer.files as files_module
-from tsformer.checkpoint import LAST_FILE, MODEL_FILE, load_train_state
+from tsformer.checkpoint import LAST_FILE, MODEL_FILE
 from tsformer.cli import app
 from tsformer.errors import ConfigError, TrainingError
 from tsformer.model import Forecaster
+from tsformer.predictor import load_train_state
 from tsformer.runfolder import claim
 from tsformer.train import train
 

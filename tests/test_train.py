@@ -6,11 +6,11 @@ import torch
 from helpers import tiny_config
 
 import tsformer.train as train_module
-from tsformer.checkpoint import load_predictor
 from tsformer.config import TrainConfig
 from tsformer.data import training_data
 from tsformer.errors import ConfigError, LeakageError
 from tsformer.model import Forecaster
+from tsformer.predictor import load_predictor
 from tsformer.schedule import lr_at
 from tsformer.train import train
 

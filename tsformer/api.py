@@ -10,7 +10,7 @@ import pandas as pd
 
 from tsformer.config import Config, config_from_dict, load_config, with_data_path
 from tsformer.errors import ConfigError
-from tsformer.predictor import Predictor
+from tsformer.predictor import Predictor, load_predictor
 
 Data = pd.DataFrame | str | Path
 
@@ -83,8 +83,6 @@ def fit(
 
 def load(path: str | Path) -> Predictor:
     """The Predictor saved in a run folder (`tsformer train --out`, `Predictor.save`) or a model.pt."""
-    from tsformer.checkpoint import load_predictor
-
     return load_predictor(path)
 
 

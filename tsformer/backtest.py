@@ -1,11 +1,11 @@
-"""`backtest(run)`: how the model would have done at rolling origins in the past.
+"""`backtest(predictor, data)`: how the model would have done at rolling origins in the past.
 
 Each origin is a cut in every series: the forecast reads only the steps before it and forecasts the
 `horizon` steps from it, which are then scored against the truth, beside the naive forecasters on
 the same cuts. Origins step back from the end of each series (or forward from `start`). Without
 refitting, an origin must come after the run's training and validation targets (validation chose the
-epoch, the fallback and the intervals); with `refit`, every fold trains a new model (scaler included)
-on the steps before its origin only.
+epoch, the fallback and the intervals); `tsformer.runs.refit_backtest` trains a new model (scaler
+included) at every origin on the steps before it only.
 """
 
 from __future__ import annotations
@@ -15,21 +15,22 @@ import dataclasses
 import io
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 import torch
-from pandas.tseries.frequencies import to_offset
 
-from tsformer.checkpoint import load_predictor
-from tsformer.config import Config
-from tsformer.data import Prepared, SeriesFrame, training_data
+from tsformer.data import Prepared, SeriesFrame
 from tsformer.errors import DataError
 from tsformer.fallback import FORECASTERS
-from tsformer.files import atomic_open, check_output_path
+from tsformer.files import atomic_open
 from tsformer.intervals import label
 from tsformer.metrics import score
-from tsformer.predictor import Forecasts, Predictor, Source
+from tsformer.results import Forecasts
+
+if TYPE_CHECKING:
+    from tsformer.predictor import Predictor
 
 
 @dataclass(frozen=True)
@@ -71,26 +72,6 @@ def origin_rows(frame: SeriesFrame, horizon: int, windows: int, step: int, start
             f"history before it and {horizon} steps after it; ask for fewer --windows or a smaller --step"
         )
     return rows
-
-
-def backtest_run(
-    run: str | Path,
-    csv: str | Path | None = None,
-    windows: int = 20,
-    step: int = 0,
-    start: str | None = None,
-    out: Path | None = None,
-    plot: Path | None = None,
-) -> BacktestResult:
-    """`backtest` of a saved run on its CSV (or `csv`); with `out`/`plot`, write the long CSV and a plot of
-    error by origin (atomically, and only when both succeed)."""
-    for path, flag in ((out, "--out"), (plot, "--plot")):
-        if path is not None:
-            check_output_path(path, flag)
-    predictor = load_predictor(run)
-    result = backtest(predictor, predictor.read(csv), windows, step, start)
-    _write(result, out, plot)
-    return result
 
 
 def backtest(
@@ -186,74 +167,7 @@ def _long_table(predictor, frame, shipped: Forecasts, truth, observed, starts, i
     return pd.DataFrame(columns)
 
 
-def refit_backtest(
-    cfg: Config,
-    out_dir: Path | None = None,
-    windows: int = 5,
-    step: int = 0,
-    start: str | None = None,
-    out: Path | None = None,
-    plot: Path | None = None,
-    show_progress: bool = False,
-    source: Source | None = None,
-    static: Source | None = None,
-) -> BacktestResult:
-    """Train a model per origin on the steps before it only (an expanding window: its last validation-long
-    stretch validates, its scaler comes from the rest), forecast from the origin, and score. Each fold's run
-    goes into `out_dir`/fold_N, or stays in memory when `out_dir` is None.
-
-    A panel's folds cut every series at the same dates when its origins fall on the same timestamps (the
-    series end together, or --start names the date), so no series trains on a time after another's
-    origin; otherwise, and in a wide file, at the same rows when the series have equal lengths."""
-    from tsformer.train import resolve, train
-
-    for path, flag in ((out, "--out"), (plot, "--plot")):
-        if path is not None:
-            check_output_path(path, flag)
-    cfg = resolve(cfg)
-    data = training_data(cfg, source, static)  # the whole file, for the origins and each fold's size
-    frame, horizon = data.frame, data.config.model.horizon
-    rows = origin_rows(frame, horizon, windows, step or horizon, start)  # (n_ids, windows)
-    val_len = int((data.borders.val_end - data.borders.train_end).min())
-    first_steps = frame.timestamps[(frame.bounds[:-1, None] + rows).reshape(-1)]  # series 0's origins first
-    by_dates = bool(frame.id_cols) and bool(
-        (first_steps.asi8.reshape(rows.shape) == first_steps.asi8[: rows.shape[1]]).all()
-    )
-    by_rows = not by_dates and bool((rows == rows[:1]).all())
-    if not (by_rows or by_dates):
-        raise DataError(
-            "--refit needs the origins at the same rows or the same timestamps in every series, and these series "
-            "end at different times; name the first origin with --start DATE, or backtest a trained run "
-            "without --refit"
-        )
-    offset = to_offset(frame.freq)
-    results, notes = [], []
-    for fold in range(rows.shape[1]):
-        if not by_dates:
-            origin = int(rows[0, fold])
-            borders: tuple[int | str, ...] = (origin - val_len, origin, origin + horizon)
-            note = f"trained on rows 0..{origin - val_len - 1}, validated on {origin - val_len}..{origin - 1}"
-        else:  # every series cut at the same dates
-            when = first_steps[fold]
-            borders = tuple(str(t) for t in (when - val_len * offset, when, when + horizon * offset))
-            note = f"trained on the steps before {borders[0]}, validated on those before {borders[1]}"
-        fold_cfg = dataclasses.replace(data.config, data=dataclasses.replace(data.config.data, split_borders=borders))
-        run = None if out_dir is None else out_dir / f"fold_{fold + 1}"
-        predictor = train(fold_cfg, run, overwrite=True, show_progress=show_progress, source=source, static=static)
-        if not (predictor.borders.val_end == rows[:, fold]).all():  # its training and validation end at its origin
-            raise RuntimeError(f"fold {fold + 1}'s split borders {list(borders)} do not end at its origins")
-        results.append(score_origins(predictor, predictor.read(), rows[:, fold : fold + 1]))
-        notes.append(f"fold {fold + 1}: {note}")
-    forecasts = pd.concat([r.forecasts for r in results], ignore_index=True)
-    per_origin = pd.concat([r.summary[r.summary.origin != "all"] for r in results], ignore_index=True)
-    overall = per_origin.groupby("forecaster", sort=False).mean(numeric_only=True).reset_index()
-    summary = pd.concat([per_origin, overall.assign(origin="all")], ignore_index=True)
-    result = BacktestResult(forecasts, summary, tuple(notes))
-    _write(result, out, plot)
-    return result
-
-
-def _write(result: BacktestResult, out: Path | None, plot: Path | None) -> None:
+def write_backtest(result: BacktestResult, out: Path | None, plot: Path | None) -> None:
     """The long CSV and the error-by-origin plot, each renamed into place only when both were written."""
     with contextlib.ExitStack() as stack:
         if out is not None:

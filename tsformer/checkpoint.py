@@ -1,6 +1,7 @@
 """The only code that knows the checkpoint file format: a Predictor, and while training its training state.
 
-One file holds everything a Predictor is: the resolved config, the layout by name, the scaler, the
+It writes a predictor's fields and reads them back (`tsformer.predictor.load_predictor` makes the Predictor
+of them). One file holds everything a Predictor is: the resolved config, the layout by name, the scaler, the
 series, frequency and split borders, the fallback choice, the calibration, the weights, a fingerprint
 of the data, versions. `last.pt` adds the training state (optimizer, RNG, loop) for --resume. Files are
 written atomically (temp file + rename) and read with `weights_only=True`, so loading never runs code
@@ -9,11 +10,13 @@ from the file; every field is checked against the others before use.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import pickle
 import warnings
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -30,7 +33,7 @@ from tsformer.files import atomic_write
 from tsformer.intervals import Calibration, quantile_pairs
 from tsformer.layout import Layout
 from tsformer.model import build_forecaster
-from tsformer.predictor import Predictor, TrainSummary
+from tsformer.results import TrainSummary
 
 FORMAT_NAME = "tsformer-checkpoint"
 FORMAT_VERSION = 6  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
@@ -42,7 +45,7 @@ CALIBRATION_DIR = "calibration"  # the run folder of the model whose errors cali
 CONFIG_FILE = "config.yaml"
 
 
-def save_predictor(predictor: Predictor, path: str | Path, train_state: dict[str, Any] | None = None) -> None:
+def save_predictor(predictor, path: str | Path, train_state: dict[str, Any] | None = None) -> None:
     """Write atomically: a kill or a full disk at any moment leaves either the old file or the new one.
 
     The payload is serialised in memory first, so a failed write is an OSError naming `path`
@@ -67,7 +70,7 @@ def save_predictor(predictor: Predictor, path: str | Path, train_state: dict[str
         "data_fingerprint": dict(p.data_fingerprint),
         "fallback": [list(row) for row in p.fallback],
         "calibration": None if p.calibration is None else _calibration_to_dict(p.calibration),
-        "summary": None if p.summary is None else {**p.summary.__dict__, "lines": list(p.summary.lines)},
+        "summary": None if p.summary is None else {**dataclasses.asdict(p.summary), "lines": list(p.summary.lines)},
         "model_state": {k: v.detach().cpu() for k, v in p.model.state_dict().items()},
         "train_state": train_state,
     }
@@ -76,7 +79,7 @@ def save_predictor(predictor: Predictor, path: str | Path, train_state: dict[str
     atomic_write(path, lambda handle: handle.write(buffer.getbuffer()))
 
 
-def save_run(predictor: Predictor, folder: Path) -> Path:
+def save_run(predictor, folder: Path) -> Path:
     """The predictor as a run folder: `folder`/model.pt and its resolved config.yaml."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -87,19 +90,19 @@ def save_run(predictor: Predictor, folder: Path) -> Path:
     return folder
 
 
-def load_predictor(path: str | Path) -> Predictor:
-    """The Predictor in a checkpoint file or run folder; any problem is a CheckpointError."""
-    return _predictor(*_load(resolve_checkpoint(path)))
+def read_predictor(path: Path) -> dict[str, Any]:
+    """The fields of the Predictor in a checkpoint file, each checked against the others; any problem is a
+    CheckpointError."""
+    return _fields(*_load(path))
 
 
-def load_train_state(path: str | Path) -> tuple[Predictor, dict[str, Any]]:
-    """The Predictor of `last.pt` and its training state (optimizer, rng, loop)."""
-    path = Path(path)
+def read_train_state(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Predictor fields of `last.pt` and its training state (optimizer, rng, loop)."""
     payload, where = _load(path)
     state = payload.get("train_state")
     if not (isinstance(state, dict) and {"optimizer", "rng", "loop"} <= set(state)):
         raise CheckpointError(f"{where} holds no training state; it cannot be resumed, so start a new run")
-    return _predictor(payload, where), state
+    return _fields(payload, where), state
 
 
 def _load(path: Path) -> tuple[dict[str, Any], Path]:
@@ -139,8 +142,8 @@ def _load(path: Path) -> tuple[dict[str, Any], Path]:
     return payload, path
 
 
-def _predictor(payload: dict[str, Any], path: Path) -> Predictor:
-    """The Predictor of a payload, every field checked against the others."""
+def _fields(payload: dict[str, Any], path: Path) -> dict[str, Any]:
+    """A Predictor's fields from a payload, every field checked against the others."""
     try:
         config = config_from_dict(payload["config"])
         layout = Layout.from_dict(payload["layout"])
@@ -155,7 +158,7 @@ def _predictor(payload: dict[str, Any], path: Path) -> Predictor:
             raise ValueError(f"its weights do not fit its own config ({str(exc).splitlines()[0]})") from None
         model.eval()
         summary = payload.get("summary")
-        predictor = Predictor(
+        fields = dict(
             config=config,
             layout=layout,
             time_col=payload["time_col"],
@@ -174,13 +177,13 @@ def _predictor(payload: dict[str, Any], path: Path) -> Predictor:
             summary=None if summary is None else TrainSummary(**{**summary, "lines": tuple(summary["lines"])}),
             package_version=str(payload.get("package_version", "")),
         )
-        _validate(predictor)
+        _validate(SimpleNamespace(**fields))
     except (KeyError, TypeError, ValueError, TsformerError) as exc:
         detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
         raise CheckpointError(
             f"{path} is a damaged tsformer checkpoint ({detail}); retrain or use the original file"
         ) from None
-    return predictor
+    return fields
 
 
 def _check_layout(layout: Layout, config, freq: Any) -> None:
@@ -195,7 +198,7 @@ def _check_layout(layout: Layout, config, freq: Any) -> None:
         raise ValueError(f"the layout's cycle {layout.cycle} must be model.cycle {config.model.cycle}")
 
 
-def _validate(p: Predictor) -> None:
+def _validate(p: SimpleNamespace) -> None:
     """Every field is of its type and agrees with the others; raises ValueError or TsformerError."""
     layout, columns = p.layout, p.layout.targets
     if not isinstance(p.time_col, str) or not p.time_col or p.time_col in columns:

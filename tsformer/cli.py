@@ -195,7 +195,8 @@ def evaluate(
 
     Example: tsformer evaluate runs/demo
     """
-    from tsformer.evaluate import evaluate_run, format_report
+    from tsformer.evaluate import format_report
+    from tsformer.runs import evaluate_run
 
     if split not in ("test", "val"):
         fail(f"--split must be test or val, got {split!r}")
@@ -221,7 +222,7 @@ def predict(
 
     Example: tsformer predict runs/demo data/sample.csv --out forecast.csv --plot forecast.png
     """
-    from tsformer.predict import predict_run
+    from tsformer.runs import predict_run
 
     forecast = predict_run(run, csv, out=out, plot=plot, future=future, static=static)
     for note in forecast.notes:
@@ -250,7 +251,8 @@ def backtest(
 
     Example: tsformer backtest runs/demo --windows 10 --step 24 --out backtest.csv
     """
-    from tsformer.backtest import backtest_run, format_summary, refit_backtest
+    from tsformer.backtest import format_summary
+    from tsformer.runs import backtest_run, refit_backtest
 
     if refit:
         from tsformer.config import load_config, with_data_path
@@ -280,7 +282,7 @@ def check(
 
     Example: tsformer check runs/demo
     """
-    from tsformer.check import check_run
+    from tsformer.runs import check_run
 
     results, note = check_run(run, csv)
     for result in results:

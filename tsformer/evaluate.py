@@ -1,4 +1,7 @@
-"""`evaluate(predictor, data)`: honest metrics on every test window, beside naive baselines."""
+"""`evaluate(predictor, data)`: honest metrics on every test window, beside naive baselines.
+
+It takes a `Predictor` (whose `forecast` ships what is scored) and the data it reads (`Predictor.read`).
+"""
 
 from __future__ import annotations
 
@@ -7,18 +10,20 @@ import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import pandas as pd
 import torch
 
-from tsformer.checkpoint import load_predictor, resolve_checkpoint
 from tsformer.data import Prepared, SeriesFrame
 from tsformer.files import atomic_write_text
 from tsformer.intervals import CALIBRATIONS, coverage, interval_quantiles, label, msis, quantile_loss, quantile_pairs
 from tsformer.metrics import score, score_by_series
-from tsformer.predictor import Forecasts, Predictor
+from tsformer.results import Forecasts
+
+if TYPE_CHECKING:
+    from tsformer.predictor import Predictor
 
 
 class ScoredWindows(NamedTuple):
@@ -62,18 +67,6 @@ class EvalReport:
                     row |= {f"{key}_{tag}": interval[key] for key in ("coverage", "width", "msis")}
             rows.append(row)
         return pd.DataFrame(rows)
-
-
-def evaluate_run(run: str | Path, csv: str | Path | None = None, split: str = "test", write: bool = True) -> EvalReport:
-    """Score a saved run on its CSV (or `csv`); for the test split write metrics.json and a PNG (and, for many
-    series, metrics_by_series.csv) into the run folder. `split="val"` writes nothing."""
-    path = resolve_checkpoint(run)
-    predictor = load_predictor(path)
-    data = predictor.read(csv)
-    report = evaluate(predictor, data, split)
-    if write and split == "test":
-        write_report(report, data, path.parent)
-    return report
 
 
 def evaluate(predictor: Predictor, data: Prepared, split: str = "test") -> EvalReport:

@@ -7,18 +7,21 @@ import dataclasses
 import io
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 from pandas.tseries.frequencies import to_offset
 
-from tsformer.checkpoint import load_predictor
-from tsformer.data import Scaler, SeriesFrame, forecast_index, read_series
+from tsformer.data import Scaler, SeriesFrame, Source, forecast_index, read_series
 from tsformer.data.prepare import scale_season
 from tsformer.errors import DataError
-from tsformer.files import atomic_open, check_output_path
+from tsformer.files import atomic_open
 from tsformer.intervals import label
-from tsformer.predictor import Forecasts, Predictor, Source
+from tsformer.results import Forecasts
+
+if TYPE_CHECKING:
+    from tsformer.predictor import Predictor
 
 PLOTTED_SERIES = 4  # long format: the forecast plot shows the first few series
 
@@ -62,23 +65,12 @@ def forecast_after(
     return Forecast(_table(predictor, frame, shipped, timestamps), notes)
 
 
-def predict_run(
-    run: str | Path,
-    csv: str | Path,
-    out: Path | None = None,
-    plot: Path | None = None,
-    future: str | Path | None = None,
-    static: str | Path | None = None,
-) -> Forecast:
-    """`forecast_after` with a saved run on a CSV; with `out` and/or `plot`, the CSV and the PNG are written
-    atomically, and only when both succeed; unusable output paths are refused before any work."""
-    for path, flag in ((out, "--out"), (plot, "--plot")):
-        if path is not None:
-            check_output_path(path, flag)
-    predictor = load_predictor(run)
-    frame = predictor.read_frame(csv, static)
-    forecast = forecast_after(predictor, frame, future)
-    with contextlib.ExitStack() as stack:  # every file is renamed into place only after all were written
+def write_forecast(
+    forecast: Forecast, predictor: Predictor, frame: SeriesFrame, out: Path | None, plot: Path | None
+) -> None:
+    """The forecast's CSV to `out` and its fan chart (with `frame`'s recent history) to `plot`, each renamed into
+    place only after both were written."""
+    with contextlib.ExitStack() as stack:
         if out is not None:
             stack.enter_context(atomic_open(out)).write(forecast.to_csv().encode("utf-8"))
         if plot is not None:
@@ -88,7 +80,6 @@ def predict_run(
             history, ahead = _plotted(predictor, frame, forecast.frame)
             plot_forecast(history, ahead, image)
             stack.enter_context(atomic_open(plot)).write(image.getbuffer())
-    return forecast
 
 
 def read_future(predictor: Predictor, history: SeriesFrame, future: Source | None) -> np.ndarray | None:

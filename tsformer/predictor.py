@@ -6,7 +6,8 @@ per-column choice of forecaster made on validation (the fallback), and the confo
 its intervals and quantiles. `forecast` is the one place those are assembled into what ships;
 training returns a Predictor, and evaluate, predict, backtest and check take one. `tsformer.fit` makes
 one from a DataFrame and `tsformer.load` reads a saved one; its methods `predict`, `evaluate`,
-`backtest`, `check` and `save` are the Python API over those modules.
+`backtest`, `check` and `save` are the Python API over those modules, which take a predictor and
+import none (so dependencies point one way: the predictor uses them).
 """
 
 from __future__ import annotations
@@ -19,62 +20,32 @@ import numpy as np
 import pandas as pd
 import torch
 
+import tsformer.backtest as backtests
+import tsformer.checkpoint as checkpoint
+import tsformer.evaluate as evaluation
 from tsformer import __version__
+from tsformer.check import check_predictor
 from tsformer.config import Config
-from tsformer.data import Prepared, Scaler, SeriesFrame, Split, SplitBorders, StaticScale, read_series, scale_inputs
+from tsformer.data import (
+    Prepared,
+    Scaler,
+    SeriesFrame,
+    Source,
+    Split,
+    SplitBorders,
+    StaticScale,
+    read_series,
+    scale_inputs,
+)
 from tsformer.data.prepare import data_fingerprint, scale_season, series_difference
 from tsformer.errors import DataError
 from tsformer.fallback import apply, naive_forecasts, season_for
 from tsformer.intervals import Calibration, adjust_quantiles, quantile_pairs
 from tsformer.layout import Layout
+from tsformer.leakage import check_scaler
 from tsformer.model import ForecasterBase
-
-Source = str | Path | pd.DataFrame
-
-
-@dataclass(frozen=True)
-class TrainSummary:
-    """What training did and chose, for the user."""
-
-    best_epoch: int
-    best_val_loss: float
-    epochs_run: int
-    train_seconds: float
-    n_parameters: int
-    n_train_windows: int
-    n_val_windows: int
-    lines: tuple[str, ...] = ()  # per column: the model against the naive forecasters on validation, and the choice
-
-
-@dataclass(frozen=True)
-class Forecasts:
-    """N windows' forecasts, scaled: every forecaster's, and the shipped one with its quantiles and interval
-    half-widths; `units` turns any of them into the data's units."""
-
-    each: dict[str, torch.Tensor]  # "model", "repeat_last", "seasonal_naive" -> (N, H, C)
-    point: torch.Tensor  # (N, H, C): the forecaster chosen on validation for each window's series and column
-    quantiles: torch.Tensor | None  # (N, H, C, Q) moved with the shipped point and conformally adjusted; None
-    half_widths: np.ndarray | None  # (n_levels, N or 1, H, C); None for a run without intervals
-    levels: tuple[float, ...]  # the intervals' levels
-    quantile_levels: tuple[float, ...]  # the quantiles' levels, sorted
-    mean: np.ndarray  # (N, C) each window's series' target mean, in the data's units
-    std: np.ndarray  # (N, C) and scale
-
-    def units(self, scaled: torch.Tensor | np.ndarray) -> np.ndarray:
-        """(N, H, C) or (N, H, C, Q) scaled -> the data's units, float32."""
-        values = scaled.numpy() if isinstance(scaled, torch.Tensor) else scaled
-        extra = values.ndim - 3  # a trailing quantile axis
-        std, mean = (x[:, None].reshape(*x[:, None].shape, *[1] * extra) for x in (self.std, self.mean))
-        return (values * std + mean).astype(np.float32)
-
-    def bounds(self) -> list[tuple[float, np.ndarray, np.ndarray]]:
-        """Per level: (level, lower, upper) (N, H, C) in the data's units."""
-        point = self.point.numpy()
-        widths = () if self.half_widths is None else self.half_widths
-        return [
-            (level, self.units(point - width), self.units(point + width))
-            for level, width in zip(self.levels, widths, strict=True)
-        ]
+from tsformer.predict import forecast_after
+from tsformer.results import Forecasts, TrainSummary
 
 
 @dataclass(frozen=True)
@@ -224,8 +195,6 @@ class Predictor:
         """The data the run was trained on (or `source`), read with its layout, scaler and split borders, as
         evaluate, backtest and check score it. It must hold the run's series, reach the end of each one's test
         split and hold the training rows the scaler was fit on."""
-        from tsformer.leakage import check_scaler
-
         if source is None and self.data is not None and static is None:
             return self.data
         source = source if source is not None else self._path()
@@ -268,8 +237,6 @@ class Predictor:
         (`<target>_lower_80`, ...) and quantiles (`<target>_q0.1`, ...), the same columns `tsformer predict`
         writes. `future`: the known-future covariates' values over those steps, per series; `static_df`: the
         static covariates of series it was not trained on. How the data was read is in `.attrs["notes"]`."""
-        from tsformer.predict import forecast_after
-
         source = data if data is not None else self.data.frame if self.data is not None else self._path()
         forecast = forecast_after(self, source, future, static_df)
         frame = forecast.frame.copy()
@@ -281,9 +248,7 @@ class Predictor:
         (`model` is what `predict` ships, then the naive baselines) with MSE and MAE on scaled values, MAE and
         RMSE in the data's units, sMAPE and MASE; and, for the model, each interval's coverage, width and MSIS.
         `tsformer.evaluate.evaluate` gives the whole report."""
-        from tsformer.evaluate import evaluate
-
-        return evaluate(self, self.read(data), split).table()
+        return evaluation.evaluate(self, self.read(data), split).table()
 
     def backtest(
         self, data: Source | None = None, windows: int = 20, step: int = 0, start: str | None = None
@@ -291,27 +256,32 @@ class Predictor:
         """Forecasts at `windows` rolling origins `step` apart (default: the horizon) after the run's validation,
         each scored against the truth: one row per origin, series, step and target, with the forecast, its
         interval bounds, the naive forecasts and the truth (as `tsformer backtest --out` writes)."""
-        from tsformer.backtest import backtest
-
-        return backtest(self, self.read(data), windows, step, start).forecasts
+        return backtests.backtest(self, self.read(data), windows, step, start).forecasts
 
     def check(self, data: Source | None = None) -> pd.DataFrame:
         """Every leakage check on this predictor and its data: one row per check (name, passed, max_change,
         detail). The model checks probe the assembled model; the data checks rerun the pipeline on the data."""
-        from tsformer.check import check_predictor
-
         results = check_predictor(self, self.read(data))
         return pd.DataFrame([dataclasses.asdict(r) for r in results])
 
     def save(self, path: str | Path) -> Path:
         """Write the predictor into the run folder `path` (its model.pt and config.yaml) and return the path;
         `tsformer.load(path)` reads it back."""
-        from tsformer.checkpoint import save_run
-
-        return save_run(self, Path(path))
+        return checkpoint.save_run(self, Path(path))
 
     def _path(self) -> str:
         """The path of the data it was trained on, when it was trained on a file."""
         if not self.config.data.path:
             raise DataError("this predictor keeps no data and was trained on a DataFrame; pass the data")
         return self.config.data.path
+
+
+def load_predictor(path: str | Path) -> Predictor:
+    """The Predictor in a run folder or a checkpoint file; any problem is a CheckpointError."""
+    return Predictor(**checkpoint.read_predictor(checkpoint.resolve_checkpoint(path)))
+
+
+def load_train_state(path: str | Path) -> tuple[Predictor, dict]:
+    """The Predictor of a run's `last.pt` and its training state (optimizer, rng, loop), to resume."""
+    fields, state = checkpoint.read_train_state(Path(path))
+    return Predictor(**fields), state

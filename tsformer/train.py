@@ -26,23 +26,16 @@ import torch
 
 from tsformer import distributed, runfolder
 from tsformer.calibration import calibration_config, choose_and_calibrate
-from tsformer.checkpoint import (
-    CALIBRATION_DIR,
-    CONFIG_FILE,
-    LAST_FILE,
-    MODEL_FILE,
-    load_predictor,
-    load_train_state,
-    save_predictor,
-)
+from tsformer.checkpoint import CALIBRATION_DIR, CONFIG_FILE, LAST_FILE, MODEL_FILE, save_predictor
 from tsformer.config import MAX_SEED, Config, save_config, with_data_path
-from tsformer.data import Prepared, WindowIndex, Windows, training_data
+from tsformer.data import Prepared, Source, WindowIndex, Windows, training_data
 from tsformer.errors import CheckpointError, ConfigError, DataError, Interrupted, TrainingError
 from tsformer.files import atomic_write_text
 from tsformer.leakage import check_data, check_model, require_passed
 from tsformer.model import ForecasterBase, build_forecaster
-from tsformer.predictor import Predictor, Source, TrainSummary
+from tsformer.predictor import Predictor, load_predictor, load_train_state
 from tsformer.progress import Progress
+from tsformer.results import TrainSummary
 from tsformer.schedule import lr_at
 
 

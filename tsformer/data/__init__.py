@@ -1,6 +1,6 @@
 """Reading, validating, splitting, scaling and windowing series."""
 
-from tsformer.data.loader import SeriesFrame, fill_column, parse_freq, read_series
+from tsformer.data.loader import SeriesFrame, Source, fill_column, parse_freq, read_series
 from tsformer.data.prepare import (
     Prepared,
     data_fingerprint,
@@ -29,6 +29,7 @@ __all__ = [
     "Scaler",
     "SeriesFrame",
     "SeriesInputs",
+    "Source",
     "Split",
     "SplitBorders",
     "StaticScale",

@@ -1,0 +1,53 @@
+"""What a predictor gives: the forecasts of a batch of windows, and the summary of its training."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class TrainSummary:
+    """What training did and chose, for the user."""
+
+    best_epoch: int
+    best_val_loss: float
+    epochs_run: int
+    train_seconds: float
+    n_parameters: int
+    n_train_windows: int
+    n_val_windows: int
+    lines: tuple[str, ...] = ()  # per column: the model against the naive forecasters on validation, and the choice
+
+
+@dataclass(frozen=True)
+class Forecasts:
+    """N windows' forecasts, scaled: every forecaster's, and the shipped one with its quantiles and interval
+    half-widths; `units` turns any of them into the data's units."""
+
+    each: dict[str, torch.Tensor]  # "model", "repeat_last", "seasonal_naive" -> (N, H, C)
+    point: torch.Tensor  # (N, H, C): the forecaster chosen on validation for each window's series and column
+    quantiles: torch.Tensor | None  # (N, H, C, Q) moved with the shipped point and conformally adjusted; None
+    half_widths: np.ndarray | None  # (n_levels, N or 1, H, C); None for a run without intervals
+    levels: tuple[float, ...]  # the intervals' levels
+    quantile_levels: tuple[float, ...]  # the quantiles' levels, sorted
+    mean: np.ndarray  # (N, C) each window's series' target mean, in the data's units
+    std: np.ndarray  # (N, C) and scale
+
+    def units(self, scaled: torch.Tensor | np.ndarray) -> np.ndarray:
+        """(N, H, C) or (N, H, C, Q) scaled -> the data's units, float32."""
+        values = scaled.numpy() if isinstance(scaled, torch.Tensor) else scaled
+        extra = values.ndim - 3  # a trailing quantile axis
+        std, mean = (x[:, None].reshape(*x[:, None].shape, *[1] * extra) for x in (self.std, self.mean))
+        return (values * std + mean).astype(np.float32)
+
+    def bounds(self) -> list[tuple[float, np.ndarray, np.ndarray]]:
+        """Per level: (level, lower, upper) (N, H, C) in the data's units."""
+        point = self.point.numpy()
+        widths = () if self.half_widths is None else self.half_widths
+        return [
+            (level, self.units(point - width), self.units(point + width))
+            for level, width in zip(self.levels, widths, strict=True)
+        ]

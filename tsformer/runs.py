@@ -1,0 +1,156 @@
+"""Saved runs and files: what the commands do, as one call each (load a run, compute, write its files).
+
+Every function reads a run folder (or trains folds into one), calls the library on a `Predictor`, and
+writes its outputs atomically, refusing unusable output paths before any work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pandas as pd
+from pandas.tseries.frequencies import to_offset
+
+from tsformer.backtest import BacktestResult, backtest, origin_rows, score_origins, write_backtest
+from tsformer.check import check_predictor
+from tsformer.checkpoint import resolve_checkpoint
+from tsformer.config import Config
+from tsformer.data import Source, training_data
+from tsformer.errors import DataError
+from tsformer.evaluate import EvalReport, evaluate, write_report
+from tsformer.files import check_output_path
+from tsformer.leakage import CheckResult
+from tsformer.predict import Forecast, forecast_after, write_forecast
+from tsformer.predictor import load_predictor
+from tsformer.train import resolve, train
+
+
+def evaluate_run(run: str | Path, csv: str | Path | None = None, split: str = "test", write: bool = True) -> EvalReport:
+    """Score a saved run on its CSV (or `csv`); for the test split write metrics.json and a PNG (and, for many
+    series, metrics_by_series.csv) into the run folder. `split="val"` writes nothing."""
+    path = resolve_checkpoint(run)
+    predictor = load_predictor(path)
+    data = predictor.read(csv)
+    report = evaluate(predictor, data, split)
+    if write and split == "test":
+        write_report(report, data, path.parent)
+    return report
+
+
+def predict_run(
+    run: str | Path,
+    csv: str | Path,
+    out: Path | None = None,
+    plot: Path | None = None,
+    future: str | Path | None = None,
+    static: str | Path | None = None,
+) -> Forecast:
+    """The forecast after a CSV's last rows with a saved run; with `out` and/or `plot`, the CSV and the PNG are
+    written atomically, and only when both succeed."""
+    _check_outputs(out, plot)
+    predictor = load_predictor(run)
+    frame = predictor.read_frame(csv, static)
+    forecast = forecast_after(predictor, frame, future)
+    write_forecast(forecast, predictor, frame, out, plot)
+    return forecast
+
+
+def backtest_run(
+    run: str | Path,
+    csv: str | Path | None = None,
+    windows: int = 20,
+    step: int = 0,
+    start: str | None = None,
+    out: Path | None = None,
+    plot: Path | None = None,
+) -> BacktestResult:
+    """`backtest` of a saved run on its CSV (or `csv`); with `out`/`plot`, write the long CSV and a plot of
+    error by origin."""
+    _check_outputs(out, plot)
+    predictor = load_predictor(run)
+    result = backtest(predictor, predictor.read(csv), windows, step, start)
+    write_backtest(result, out, plot)
+    return result
+
+
+def refit_backtest(
+    cfg: Config,
+    out_dir: Path | None = None,
+    windows: int = 5,
+    step: int = 0,
+    start: str | None = None,
+    out: Path | None = None,
+    plot: Path | None = None,
+    show_progress: bool = False,
+    source: Source | None = None,
+    static: Source | None = None,
+) -> BacktestResult:
+    """Train a model per origin on the steps before it only (an expanding window: its last validation-long
+    stretch validates, its scaler comes from the rest), forecast from the origin, and score. Each fold's run
+    goes into `out_dir`/fold_N, or stays in memory when `out_dir` is None.
+
+    A panel's folds cut every series at the same dates when its origins fall on the same timestamps (the
+    series end together, or --start names the date), so no series trains on a time after another's
+    origin; otherwise, and in a wide file, at the same rows when the series have equal lengths."""
+    _check_outputs(out, plot)
+    cfg = resolve(cfg)
+    data = training_data(cfg, source, static)  # the whole file, for the origins and each fold's size
+    frame, horizon = data.frame, data.config.model.horizon
+    rows = origin_rows(frame, horizon, windows, step or horizon, start)  # (n_ids, windows)
+    val_len = int((data.borders.val_end - data.borders.train_end).min())
+    first_steps = frame.timestamps[(frame.bounds[:-1, None] + rows).reshape(-1)]  # series 0's origins first
+    by_dates = bool(frame.id_cols) and bool(
+        (first_steps.asi8.reshape(rows.shape) == first_steps.asi8[: rows.shape[1]]).all()
+    )
+    by_rows = not by_dates and bool((rows == rows[:1]).all())
+    if not (by_rows or by_dates):
+        raise DataError(
+            "--refit needs the origins at the same rows or the same timestamps in every series, and these series "
+            "end at different times; name the first origin with --start DATE, or backtest a trained run "
+            "without --refit"
+        )
+    offset = to_offset(frame.freq)
+    results, notes = [], []
+    for fold in range(rows.shape[1]):
+        if not by_dates:
+            origin = int(rows[0, fold])
+            borders: tuple[int | str, ...] = (origin - val_len, origin, origin + horizon)
+            note = f"trained on rows 0..{origin - val_len - 1}, validated on {origin - val_len}..{origin - 1}"
+        else:  # every series cut at the same dates
+            when = first_steps[fold]
+            borders = tuple(str(t) for t in (when - val_len * offset, when, when + horizon * offset))
+            note = f"trained on the steps before {borders[0]}, validated on those before {borders[1]}"
+        fold_cfg = dataclasses.replace(data.config, data=dataclasses.replace(data.config.data, split_borders=borders))
+        run = None if out_dir is None else out_dir / f"fold_{fold + 1}"
+        predictor = train(fold_cfg, run, overwrite=True, show_progress=show_progress, source=source, static=static)
+        if not (predictor.borders.val_end == rows[:, fold]).all():  # its training and validation end at its origin
+            raise RuntimeError(f"fold {fold + 1}'s split borders {list(borders)} do not end at its origins")
+        results.append(score_origins(predictor, predictor.read(), rows[:, fold : fold + 1]))
+        notes.append(f"fold {fold + 1}: {note}")
+    forecasts = pd.concat([r.forecasts for r in results], ignore_index=True)
+    per_origin = pd.concat([r.summary[r.summary.origin != "all"] for r in results], ignore_index=True)
+    overall = per_origin.groupby("forecaster", sort=False).mean(numeric_only=True).reset_index()
+    summary = pd.concat([per_origin, overall.assign(origin="all")], ignore_index=True)
+    result = BacktestResult(forecasts, summary, tuple(notes))
+    write_backtest(result, out, plot)
+    return result
+
+
+def check_run(run: str | Path, csv: str | Path | None = None, n_checks: int = 32) -> tuple[list[CheckResult], str]:
+    """Every check on a saved run; the data checks on the run's CSV (or `csv`) when it can be read.
+
+    Returns the results and a note on what was skipped ("" when nothing was).
+    """
+    predictor = load_predictor(run)
+    path = Path(csv) if csv is not None else Path(predictor.config.data.path) if predictor.config.data.path else None
+    if path is None or not path.is_file():
+        where = f"{path} not found" if path is not None else "the run was trained on a DataFrame"
+        return check_predictor(predictor, None, n_checks), f"data checks skipped: {where} (pass --csv to run them)"
+    return check_predictor(predictor, predictor.read(path), n_checks), ""
+
+
+def _check_outputs(out: Path | None, plot: Path | None) -> None:
+    for path, flag in ((out, "--out"), (plot, "--plot")):
+        if path is not None:
+            check_output_path(path, flag)
