@@ -3,10 +3,11 @@
 Protocol (issue 8): the last 7 days of each market are the test; one forecast per day, from
 midnight, for the 24 hours ahead, from the data before it. Training sees the days before the test
 (each market's rows 0-1343 train, 1344-1511 validation, the last 168 the test: `data.split_borders`
-as rows within each series). Each daily forecast is `tsformer predict` on the market's history up
-to that midnight, with `--future` holding the next 24 hours of the covariates (the day-ahead load
-and generation forecasts `Exogenous1/2`, which are published the day before). Scored by MAE per
-market, beside seasonal naive with seasons 24 and 168 (same origins).
+as rows within each series). Each daily forecast is `Predictor.predict` on the markets' history up
+to that midnight (a DataFrame), with `future=` holding the next 24 hours of the covariates (the
+day-ahead load and generation forecasts `Exogenous1/2`, which are published the day before). Scored
+by MAE per market, beside seasonal naive with seasons 24 and 168 (same origins). Everything runs
+through the Python API (`tsformer.fit`, `Predictor.predict`): no temporary files.
 
 Three runs, all else equal: no covariates at all, calendar features only, calendar features plus
 `Exogenous1/2` as known-future covariates. Results: benchmarks/results/electricity.md and .json.
@@ -21,7 +22,6 @@ import json
 import os
 import resource
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -33,10 +33,10 @@ RESULTS = REPO / "benchmarks" / "results"
 HORIZON = 24
 TEST_DAYS = 7
 COVARIATES = ("Exogenous1", "Exogenous2")
-RUNS = {  # name -> train flags
-    "no covariates": ["--no-calendar"],
-    "calendar only": [],
-    "calendar + Exogenous1/2": [flag for c in COVARIATES for flag in ("--future-cov", c)],
+RUNS = {  # name -> what the run is given besides the defaults (as `tsformer train` flags would say it)
+    "no covariates": {"config": {"data.calendar": False}},
+    "calendar only": {},
+    "calendar + Exogenous1/2": {"future_covs": list(COVARIATES)},
 }
 
 
@@ -49,17 +49,13 @@ def data_files(given: str | None) -> tuple[Path, Path]:
     return paths
 
 
-def daily_forecasts(run: Path, data: pd.DataFrame, workdir: Path) -> pd.DataFrame:
-    """One `predict` per test day, from midnight, with the next 24 h of covariates from the data."""
-    from tsformer.predict import predict
-
+def daily_forecasts(predictor, data: pd.DataFrame) -> pd.DataFrame:
+    """One forecast per test day, from midnight, with the next 24 h of covariates from the data."""
     rows = []
     for day in range(TEST_DAYS, 0, -1):
         history = data.groupby("unique_id", sort=False).head(-day * HORIZON)
         ahead = data.groupby("unique_id", sort=False).tail(day * HORIZON).groupby("unique_id", sort=False).head(HORIZON)
-        history.to_csv(workdir / "history.csv", index=False)
-        ahead.drop(columns=["y"]).to_csv(workdir / "future.csv", index=False)
-        forecast = predict(run, workdir / "history.csv", future=workdir / "future.csv").frame
+        forecast = predictor.predict(history, future=ahead.drop(columns=["y"]))
         forecast["ds"] = forecast["ds"].dt.strftime("%Y-%m-%d %H:%M:%S")
         truth = ahead[["unique_id", "ds", "y"]].rename(columns={"y": "truth"})
         joined = truth.merge(forecast[["unique_id", "ds", "y"]], on=["unique_id", "ds"], how="left")
@@ -94,9 +90,7 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print the results only")
     args = parser.parse_args()
 
-    from typer.testing import CliRunner
-
-    from tsformer.cli import app
+    import tsformer
 
     data_csv, future_csv = data_files(args.data_dir)
     data = pd.read_csv(data_csv)
@@ -104,33 +98,29 @@ def main() -> None:
     if (n_rows != n_rows.iloc[0]).any():
         sys.exit("Error: the markets have different lengths; the split below assumes equal ones")
     n = int(n_rows.iloc[0])
-    borders = f"data.split_borders=[{n - 2 * TEST_DAYS * HORIZON}, {n - TEST_DAYS * HORIZON}, {n}]"
+    borders = [n - 2 * TEST_DAYS * HORIZON, n - TEST_DAYS * HORIZON, n]
     results: dict = {"runs": {}, "overrides": args.overrides}
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, flags in RUNS.items():
-            run = Path(args.runs_dir) / ("electricity_" + name.replace(" ", "_").replace("+", "and").replace("/", ""))
-            argv = ["train", str(data_csv), "--horizon", str(HORIZON), "--out", str(run), "--overwrite", "--quiet"]
-            argv += ["--set", borders, *flags, *[f for o in args.overrides for f in ("--set", o)]]
-            started = time.monotonic()
-            result = CliRunner().invoke(app, argv)
-            if result.exit_code != 0:
-                sys.exit(f"Error: tsformer {' '.join(argv)} failed:\n{result.output[-3000:]}")
-            wall = time.monotonic() - started
-            history = pd.read_csv(run / "history.csv")
-            scored = daily_forecasts(run, data, Path(tmp))
-            results["runs"][name] = {
-                "train_flags": flags,
-                "train_wall_seconds": round(wall, 1),
-                "best_val_mse": float(history["val_loss"].min()),
-                "mae": mae_by_market(scored),
-                "train_output": result.output.strip().splitlines(),
-            }
-            print(f"{name}: MAE {results['runs'][name]['mae']}, train {wall:.0f} s", flush=True)
-        with_covariates = Path(args.runs_dir) / "electricity_calendar_and_Exogenous12"
-        from tsformer.predict import predict
-
-        next_day = predict(with_covariates, data_csv, future=future_csv).frame
-        results["next_day_rows_per_market"] = {k: int(v) for k, v in next_day.groupby("unique_id").size().items()}
+    given = dict(override.split("=", 1) for override in args.overrides)
+    for name, run_args in RUNS.items():
+        run = Path(args.runs_dir) / ("electricity_" + name.replace(" ", "_").replace("+", "and").replace("/", ""))
+        config = {"data.split_borders": borders, **run_args.get("config", {}), **_parsed(given)}
+        started = time.monotonic()
+        predictor = tsformer.fit(
+            data_csv, horizon=HORIZON, future_covs=run_args.get("future_covs"), config=config, out=run, overwrite=True
+        )
+        wall = time.monotonic() - started
+        summary = predictor.summary
+        results["runs"][name] = {
+            "given": {k: v for k, v in run_args.items()},
+            "train_wall_seconds": round(wall, 1),
+            "best_val_mse": summary.best_val_loss,
+            "mae": mae_by_market(daily_forecasts(predictor, data)),
+            "train_output": list(summary.lines),
+        }
+        print(f"{name}: MAE {results['runs'][name]['mae']}, train {wall:.0f} s", flush=True)
+        if run_args.get("future_covs"):  # the next day after the data, from the published covariates
+            next_day = predictor.predict(data, future=pd.read_csv(future_csv))
+            results["next_day_rows_per_market"] = {k: int(v) for k, v in next_day.groupby("unique_id").size().items()}
     results["seasonal_naive_24"] = mae_by_market(seasonal_naive(data, 24))
     results["seasonal_naive_168"] = mae_by_market(seasonal_naive(data, 168))
     results["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -146,6 +136,13 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "electricity.json").write_text(json.dumps(results, indent=2) + "\n")
     (RESULTS / "electricity.md").write_text(markdown(results))
+
+
+def _parsed(overrides: dict[str, str]) -> dict:
+    """--set key=value strings as config values (YAML-parsed, as the command line reads them)."""
+    import yaml
+
+    return {key: yaml.safe_load(value) for key, value in overrides.items()}
 
 
 def markdown(results: dict) -> str:
@@ -179,7 +176,7 @@ def markdown(results: dict) -> str:
         f"- With the covariates the average MAE is {100 * targets['with_vs_without']:.1f} % below the run without "
         f"any (target: at least 10 %) and {100 * targets['with_vs_seasonal_naive_168']:.1f} % below seasonal "
         "naive 168 (target: at least 40 %).",
-        f"- `tsformer predict RUN electricity-short-with-ex-vars.csv --future electricity-short-future-ex-vars.csv` "
+        f"- Predicting after the data with `future=` the published covariates (electricity-short-future-ex-vars.csv) "
         f"gives {results['next_day_rows_per_market']} rows per market.",
         f"- Peak RSS of the whole script (3 trainings, 21 predictions): {results['peak_rss_mib']:.0f} MiB.",
         "- Reference: on the DE market's last 48 h the published LEAR / DNN day-ahead forecasts score MAE about "

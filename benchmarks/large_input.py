@@ -45,7 +45,7 @@ LOAD_PROBE = """
 import json, sys, time
 csv = sys.argv[1]
 from tsformer.config import load_config
-from tsformer.data import prepare, read_series
+from tsformer.data import read_series, training_data
 cfg = load_config(None, [f"data.path={csv}", "model.context_len=96", "model.horizon=24"])
 started = time.perf_counter()
 frame = read_series(csv, cfg.data)
@@ -53,16 +53,17 @@ read_s = time.perf_counter() - started
 shape, dtype = frame.values.shape, str(frame.values.dtype)
 del frame
 started = time.perf_counter()
-data = prepare(cfg)
+data = training_data(cfg)
 prepare_s = time.perf_counter() - started
 windows = data.windows("train")
 strided = windows[::100]
-base = data.scaled.untyped_storage().data_ptr()
+scaled = data.inputs.target
+base = scaled.untyped_storage().data_ptr()
 print(json.dumps({
     "read_series_s": read_s, "prepare_s": prepare_s, "rows": shape[0], "series": shape[1], "values_dtype": dtype,
-    "scaled_dtype": str(data.scaled.dtype), "train_windows": len(windows),
+    "scaled_dtype": str(scaled.dtype), "train_windows": len(windows),
     "windows_are_views": windows.untyped_storage().data_ptr() == base and strided.untyped_storage().data_ptr() == base,
-    "scaled_mib": data.scaled.numel() * data.scaled.element_size() / 2**20,
+    "scaled_mib": scaled.numel() * scaled.element_size() / 2**20,
     "windows_as_copies_mib": windows.numel() * windows.element_size() / 2**20,
 }))
 """
@@ -150,12 +151,13 @@ def measure_inference(n_windows: int = 4096, repeats: int = 5, threads: int = 2)
     import torch
 
     from tsformer.config import ModelConfig
+    from tsformer.layout import Layout
     from tsformer.model import PREDICT_BATCH, Forecaster
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     cfg = ModelConfig(context_len=336, patch_len=24)  # what ETTh1's automatic choice gives
-    model = Forecaster(cfg, N_SERIES).eval()
+    model = Forecaster(cfg, Layout(tuple(f"s{j}" for j in range(N_SERIES)))).eval()
     contexts = torch.randn(n_windows, cfg.context_len, N_SERIES)
     rates: dict[int, list[float]] = {batch: [] for batch in sorted({*INFERENCE_BATCHES, PREDICT_BATCH})}
     for _ in range(repeats + 1):
@@ -222,7 +224,7 @@ def markdown(result: dict) -> str:
     lines += [
         "",
         f"CSV load (`tsformer.data.read_series`, in the load step): **{load.get('read_series_s')} s**; "
-        f"`prepare` (read again + split + scale): {load.get('prepare_s')} s.",
+        f"`training_data` (read again + split + scale): {load.get('prepare_s')} s.",
         f"Values dtype: {load.get('values_dtype')} (scaled: {load.get('scaled_dtype')}, "
         f"{load.get('scaled_mib')} MiB). {load.get('train_windows'):,} training windows are views of the scaled "
         f"series: {load.get('windows_are_views')} (as copies: {load.get('windows_as_copies_mib'):,} MiB).",

@@ -2,7 +2,7 @@
 every series under 6 GiB peak RSS.
 
 The CSV (`unique_id, ds, y`, each series a noisy daily cycle with its own level, scale and start) is
-generated under --workdir, never in the repository. Load (`tsformer.data.prepare`), train (one
+generated under --workdir, never in the repository. Load (`tsformer.data.training_data`), train (one
 epoch over every `--stride`-th training window) and predict (all series) each run in their own
 process under `/usr/bin/time -v`. Reported: rows/s loaded, windows/s trained, series/s predicted, and
 each step's peak RSS. Results: benchmarks/results/long_input.md and .json; exits 1 over the limit.
@@ -36,10 +36,10 @@ TRAIN_FLAGS = [
 LOAD_PROBE = """
 import json, sys, time
 from tsformer.config import load_config
-from tsformer.data import prepare
+from tsformer.data import training_data
 cfg = load_config(None, [f"data.path={sys.argv[1]}", "model.context_len=96", "model.patch_len=24", "model.horizon=24"])
 started = time.perf_counter()
-data = prepare(cfg)
+data = training_data(cfg)
 seconds = time.perf_counter() - started
 print(json.dumps({"prepare_s": seconds, "rows": data.frame.n_rows, "series": data.frame.n_ids,
                   "train_windows": len(data.split_windows("train"))}))
@@ -132,7 +132,7 @@ def markdown(result: dict) -> str:
         "|---|---:|---:|---:|",
         *[f"| {n} | {s['wall_s']} | {s['peak_rss_mib']} | {s['exit_code']} |" for n, s in result["steps"].items()],
         "",
-        f"- Loaded (read, grid, split, scale: `prepare`): {result['rows_per_s_loaded']:,} rows/s.",
+        f"- Loaded (read, grid, split, scale: `training_data`): {result['rows_per_s_loaded']:,} rows/s.",
         f"- Trained: {result['windows_per_s_trained']:,} windows/s (train output: "
         f"{' / '.join(result['steps']['train']['stdout_tail'])}).",
         f"- Predicted: {result['series_per_s_predicted']:,} series/s ({result['forecast_rows']:,} forecast rows, "

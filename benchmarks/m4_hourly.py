@@ -2,13 +2,15 @@
 
 Protocol (../shared/data/README.md): train on m4_hourly_train.csv only (each series' last 48 steps
 are tsformer's test split and the 48 before them validation, chosen on nothing else), forecast the
-48 steps after each series once with `tsformer predict`, and score against m4_hourly_test.csv:
+48 steps after each series once with `Predictor.predict`, and score against m4_hourly_test.csv:
 sMAPE (the M4 definition, in %) and MASE (season 24, scaled by each series' in-sample seasonal-naive
 MAE), each averaged over the 48 steps, then over series. Seasonal naive is scored the same way as a
 check on the scoring (the competition's figure is 13.912 / 1.193).
 
-Train and predict run as `tsformer` commands under `/usr/bin/time -v` (wall time and peak RSS).
-Results go to benchmarks/results/m4_hourly.md and .json.
+Train and predict run in this process through the Python API (`tsformer.fit`, `Predictor.predict`,
+`tsformer.evaluate.evaluate`), timed; the peak RSS is this process's (after training, and after
+predicting). The run folder and its forecast.csv are kept in --runs-dir. Results go to
+benchmarks/results/m4_hourly.md and .json.
 
 Example: .venv/bin/python benchmarks/m4_hourly.py                     (make bench-m4)
          .venv/bin/python benchmarks/m4_hourly.py --set model.d_model=128 --name m4_hourly_wide --no-write
@@ -20,14 +22,14 @@ import argparse
 import json
 import os
 import platform
-import re
-import shlex
-import subprocess
+import resource
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
@@ -53,23 +55,6 @@ def data_dir(given: str | None) -> Path:
         if not (folder / name).is_file():
             sys.exit(f"Error: {folder / name} not found; pass --data-dir or set TSFORMER_DATA_DIR")
     return folder
-
-
-def timed(argv: list[str]) -> dict:
-    """Run a command under /usr/bin/time -v: its wall seconds and peak RSS in MiB; exit on failure."""
-    result = subprocess.run(["/usr/bin/time", "-v", *argv], capture_output=True, text=True)
-    if result.returncode != 0:
-        sys.exit(f"Error: {shlex.join(argv)} failed:\n{result.stderr[-3000:]}")
-    wall = re.search(r"Elapsed \(wall clock\) time.*: (?:(\d+):)?(\d+):([\d.]+)", result.stderr)
-    hours, minutes, seconds = (float(g) if g else 0.0 for g in wall.groups())
-    peak_kib = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", result.stderr).group(1))
-    return {
-        "command": shlex.join(argv),
-        "wall_seconds": round(3600 * hours + 60 * minutes + seconds, 1),
-        "peak_rss_mib": round(peak_kib / 1024, 1),
-        "stdout": result.stdout,
-        "stderr": "\n".join(line for line in result.stderr.splitlines() if not line.startswith("\t")),
-    }
 
 
 def m4_scores(forecast: pd.DataFrame, train: pd.DataFrame, test: pd.DataFrame) -> dict:
@@ -145,23 +130,32 @@ def main() -> None:
     folder = data_dir(args.data_dir)
     train_csv, test_csv = folder / "m4_hourly_train.csv", folder / "m4_hourly_test.csv"
     run = Path(args.runs_dir) / args.name
-    tsformer = [sys.executable, "-m", "tsformer"]
     args.overrides = DEFAULT_OVERRIDES + args.overrides
-    flags = ["--horizon", str(HORIZON), *[f for o in args.overrides for f in ("--set", o)]]
-    trained = timed([*tsformer, "train", str(train_csv), "--out", str(run), "--overwrite", "--quiet", *flags])
-    evaluated = timed([*tsformer, "evaluate", str(run)])
-    forecast_csv = run / "forecast.csv"
-    predicted = timed([*tsformer, "predict", str(run), str(train_csv), "--out", str(forecast_csv)])
+    config = {key: yaml.safe_load(value) for key, value in (o.split("=", 1) for o in args.overrides)}
 
-    from tsformer.evaluate import evaluate
+    import tsformer
+    from tsformer.evaluate import evaluate, format_report
 
-    validation = evaluate(run, split="val", write=False).scores  # each series' validation window: for selection
+    started = time.monotonic()
+    predictor = tsformer.fit(train_csv, horizon=HORIZON, config=config, out=run, overwrite=True)
+    trained = {"wall_seconds": round(time.monotonic() - started, 1), "peak_rss_mib": peak_rss_mib()}
+    data = predictor.read()  # the data it was trained on
+    report = evaluate(predictor, data)  # its own test split: each series' last 48 steps
+    validation = evaluate(predictor, data, split="val").scores  # each series' validation window: for selection
+    started = time.monotonic()
+    forecast = predictor.predict()  # the 48 steps after each series
+    predicted = {"wall_seconds": round(time.monotonic() - started, 1), "peak_rss_mib": peak_rss_mib()}
+    forecast.to_csv(run / "forecast.csv", index=False)
+    summary = predictor.summary
     train = pd.read_csv(train_csv)
     test = pd.read_csv(test_csv)
-    model = m4_scores(pd.read_csv(forecast_csv), train, test)
+    model = m4_scores(forecast, train, test)
     naive = m4_scores(seasonal_naive(train), train, test)
-    intervals = m4_interval_scores(pd.read_csv(forecast_csv), train, test)
-    history = pd.read_csv(run / "history.csv")
+    intervals = m4_interval_scores(forecast, train, test)
+    command = (
+        f"tsformer.fit({train_csv.name!r}, horizon={HORIZON}, config={config!r}, out={str(run)!r}) "
+        f"(= tsformer train {train_csv.name} --horizon {HORIZON} {' '.join(f'--set {o}' for o in args.overrides)})"
+    )
     result = {
         "name": args.name,
         "dataset": "M4 Hourly (414 series, horizon 48, official test set)",
@@ -170,13 +164,13 @@ def main() -> None:
         "seasonal_naive": naive,
         "intervals": intervals,
         "references": {name: {"smape": s, "mase": m} for name, (s, m) in REFERENCES.items()},
-        "best_val_mse": float(history["val_loss"].min()),
+        "best_val_mse": summary.best_val_loss,
         "validation": {name: {k: v["mean"][k] for k in ("smape", "mase")} for name, v in validation.items()},
-        "epochs_run": int(history["epoch"].max()),
-        "train": {k: trained[k] for k in ("command", "wall_seconds", "peak_rss_mib")},
-        "predict": {k: predicted[k] for k in ("command", "wall_seconds", "peak_rss_mib")},
-        "train_output": trained["stdout"].strip().splitlines() + trained["stderr"].strip().splitlines(),
-        "evaluate_output": evaluated["stdout"].strip().splitlines(),
+        "epochs_run": summary.epochs_run,
+        "train": {"command": command, **trained},
+        "predict": {"command": "predictor.predict()", **predicted},
+        "train_output": [*data.notes, _trained_line(summary), *summary.lines],
+        "evaluate_output": format_report(report).splitlines(),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
     }
     print(
@@ -185,13 +179,26 @@ def main() -> None:
         f"validation sMAPE {result['validation']['model']['smape']:.3f} "
         f"MASE {result['validation']['model']['mase']:.3f}; "
         f"train {trained['wall_seconds']:.0f} s, peak RSS {trained['peak_rss_mib']:.0f} MiB; "
-        f"predict {predicted['wall_seconds']:.1f} s, {predicted['peak_rss_mib']:.0f} MiB"
+        f"predict {predicted['wall_seconds']:.1f} s (peak RSS of the process then {predicted['peak_rss_mib']:.0f} MiB)"
     )
     if args.no_write:
         return
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
     (RESULTS / f"{args.name}.md").write_text(markdown(result))
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set size so far, MiB."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def _trained_line(summary) -> str:
+    return (
+        f"trained {summary.n_parameters:,} parameters on {summary.n_train_windows} windows in "
+        f"{summary.train_seconds:.0f} s; best validation MSE {summary.best_val_loss:.4f} at epoch "
+        f"{summary.best_epoch} of {summary.epochs_run}"
+    )
 
 
 def markdown(result: dict) -> str:
@@ -241,15 +248,15 @@ def markdown(result: dict) -> str:
         f"{result['validation']['model']['smape']:.3f}, MASE {result['validation']['model']['mase']:.3f} "
         f"(seasonal naive {result['validation']['seasonal_naive']['smape']:.3f} / "
         f"{result['validation']['seasonal_naive']['mase']:.3f}).",
-        f"- Predict (414 series): {result['predict']['wall_seconds']:.1f} s wall, peak RSS "
-        f"{result['predict']['peak_rss_mib']:.0f} MiB.",
-        f"- Command: `{result['train']['command']}`",
+        f"- Predict (414 series): {result['predict']['wall_seconds']:.1f} s wall (the process's peak RSS then "
+        f"{result['predict']['peak_rss_mib']:.0f} MiB: train and predict run in one process).",
+        f"- Call: `{result['train']['command']}`",
         "",
         "What training printed:",
         "",
         *[f"    {line}" for line in result["train_output"]],
         "",
-        "`tsformer evaluate` on the run (its own test split: the last 48 steps of each training series):",
+        "`tsformer evaluate` of the run (its own test split: the last 48 steps of each training series):",
         "",
         *[f"    {line}" for line in result["evaluate_output"]],
         "",
