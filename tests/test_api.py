@@ -235,3 +235,17 @@ def test_static_covariates_from_another_series_fail_the_window_check(monkeypatch
     monkeypatch.setattr(windows.SeriesInputs, "_static", the_previous_windows)
     results = {r.name: r for r in check_windows(prepared)}
     assert not results["data/splits"].passed and "outside their split or series" in results["data/splits"].detail
+
+
+def test_the_static_check_fails_on_a_model_that_ignores_them(monkeypatch):
+    from helpers import layout_of, tiny_config
+
+    from tsformer.leakage import check_model
+    from tsformer.model import Forecaster
+    from tsformer.model import covariates as covariates_module
+
+    layout = layout_of(2, static_numeric=("size",), static_categorical=(("kind", ("a", "b")),))
+    model = Forecaster(tiny_config().model, layout)
+    assert {r.name: r.passed for r in check_model(model)}["model/static"]
+    monkeypatch.setattr(covariates_module.StaticEmbedding, "forward", lambda self, values, codes: 0 * values[:, :1])
+    assert not {r.name: r.passed for r in check_model(model)}["model/static"]

@@ -288,16 +288,14 @@ def _check_static(
 ) -> CheckResult:
     """Static covariates describe a series at every step, so every token may read them: with random weights the
     forecast must respond to them (or the model ignores them); the forward check holds them fixed."""
-    changed = covariates._replace(
-        static_values=None
-        if covariates.static_values is None
-        else covariates.static_values + 10 * torch.randn(covariates.static_values.shape, generator=generator,
-                                                         dtype=torch.float64),
-        static_codes=None if covariates.static_codes is None else covariates.static_codes.flip(0),
-    )  # fmt: skip
+    layout, values, codes = model.layout, covariates.static_values, covariates.static_codes
+    if values is not None:
+        values = values + 10 * torch.randn(values.shape, generator=generator, dtype=torch.float64)
+    if codes is not None:  # every category moved to the next one (the unseen code 0 included)
+        codes = (codes + 1) % (torch.tensor(layout.cardinalities) + 1)
+    changed = covariates._replace(static_values=values, static_codes=codes)
     with torch.no_grad():
         moved = (model.forecast_tokens(x, None, changed) - model.forecast_tokens(x, None, covariates)).abs().max()
-    layout = model.layout
     return CheckResult(
         "model/static",
         moved.item() > TOLERANCE,
