@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from tsformer.config import Config
-from tsformer.data import Prepared, Scaler, WindowIndex, split_borders
+from tsformer.data import Prepared, WindowIndex, split_borders
 from tsformer.errors import ConfigError, DataError, TrainingError
 from tsformer.fallback import Decision, decide
 from tsformer.intervals import Calibration, calibrate, calibrate_quantiles, calibration_scale, quantile_pairs
@@ -112,9 +112,7 @@ def _refit_forecasts(
     windows = dataclasses.replace(val_windows, inputs=own.inputs)
     ids = windows.series()  # (N,)
     shipped = refit.replace(calibration=None).forecast(windows.split(refit.context_len), ids)
-    c = shipped.point.shape[-1]
-    its_targets = Scaler(refit.scaler.mean[:, :c], refit.scaler.std[:, :c])
-    run_targets = Scaler(data.scaler.mean[:, :c], data.scaler.std[:, :c])
+    its_targets, run_targets = refit.scaler.first(data.layout.n_targets), data.scaler.first(data.layout.n_targets)
 
     def to_run_units(scaled: torch.Tensor) -> torch.Tensor:  # (N, ..., C) in its scaled units -> the run's
         rows = ids.reshape(-1, *[1] * (scaled.dim() - 2))  # each window's series, broadcast over the rest

@@ -174,7 +174,7 @@ def seasonal_naive_widths(data: Prepared, season: int, horizon: int, levels: tup
             with warnings.catch_warnings():  # a column with no pair: NaN, filled below
                 warnings.simplefilter("ignore", RuntimeWarning)
                 out[:, i, steps] = np.nanquantile(errors, levels, axis=0)[:, None, :]
-        out[:, i] /= data.scaler.std[i, :n_targets]
+        out[:, i] /= data.scaler.first(n_targets).std[i]
     widest = np.nanmax(np.where(np.isnan(out), -np.inf, out), axis=(1, 2), keepdims=True)
     return np.where(np.isnan(out), np.maximum(widest, 0), out)
 

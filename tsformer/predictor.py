@@ -6,8 +6,8 @@ per-column choice of forecaster made on validation (the fallback), and the confo
 its intervals and quantiles. `forecast` is the one place those are assembled into what ships;
 training returns a Predictor, and evaluate, predict, backtest and check take one. `tsformer.fit` makes
 one from a DataFrame and `tsformer.load` reads a saved one; its methods `predict`, `evaluate`,
-`backtest`, `check` and `save` are the Python API over those modules, which take a predictor and
-import none (so dependencies point one way: the predictor uses them).
+`backtest`, `check` and `save` are the Python API over those modules, which take a predictor and name
+it in type hints only (at run time dependencies point one way: the predictor uses them).
 """
 
 from __future__ import annotations
@@ -129,11 +129,8 @@ class Predictor:
         half_widths = None
         if self.calibration is not None:
             half_widths = self.calibration.half_widths(windows)
-        c = self.layout.n_targets
-        if window_scaler is None:
-            mean, std = self.scaler.mean[ids, :c], self.scaler.std[ids, :c]
-        else:
-            mean, std = window_scaler.mean[:, :c], window_scaler.std[:, :c]
+        targets = (self.scaler if window_scaler is None else window_scaler).first(self.layout.n_targets)
+        rows = ids if window_scaler is None else np.arange(len(ids))  # the run's scaler: each window's series
         return Forecasts(
             each=each,
             point=point,
@@ -141,8 +138,8 @@ class Predictor:
             half_widths=half_widths,
             levels=self.interval_levels,
             quantile_levels=tuple(sorted(self.config.train.quantiles)) if quantiles is not None else (),
-            mean=mean,
-            std=std,
+            mean=targets.mean[rows],
+            std=targets.std[rows],
         )
 
     # --- reading data as trained ------------------------------------------------------------------

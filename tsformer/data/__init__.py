@@ -1,6 +1,6 @@
 """Reading, validating, splitting, scaling and windowing series."""
 
-from tsformer.data.loader import SeriesFrame, Source, fill_column, parse_freq, read_series
+from tsformer.data.loader import SeriesFrame, Source, fill_column, read_series
 from tsformer.data.prepare import (
     Prepared,
     data_fingerprint,
@@ -21,6 +21,7 @@ from tsformer.data.split import (
     window_target_starts,
 )
 from tsformer.data.static import StaticScale
+from tsformer.data.timestamps import parse_freq
 from tsformer.data.windows import SeriesInputs, Split, WindowIndex, Windows
 
 __all__ = [

@@ -192,6 +192,10 @@ class Scaler:
         float64 (as `prepare` scales the data, so a forecast's inputs are the same bits either way)."""
         return ((values.astype(np.float64) - self.mean[ids]) / self.std[ids]).astype(np.float32)
 
+    def first(self, n: int) -> Scaler:
+        """The statistics of its first `n` columns: the targets, in a layout's scaled order (`Layout.scaled`)."""
+        return Scaler(self.mean[:, :n], self.std[:, :n])
+
     def inverse(self, scaled: np.ndarray, ids: np.ndarray | int = 0) -> np.ndarray:
         return (scaled * self.std[ids] + self.mean[ids]).astype(np.float32)
 

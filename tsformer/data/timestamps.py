@@ -1,0 +1,372 @@
+"""Time in a table: the time column, its timestamps, their order and frequency, and the regular grid.
+
+Every problem a user can fix becomes a DataError whose message names the column and the line of the
+file (or the row of a DataFrame) and says how to fix it.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+from pandas.tseries.api import guess_datetime_format
+from pandas.tseries.frequencies import to_offset
+
+from tsformer.config import DataConfig
+from tsformer.data.csvfile import names
+from tsformer.errors import DataError
+
+TIME_COL_NAMES = ("date", "timestamp", "time", "datetime", "ds", "period", "dt")
+
+
+def find_time_col(table: pd.DataFrame, requested: str, source: str) -> str:
+    if requested:
+        if requested not in table.columns:
+            raise DataError(f"time column {requested!r} not in {source}; columns are: {names(table.columns)}")
+        return requested
+    for column in table.columns:
+        if column.lower() in TIME_COL_NAMES:
+            return column
+    raise DataError(
+        f"no time column found in {source} (looked for {', '.join(TIME_COL_NAMES)}; columns are: "
+        f"{names(table.columns)}); name it with --time-col"
+    )
+
+
+def parse_timestamps(
+    column: pd.Series, name: str, cfg: DataConfig, sample: np.ndarray | None = None
+) -> tuple[pd.DatetimeIndex, tuple[str, ...]]:
+    """Timestamps and notes on how they were read; numbers are read as text, so 2024 is a year.
+
+    A UTC offset is kept (mixed offsets, as across daylight saving, are converted to UTC). Dates
+    whose day and month order is ambiguous (01/02/2024) are read the way that gives regular,
+    increasing timestamps (in the rows of `sample`, one series of a long file), or day-first with
+    `cfg.dayfirst`.
+    """
+    missing = column.isna().to_numpy()
+    if missing.any():
+        line = column.index[missing][0]
+        raise DataError(f"empty timestamp in time column {name!r} at line {line}; every row needs a timestamp")
+    text = column.astype(str).str.strip()
+    readings = _date_orders(text.iloc[0], cfg.dayfirst)
+    parsed = {order: _to_datetime(text, fmt, dayfirst=order == "day-first") for order, fmt in readings.items()}
+    sampled = {order: p if p is None or sample is None else p[sample] for order, p in parsed.items()}
+    order, notes = _pick_date_order(sampled, name, cfg)
+    timestamps = parsed[order]
+    bad = timestamps.isna().to_numpy() if timestamps is not None else np.ones(len(text), dtype=bool)
+    if bad.any():
+        line = column.index[bad][0]
+        raise DataError(
+            f"cannot parse {text[line]!r} in time column {name!r} at line {line} as a date; "
+            "use one date format such as 2024-01-31 13:00"
+        )
+    if str(timestamps.dt.tz) == "UTC" and not _all_utc(text):
+        notes += (f"time column {name!r} mixes UTC offsets (daylight saving?); its times are read and written in UTC",)
+    return pd.DatetimeIndex(timestamps), notes
+
+
+def _date_orders(sample: str, dayfirst: bool) -> dict[str, str | None]:
+    """The readings to try: {"month-first": format, "day-first": format} when the order is ambiguous."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        month_first = guess_datetime_format(sample, dayfirst=False)
+        day_first = guess_datetime_format(sample, dayfirst=True)
+    if month_first and month_first.startswith("%Y"):  # year first (ISO): no day/month question
+        return {"month-first": month_first}
+    if dayfirst:
+        return {"day-first": day_first}
+    if month_first and day_first and month_first != day_first:
+        return {"month-first": month_first, "day-first": day_first}
+    return {"month-first": None}  # one unambiguous reading: let pandas infer the format
+
+
+def _pick_date_order(parsed: dict[str, pd.Series | None], name: str, cfg: DataConfig) -> tuple[str, tuple[str, ...]]:
+    """The reading that gives regular, increasing timestamps (after --sort), saying so when it is day-first."""
+    if len(parsed) == 1:
+        return next(iter(parsed)), ()
+    usable = {order: p for order, p in parsed.items() if p is not None and not p.isna().any()}
+    good = [order for order, p in usable.items() if _regular(pd.DatetimeIndex(p), cfg)]
+    example = {"month-first": "month/day", "day-first": "day/month"}
+    if good == ["day-first"] or (not good and list(usable) == ["day-first"]):
+        return "day-first", (
+            f"read the dates in {name!r} as day/month: only that order gives regular, increasing timestamps "
+            "(pass --dayfirst to say so and silence this note)",
+        )
+    if len(good) == 2:
+        return "month-first", (
+            f"the dates in {name!r} could be month/day or day/month and both give regular timestamps; "
+            "read them as month/day (pass --dayfirst for day/month)",
+        )
+    if good or len(usable) == 1:
+        return (good or list(usable))[0], ()
+    raise DataError(
+        f"the dates in time column {name!r} can be read as {' or '.join(example[o] for o in usable) or 'neither'} "
+        "order, and neither gives regular, increasing timestamps; pass --dayfirst if they are day/month, or fix "
+        "the dates"
+    )
+
+
+def _regular(timestamps: pd.DatetimeIndex, cfg: DataConfig) -> bool:
+    """Strictly increasing (after sorting, with --sort) and evenly spaced, or stated irregular by --freq."""
+    if cfg.sort:
+        timestamps = timestamps.sort_values()
+    if not (np.diff(timestamps.asi8) > 0).all():
+        return False
+    if bool(cfg.freq) or len(timestamps) < 3 or _infer_freq(timestamps) is not None:
+        return True
+    return _mostly_on_grid(timestamps, _guess_step(timestamps))  # regular but for gaps
+
+
+def _to_datetime(text: pd.Series, fmt: str | None, dayfirst: bool = False) -> pd.Series | None:
+    """Every cell in `fmt` (else one inferred format, then cell by cell); mixed UTC offsets become UTC."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pandas' "could not infer format" notes
+        for utc in (False, True):
+            try:
+                parsed = pd.to_datetime(text, errors="coerce", utc=utc, format=fmt, dayfirst=dayfirst)
+                if parsed.isna().any() and fmt is None:
+                    parsed = pd.to_datetime(text, errors="coerce", format="mixed", utc=utc, dayfirst=dayfirst)
+                if isinstance(parsed.dtype, pd.DatetimeTZDtype | np.dtypes.DateTime64DType):
+                    return parsed
+            except (ValueError, TypeError, OverflowError):
+                continue
+    return None
+
+
+def _all_utc(text: pd.Series) -> bool:
+    """Whether every timestamp was written in UTC (Z or +00:00), so reading it as UTC changes nothing."""
+    return bool(text.str.contains(r"(?:Z|[+-]00:?00)$", regex=True).all())
+
+
+def check_order(timestamps: pd.DatetimeIndex, lines: np.ndarray, bounds: np.ndarray, names: tuple[str, ...]) -> None:
+    """Within each series, timestamps strictly increase; the message names the series and the lines."""
+    steps = np.diff(timestamps.asi8)
+    steps[bounds[1:-1] - 1] = 1  # from one series' last row to the next series' first: no order
+    if (steps > 0).all():
+        return
+    i = int(np.flatnonzero(steps <= 0)[0])
+    series = int(np.searchsorted(bounds, i, side="right")) - 1
+    where = f"series {names[series]!r}: " if names[series] else ""
+    first, second = timestamps[i], timestamps[i + 1]
+    if steps[i] == 0:
+        one_row = "one row per series and timestamp" if names[series] else "one row per timestamp"
+        raise DataError(f"{where}duplicate timestamp {second} at lines {lines[i]} and {lines[i + 1]}; keep {one_row}")
+    raise DataError(
+        f"{where}timestamps decrease at line {lines[i + 1]} ({second} after {first} at line {lines[i]}); "
+        "sort the file by time or pass --sort"
+    )
+
+
+def resolve_freq(
+    timestamps: pd.DatetimeIndex, stated: str, expected: str, lines: np.ndarray
+) -> tuple[str, tuple[str, ...]]:
+    """The stated --freq, else the frequency inferred from regular spacing, checked against `expected`.
+
+    A stated frequency is trusted for irregular data (that is what --freq is for) but must fit
+    regular data; `expected` (a trained model's frequency) must fit the data. Returns the
+    frequency and a note when it could not be checked.
+    """
+    wanted = stated or expected
+    offset = parse_freq(wanted, "--freq" if stated else "the checkpoint's frequency") if wanted else None
+    whose = "the model was trained on" if expected and not stated else "--freq says"
+    fix = "give a CSV with the training frequency" if expected and not stated else "fix --freq"
+    if len(timestamps) < 3:
+        if offset is None:
+            raise DataError(
+                f"need at least 3 rows to infer the frequency, got {len(timestamps)}; add rows or pass --freq"
+            )
+        if len(timestamps) == 1:
+            return offset.freqstr, (f"one row: its frequency cannot be checked against {offset.freqstr}",)
+        if not _fits(timestamps, offset):
+            step = timestamps[1] - timestamps[0]
+            raise DataError(f"the two rows are {step} apart but {whose} {offset.freqstr} steps; {fix}")
+        return offset.freqstr, ()
+    inferred = _infer_freq(timestamps)
+    if inferred is None:
+        step = offset or _guess_step(timestamps)
+        if _mostly_on_grid(timestamps, step):  # gaps: the missing timestamps become unobserved steps
+            return step.freqstr, ()
+        if stated:
+            return offset.freqstr, ()
+        raise _irregular(timestamps, lines, expected)
+    if offset is None:
+        return inferred.freqstr, ()
+    if not _fits(timestamps, offset):
+        raise DataError(f"the rows are {inferred.freqstr} apart but {whose} {offset.freqstr} steps; {fix}")
+    return offset.freqstr, ()
+
+
+def parse_freq(freq: str, what: str) -> pd.DateOffset:
+    """A pandas offset that moves time forward, or a DataError naming `what` gave it."""
+    try:
+        offset = to_offset(freq)
+    except ValueError:
+        raise DataError(f"{what} {freq!r} is not a pandas frequency such as h, D, W-SUN or 15min") from None
+    if offset.n <= 0:
+        raise DataError(f"{what} {freq!r} does not move time forward; give a positive step such as h or 15min")
+    return offset
+
+
+def _infer_freq(timestamps: pd.DatetimeIndex) -> pd.DateOffset | None:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # pandas 3 warns that infer_freq will return an offset
+            inferred = pd.infer_freq(timestamps)
+    except (ValueError, TypeError):
+        return None
+    return to_offset(inferred) if inferred else None
+
+
+def _fits(timestamps: pd.DatetimeIndex, offset: pd.DateOffset) -> bool:
+    """Whether the timestamps are exactly consecutive steps of `offset`."""
+    try:
+        return bool(pd.date_range(timestamps[0], periods=len(timestamps), freq=offset).equals(timestamps))
+    except (ValueError, OverflowError):
+        return False
+
+
+def _guess_step(timestamps: pd.DatetimeIndex) -> pd.DateOffset:
+    """The spacing of the first (or last) three rows, else the most common step."""
+    step = _infer_freq(timestamps[:3]) or _infer_freq(timestamps[-3:])
+    if step is None:
+        steps = pd.Series(np.diff(timestamps.asi8))
+        step = to_offset(pd.Timedelta(int(steps.mode().iloc[0]), unit=timestamps.unit))
+    return step
+
+
+def _grid(timestamps: pd.DatetimeIndex, step: pd.DateOffset) -> pd.DatetimeIndex | None:
+    """Every `step` from the first timestamp to the last, or None if `step` cannot lay one out, or if
+    the grid would be over twice as long as the data (then the data are irregular, not gappy)."""
+    try:
+        span = (timestamps[-1] - timestamps[0]) / pd.Timedelta(step.nanos, unit="ns")
+        if span + 1 > 2 * len(timestamps):
+            return None
+    except ValueError:  # a calendar step (months, business days): its grid is never long
+        pass
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return pd.date_range(timestamps[0], timestamps[-1], freq=step, name=timestamps.name)
+    except (ValueError, OverflowError):
+        return None
+
+
+def _gappy_grid(timestamps: pd.DatetimeIndex, step: pd.DateOffset) -> pd.DatetimeIndex | None:
+    """The `step` grid when every timestamp lies on it and the data fill at least half of it, else None."""
+    grid = _grid(timestamps, step)
+    if grid is None or len(grid) > 2 * len(timestamps) or not timestamps.isin(grid).all():
+        return None
+    return grid
+
+
+def _mostly_on_grid(timestamps: pd.DatetimeIndex, step: pd.DateOffset) -> bool:
+    """Every timestamp lies on the `step` grid, which the data fill at least half: a series with gaps."""
+    return _gappy_grid(timestamps, step) is not None
+
+
+def fill_the_grid(
+    timestamps: pd.DatetimeIndex, values: np.ndarray, freq: str
+) -> tuple[pd.DatetimeIndex, np.ndarray, tuple[str, ...]]:
+    """Insert the timestamps missing from the regular grid as rows of NaN (unobserved steps)."""
+    grid = _gappy_grid(timestamps, to_offset(freq)) if len(timestamps) >= 3 else None
+    if grid is None or len(grid) == len(timestamps):
+        return timestamps, values, ()  # regular already, or a stated --freq trusted for irregular rows
+    full = np.full((len(grid), values.shape[1]), np.nan)
+    full[grid.get_indexer(timestamps)] = values
+    missing = grid[~grid.isin(timestamps)]
+    note = (
+        f"{len(missing)} timestamp{'s' * (len(missing) > 1)} missing from the {freq} grid (first {missing[0]}) "
+        "became unobserved steps"
+    )
+    return grid, full, (note,)
+
+
+def fill_the_grids(
+    timestamps: pd.DatetimeIndex,
+    values: np.ndarray,
+    freq: str,
+    bounds: np.ndarray,
+    names: tuple[str, ...],
+    lines: np.ndarray,
+) -> tuple[pd.DatetimeIndex, np.ndarray, np.ndarray, tuple[str, ...]]:
+    """Each series of a long file on its own `freq` grid, missing timestamps as rows of NaN; a series off
+    the grid (another frequency, or too sparse to be gappy) is an error naming it and its line."""
+    offset = to_offset(freq)
+    try:
+        step = offset.nanos
+    except ValueError:  # a calendar step (months, business days): lay out each series' grid
+        step = None
+    as_ns = timestamps.as_unit("ns").asi8
+    starts_ns = as_ns[bounds[:-1]]  # (n_ids,) each series' first timestamp
+    series = np.repeat(np.arange(len(names)), np.diff(bounds))
+    if step is not None:
+        position = as_ns - starts_ns[series]
+        off_grid = position % step != 0
+        position //= step
+    else:
+        position = np.empty(len(timestamps), dtype=np.int64)
+        off_grid = np.zeros(len(timestamps), dtype=bool)
+        for i in range(len(names)):
+            rows = slice(int(bounds[i]), int(bounds[i + 1]))
+            grid = _grid(timestamps[rows], offset)
+            found = grid.get_indexer(timestamps[rows]) if grid is not None else -np.ones(rows.stop - rows.start)
+            off_grid[rows] = found < 0
+            position[rows] = np.maximum(found, 0)
+    lengths = position[bounds[1:] - 1] + 1  # (n_ids,) grid steps from each series' first to last timestamp
+    sparse = np.flatnonzero(lengths > 2 * np.diff(bounds))
+    if off_grid.any() or len(sparse):
+        i = int(np.flatnonzero(off_grid)[0]) if off_grid.any() else int(bounds[sparse[0] + 1]) - 1
+        s = int(series[i])
+        raise DataError(
+            f"series {names[s]!r} is not on the {freq} grid of the other series: {timestamps[i]} at line {lines[i]} "
+            f"(the series starts at {timestamps[int(bounds[s])]}); give every series the same frequency, "
+            "or fill its gaps"
+        )
+    new_bounds = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    rows = new_bounds[series] + position
+    full = np.full((int(new_bounds[-1]), values.shape[1]), np.nan)
+    full[rows] = values
+    new_series = np.repeat(np.arange(len(names)), lengths)
+    steps_in = np.arange(int(new_bounds[-1])) - new_bounds[new_series]
+    if step is not None:
+        nanos = starts_ns[new_series] + steps_in * step  # (n_rows,) ns since the epoch (UTC when tz-aware)
+        grid = pd.DatetimeIndex(nanos.view("M8[ns]"), name=timestamps.name)
+        if timestamps.tz is not None:
+            grid = grid.tz_localize("UTC").tz_convert(timestamps.tz)
+        grid = grid.as_unit(timestamps.unit)
+    else:
+        grid = timestamps[:0].append(
+            [pd.date_range(timestamps[int(bounds[i])], periods=int(lengths[i]), freq=offset) for i in range(len(names))]
+        )
+    n_missing = int(new_bounds[-1]) - len(timestamps)
+    notes = ()
+    if n_missing:
+        gappy = np.flatnonzero(lengths > np.diff(bounds))
+        notes = (
+            f"{n_missing} timestamp{'s' * (n_missing > 1)} missing from the {freq} grids of {len(gappy)} series "
+            f"(first in {names[gappy[0]]!r}) became unobserved steps",
+        )
+    return grid, full, new_bounds, notes
+
+
+def _irregular(timestamps: pd.DatetimeIndex, lines: np.ndarray, expected: str) -> DataError:
+    """Name the first gap: a step that differs from the spacing of the first (or last) rows."""
+    if expected:
+        fix = f"fill the gap so rows are {expected} apart as in training"
+    else:
+        fix = "fill the gap or state the frequency with --freq"
+    step = _guess_step(timestamps)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # offsets without a vectorised add
+            off_step = np.flatnonzero((timestamps[:-1] + step) != timestamps[1:])
+    except (ValueError, OverflowError):
+        off_step = np.array([], dtype=int)
+    if not len(off_step):
+        return DataError(f"cannot infer the frequency of the timestamps (steps of {step.freqstr}); {fix}")
+    i = int(off_step[0])
+    return DataError(
+        f"irregular spacing: a step of {timestamps[i + 1] - timestamps[i]} from {timestamps[i]} (line {lines[i]}) "
+        f"to {timestamps[i + 1]} (line {lines[i + 1]}) where {step.freqstr} steps were expected; {fix}"
+    )
