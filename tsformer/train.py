@@ -124,8 +124,7 @@ def _train(
     state = _restore(train_state, previous, model, optimizer) if previous is not None else LoopState()
     if folder is not None and previous is None:
         save_config(cfg, folder.path / CONFIG_FILE)
-    static_from = "" if data.frame.static is None else "table" if static is not None or cfg.data.static_path else "data"
-    runner = _Runner(cfg, data, model, optimizer, out_dir, folder, ctx, show_progress, static_from)
+    runner = _Runner(cfg, data, model, optimizer, out_dir, folder, ctx, show_progress)
     runner.best_state = best_so_far  # a resumed run's best weights are its model.pt
     if not state.finished:
         runner.loop(state, train_windows, val_windows)
@@ -137,14 +136,14 @@ def _train(
         calibration_model = _train_calibration_model(calibration_cfg, where, source, static, show_progress)
     predictor, decision = choose_and_calibrate(runner.predictor(model), val_windows, data, calibration_model)
     summary = TrainSummary(
-        best_epoch=state.best_epoch,
-        best_val_loss=state.best_val,
-        epochs_run=state.epoch,
-        train_seconds=state.train_seconds,
-        n_parameters=sum(p.numel() for p in model.parameters()),
-        n_train_windows=len(train_windows),
-        n_val_windows=len(val_windows),
-        lines=tuple(decision.lines()),
+        state.best_epoch,
+        state.best_val,
+        state.epoch,
+        state.train_seconds,
+        sum(p.numel() for p in model.parameters()),
+        len(train_windows),
+        len(val_windows),
+        tuple(decision.lines()),
     )
     predictor = predictor.replace(summary=summary, data=data)
     if folder is not None:
@@ -174,9 +173,11 @@ def _train_calibration_model(
     try:
         return _train(cfg, out_dir, folder, False, show_progress, source, static)
     except Interrupted:
-        resume = f"tsformer train --resume --out {out_dir.parent}" if out_dir is not None else "train again"
+        if out_dir is None:
+            raise Interrupted("training stopped while the calibration model trained (in memory: none kept)") from None
         raise Interrupted(
-            f"training stopped while the calibration model trained; the run's own model is saved. Resume with: {resume}"
+            "training stopped while the calibration model trained; the run's own model is saved. "
+            f"Resume with: tsformer train --resume --out {out_dir.parent}"
         ) from None
     except TrainingError as exc:
         raise TrainingError(f"the calibration model (train.interval_calibration=refit) failed: {exc}") from None
@@ -256,10 +257,8 @@ class _Runner:
         folder: runfolder.RunFolder | None,
         ctx: distributed.Dist,
         show_progress: bool,
-        static_from: str = "",
     ):
         self.cfg, self.data, self.model, self.optimizer = cfg, data, model, optimizer
-        self.static_from = static_from  # where the static covariates came from: "", "data" or "table"
         self.out_dir, self.folder, self.ctx = out_dir, folder, ctx  # folder: None on ranks that do not write
         self.wrapped = distributed.wrap(model, ctx)
         self.show_progress = show_progress and ctx.is_main
@@ -408,7 +407,7 @@ class _Runner:
             model=model,
             static=None if frame.static is None else frame.static[list(data.layout.static)].reset_index(drop=True),
             static_scale=data.static_scale,
-            static_from=self.static_from,
+            static_from=frame.static_from,
             data_fingerprint=data.fingerprint,
         )
 

@@ -57,6 +57,7 @@ class SeriesFrame:
     future_names: tuple[str, ...] = ()  # data.future_covs
     future: np.ndarray | None = None  # (n_rows, n_future) float32, NaN where missing
     static: pd.DataFrame | None = None  # one row per series (in `keys` order), its static covariates as read
+    static_from: str = ""  # where they came from: "table" (one row per series) or "data" (the data's own columns)
     bounds: np.ndarray | None = None  # (n_ids + 1,) row where each series starts, then n_rows; None: one series
 
     def __post_init__(self) -> None:
@@ -201,6 +202,7 @@ def _read(
         future_names=future_names,
         future=future,
         static=static_table,
+        static_from="" if static_table is None else "data" if in_table else "table",
     )
 
 

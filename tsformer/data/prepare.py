@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -20,7 +19,7 @@ from pandas.tseries.frequencies import to_offset
 
 from tsformer.config import Config, resolve_auto
 from tsformer.data.calendar import calendar_features, calendar_names, cycle_phase
-from tsformer.data.loader import SeriesFrame, read_series
+from tsformer.data.loader import SeriesFrame, Source, read_series
 from tsformer.data.split import Scaler, SplitBorders, split_borders, window_counts, window_target_starts
 from tsformer.data.static import StaticScale, encode_static, static_roles
 from tsformer.data.windows import SeriesInputs, WindowIndex
@@ -88,9 +87,7 @@ def panel_min_history(split: str, context_len: int, horizon: int) -> int:
     return min(context_len, horizon) if split == "train" else 1
 
 
-def training_data(
-    cfg: Config, source: str | Path | pd.DataFrame | None = None, static: str | Path | pd.DataFrame | None = None
-) -> Prepared:
+def training_data(cfg: Config, source: Source | None = None, static: Source | None = None) -> Prepared:
     """Training's data in its three steps: read `source` (a path or DataFrame; default cfg.data.path), choose
     the automatic sizes, prepare."""
     if source is None and not cfg.data.path:
@@ -213,26 +210,25 @@ def forecast_index(
 def _extended(frame: SeriesFrame, horizon: int, ahead: pd.DatetimeIndex, future: np.ndarray | None) -> SeriesFrame:
     """`frame` with `horizon` rows after each series' last (timestamps `ahead`, series after series): unobserved
     targets and past-only covariates, and the known-future covariates `future` (n_ids, horizon, n_future)."""
-    n_ids = frame.n_ids
-    new_bounds = frame.bounds + horizon * np.arange(n_ids + 1)
-    old_rows = np.concatenate([np.arange(new_bounds[i], new_bounds[i] + frame.lengths[i]) for i in range(n_ids)])
-    new_rows = np.setdiff1d(np.arange(new_bounds[-1]), old_rows)  # the horizon of each series, in order
+    new_bounds = frame.bounds + horizon * np.arange(frame.n_ids + 1)
+    old_rows = np.arange(frame.n_rows) + horizon * frame.id_of_rows()  # each row's place among the new ones
+    new_rows = (new_bounds[1:, None] - horizon + np.arange(horizon)).reshape(-1)  # the horizon of each series
 
-    def grown(block: np.ndarray | None, after: np.ndarray | None = None) -> np.ndarray | None:
+    def grown(block: np.ndarray | None, after: np.ndarray | None = None, empty=np.nan) -> np.ndarray | None:
         if block is None:
             return None
-        out = np.full((int(new_bounds[-1]), block.shape[1]), np.nan, dtype=block.dtype)
+        out = np.full((int(new_bounds[-1]), block.shape[1]), empty, dtype=block.dtype)
         out[old_rows] = block
         if after is not None:
             out[new_rows] = after.reshape(-1, block.shape[1])
         return out
 
-    timestamps = frame.timestamps.append(ahead)[np.argsort(np.concatenate([old_rows, new_rows]), kind="stable")]
+    order = np.argsort(np.concatenate([old_rows, new_rows]), kind="stable")  # old rows, then the new, into place
     return dataclasses.replace(
         frame,
-        timestamps=pd.DatetimeIndex(timestamps, name=frame.timestamps.name),
+        timestamps=pd.DatetimeIndex(frame.timestamps.append(ahead)[order], name=frame.timestamps.name),
         values=grown(frame.values),
-        observed=grown(frame.observed.astype(np.float32)) == 1,
+        observed=grown(frame.observed, empty=False),
         past=grown(frame.past),
         future=grown(frame.future, future),
         bounds=new_bounds,
