@@ -48,9 +48,24 @@ def test_backtest_forecasts_equal_evaluates_on_the_windows_they_share(run, monke
     assert (result.summary.origin == "all").sum() == 3
 
 
-def test_origins_inside_the_training_data_are_refused(run):
-    with pytest.raises(DataError, match="inside the data the model was trained or selected on"):
-        backtest_run(run, windows=20, step=4)  # reaches back past row 168, where training targets end
+def test_origins_inside_the_training_data_are_refused_saying_how_many_fit(run):
+    with pytest.raises(DataError, match="inside the data the model was trained or selected on") as caught:
+        backtest_run(run, windows=20, step=4)  # reaches back past row 192, where validation targets end
+    assert "12 origins 4 steps apart fit there: ask for --windows 12 or fewer" in str(caught.value)
+
+
+def test_a_default_backtest_takes_every_origin_that_fits_after_validation_and_says_so(run):
+    result = invoke("backtest", run)  # rows 192-239 are the test split: 12 origins of horizon 4
+    assert result.exit_code == 0, result.output
+    assert "12 origins, 4 steps apart: all that fit after the run's validation split" in result.stderr
+    assert result.stdout.count("\n2024-01-") == 12 and result.stdout.strip().splitlines()[-1].startswith("all")
+
+
+def test_refit_without_a_config_refits_with_the_runs_own(run):
+    result = invoke("backtest", run, "--refit", "--windows", "2")
+    assert result.exit_code == 0, result.output
+    assert "fold 1: trained on rows 0.." in result.stderr and "fold 2" in result.stderr
+    assert not (run / "fold_1").exists()  # the folds train in memory
 
 
 def test_the_cli_writes_the_long_csv_and_the_plot(run, tmp_path):
@@ -66,7 +81,11 @@ def test_the_cli_writes_the_long_csv_and_the_plot(run, tmp_path):
         invoke("backtest", run, "--windows", "30", "--step", "4"),
         "inside the data the model was trained or selected on",
     )
-    assert_error(invoke("backtest", tmp_path / "folds", "--refit"), "--refit trains each fold from a config")
+    assert_error(  # --refit without --config refits the run's own: this is no run
+        invoke("backtest", tmp_path / "folds", "--refit"),
+        "run",
+        "folds not found; give a run folder made by tsformer train",
+    )
 
 
 def test_refit_trains_each_fold_on_the_rows_before_its_origin(tmp_path):
@@ -133,3 +152,11 @@ def test_backtest_of_a_long_format_run_covers_every_series(tmp_path):
 
     rows = format_summary(result).splitlines()[1:]
     assert len({len(row) for row in rows}) == 1  # a span of origins widens the column; the rows stay aligned
+
+
+def test_daily_origins_and_steps_are_dates(tmp_path):
+    csv = write_csv(tmp_path / "daily.csv", make_frame(n_rows=240, freq="D"))
+    train(tiny_config(csv), tmp_path / "run", show_progress=False)
+    result = backtest_run(tmp_path / "run", windows=2, step=4)
+    assert result.summary["origin"].iloc[0] == "2024-08-19" and set(result.summary["origin"]) >= {"all"}
+    assert result.forecasts["date"].iloc[0] == "2024-08-20" and "00:00:00" not in result.forecasts["origin"].iloc[0]

@@ -18,6 +18,13 @@ def test_every_command_has_help_with_an_example(command):
     assert f"Example: tsformer {command}" in result.output
 
 
+def test_the_version_is_printed():
+    import tsformer
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"tsformer {tsformer.__version__}"
+
+
 def test_train_evaluate_predict_check(tiny_csv, tmp_path):
     run = tmp_path / "run"
     result = runner.invoke(app, ["train", str(tiny_csv), "--out", str(run), "--quiet", *TINY_FLAGS])
@@ -48,7 +55,7 @@ def test_predict_to_stdout(tiny_csv, tmp_path):
     runner.invoke(app, ["train", str(tiny_csv), "--out", str(run), "--quiet", *TINY_FLAGS, "--target", "b"])
     result = runner.invoke(app, ["predict", str(run), str(tiny_csv)])
     assert result.exit_code == 0
-    assert result.stdout.splitlines()[0] == "date,b,b_lower_80,b_upper_80,b_lower_95,b_upper_95"
+    assert result.stdout.splitlines()[0] == "date,b,b_lower_80,b_upper_80,b_lower_95,b_upper_95,forecaster"
     assert len(result.stdout.splitlines()) == 5
 
 

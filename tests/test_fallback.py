@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -90,3 +92,36 @@ def test_no_fallback_always_uses_the_model(tmp_path):
     _, run, output = _train(tmp_path, walk, "--no-fallback")
     assert load_predictor(run / "model.pt").fallback == (("model",),)
     assert output.strip().splitlines()[-1].endswith("using the model")
+
+
+def test_every_forecast_row_names_its_forecaster_and_predict_says_when_it_is_not_the_model(tmp_path):
+    walk = np.cumsum(np.random.default_rng(0).normal(size=600)) + 100  # repeat-last beats the model
+    csv, run, _ = _train(tmp_path, walk)
+    result = CliRunner().invoke(app, ["predict", str(run), str(csv)])
+    assert result.exit_code == 0, result.output
+    forecast = pd.read_csv(io.StringIO(result.stdout))
+    assert list(forecast.columns)[-1] == "forecaster" and (forecast["forecaster"] == "repeat_last").all()
+    assert (
+        "forecast by a naive forecaster, which beat the model on validation: y by repeat-last (the forecaster "
+        "column names each row's; --no-fallback ships the model everywhere)"
+    ) in result.stderr
+    report = evaluate_run(run, write=False)  # the model's own row beside the shipped one
+    assert list(report.scores) == ["model", "model_alone", "repeat_last", "seasonal_naive"]
+    assert report.scores["model_alone"]["mean"]["mse"] > report.scores["model"]["mean"]["mse"]
+    (tmp_path / "plain").mkdir()
+    plain = _train(tmp_path / "plain", walk, "--no-fallback")[1]
+    quiet = CliRunner().invoke(app, ["predict", str(plain), str(csv)])
+    assert "naive forecaster" not in quiet.stderr
+    assert set(pd.read_csv(io.StringIO(quiet.stdout))["forecaster"]) == {"model"}
+    assert "model_alone" not in evaluate_run(plain, write=False).scores  # nothing to show beside the model
+
+
+def test_several_targets_and_series_name_their_forecaster_per_column():
+    from tsformer.fallback import chosen, not_the_model
+
+    choice = (("model", "repeat_last"), ("seasonal_naive", "model"))  # two series, two columns
+    names = chosen(choice, np.array([0, 1, -1]), 2)  # -1: a series not trained on, which the model forecasts
+    assert names.tolist() == [["model", "repeat_last"], ["seasonal_naive", "model"], ["model", "model"]]
+    line = not_the_model(names, ("a", "b"), per_series=True)
+    assert "a in 1 of 3 series (seasonal naive in 1); b in 1 of 3 series (repeat-last in 1)" in line
+    assert not_the_model(chosen((), np.array([0]), 2), ("a", "b"), per_series=False) == ""

@@ -227,7 +227,9 @@ def test_the_cli_trains_evaluates_and_predicts_long_format(long_csv, tmp_path):
     assert "3 series, split one by one" in result.stderr
     result = invoke("evaluate", run)
     assert (
-        result.exit_code == 0 and "test windows: 3 of 3 series" in result.stdout and "ten worst series" in result.stdout
+        result.exit_code == 0
+        and "test windows: 3 (every window, stride 1) in 3 series" in result.stdout
+        and "ten worst series" in result.stdout
     )
     out = tmp_path / "forecast.csv"
     result = invoke("predict", run, long_csv, "--out", out, "--plot", tmp_path / "fan.png")

@@ -22,7 +22,9 @@ def run(tmp_path_factory):
 def test_forecast_continues_the_timestamps(run, tmp_path):
     forecast = predict_run(run, write_csv(tmp_path / "h.csv", make_frame(100))).frame
     bands = [f"{side}_{level}" for level in ("80", "95") for side in ("lower", "upper")]
-    assert list(forecast.columns) == ["date", "a", *(f"a_{b}" for b in bands), "b", *(f"b_{b}" for b in bands)]
+    assert list(forecast.columns) == [
+        "date", "a", *(f"a_{b}" for b in bands), "a_forecaster", "b", *(f"b_{b}" for b in bands), "b_forecaster"
+    ]  # fmt: skip
     assert (forecast["a_lower_95"] <= forecast["a_lower_80"]).all() and (forecast["a_lower_80"] <= forecast["a"]).all()
     assert (forecast["a"] <= forecast["a_upper_80"]).all() and (forecast["a_upper_80"] <= forecast["a_upper_95"]).all()
     assert forecast["date"].iloc[0] == pd.Timestamp("2024-01-05 04:00") and len(forecast) == 4
@@ -31,7 +33,7 @@ def test_forecast_continues_the_timestamps(run, tmp_path):
 
 def test_history_shorter_than_the_context_is_padded(run, tmp_path):
     forecast = predict_run(run, write_csv(tmp_path / "short.csv", make_frame(5))).frame
-    values = forecast.drop(columns="date").to_numpy()
+    values = forecast.select_dtypes("number").to_numpy()
     assert values.shape == (4, 10) and np.isfinite(values).all()  # 2 columns, each with 2 intervals
 
 

@@ -316,3 +316,15 @@ def test_resume_refuses_data_that_changed_since_the_run_started(series_csv, tmp_
         f"start a new run instead (tsformer train ... --out NEW_FOLDER, or --overwrite to replace {run})"
     )
     assert load_train_state(run / LAST_FILE)[1]["loop"]["epoch"] == 1
+
+
+def test_resuming_a_finished_run_rewrites_its_history_from_last_pt(series_csv, tmp_path):
+    """A kill between writing last.pt and history.csv leaves history.csv an epoch short; --resume of the
+    (finished) run writes it whole from the history last.pt holds."""
+    cfg = _tiny_config(series_csv, epochs=2)
+    run = tmp_path / "run"
+    train(cfg, run, show_progress=False)
+    whole = (run / "history.csv").read_text()
+    (run / "history.csv").write_text("".join(whole.splitlines(keepends=True)[:-1]))  # the last epoch lost
+    train(cfg, run, resume=True, show_progress=False)
+    assert (run / "history.csv").read_text() == whole

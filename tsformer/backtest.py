@@ -22,6 +22,7 @@ import pandas as pd
 import torch
 
 from tsformer.data import Prepared, SeriesFrame
+from tsformer.data.timestamps import as_text
 from tsformer.errors import DataError
 from tsformer.fallback import FORECASTERS
 from tsformer.files import atomic_open
@@ -40,6 +41,33 @@ class BacktestResult:
     notes: tuple[str, ...] = ()
 
 
+def first_rows(frame: SeriesFrame, start: str | None) -> np.ndarray | None:
+    """(n_ids,) the row of each series' first step at or after `start` (None without one)."""
+    if start is None:
+        return None
+    try:
+        when = pd.Timestamp(start)
+    except ValueError:
+        raise DataError(
+            f"--start {start!r} is not a date; write it like the timestamps, e.g. {frame.timestamps[0]}"
+        ) from None
+    if (when.tz is None) != (frame.timestamps.tz is None):
+        raise DataError(
+            f"--start {start!r} and the timestamps differ in having a UTC offset; write it like them, e.g. "
+            f"{frame.timestamps[0]}"
+        )
+    return np.array([frame.timestamps[frame.rows_of(i)].searchsorted(when) for i in range(frame.n_ids)])
+
+
+def origins_that_fit(frame: SeriesFrame, after: np.ndarray, horizon: int, step: int, start: str | None) -> int:
+    """How many origins `step` apart fit in every series between row `after` (n_ids,) and its end (stepping back
+    from the end, or forward from `start`); 0 when none does."""
+    first = first_rows(frame, start)
+    lowest = after if first is None else np.where(first >= after, first, np.iinfo(np.int64).max)
+    room = frame.lengths - horizon - lowest  # rows from the lowest allowed origin to the last possible one
+    return int(max(0, (room // step + 1).min()))
+
+
 def origin_rows(frame: SeriesFrame, horizon: int, windows: int, step: int, start: str | None) -> np.ndarray:
     """(n_ids, windows) each origin's row within each series: the first step forecast from it.
 
@@ -50,19 +78,7 @@ def origin_rows(frame: SeriesFrame, horizon: int, windows: int, step: int, start
         last = lengths - horizon  # (n_ids,)
         rows = last[:, None] - step * np.arange(windows)[::-1][None, :]
     else:
-        try:
-            when = pd.Timestamp(start)
-        except ValueError:
-            raise DataError(
-                f"--start {start!r} is not a date; write it like the timestamps, e.g. {frame.timestamps[0]}"
-            ) from None
-        if (when.tz is None) != (frame.timestamps.tz is None):
-            raise DataError(
-                f"--start {start!r} and the timestamps differ in having a UTC offset; write it like them, e.g. "
-                f"{frame.timestamps[0]}"
-            )
-        first = np.array([frame.timestamps[frame.rows_of(i)].searchsorted(when) for i in range(len(lengths))])
-        rows = first[:, None] + step * np.arange(windows)[None, :]
+        rows = first_rows(frame, start)[:, None] + step * np.arange(windows)[None, :]
     bad = (rows < 1) | (rows + horizon > lengths[:, None])
     if bad.any():
         i = int(np.flatnonzero(bad.any(axis=1))[0])
@@ -75,24 +91,39 @@ def origin_rows(frame: SeriesFrame, horizon: int, windows: int, step: int, start
 
 
 def backtest(
-    predictor: Predictor, data: Prepared, windows: int = 20, step: int = 0, start: str | None = None
+    predictor: Predictor, data: Prepared, windows: int | None = None, step: int = 0, start: str | None = None
 ) -> BacktestResult:
     """Forecast at `windows` origins `step` apart (default: the horizon) with the predictor (its model, fallback
-    and intervals) on `data` (read by `Predictor.read`), and score each."""
-    horizon = predictor.horizon
-    rows = origin_rows(data.frame, horizon, windows, step or horizon, start)
+    and intervals) on `data` (read by `Predictor.read`), and score each. Every origin must come after the run's
+    validation (which chose the epoch, the fallback and the intervals); `windows` None takes all that fit."""
+    horizon, frame = predictor.horizon, data.frame
+    step = step or horizon
+    fit = origins_that_fit(frame, data.borders.val_end, horizon, step, start)
+    notes = ()
+    if windows is None:
+        if not fit:
+            raise DataError(
+                f"no origin {step} steps apart fits after the run's validation split (each needs {horizon} steps "
+                "after it); give a smaller --step or a later --start, or retrain at each origin with --refit"
+            )
+        windows = fit
+        notes = (f"{fit} origins, {step} steps apart: all that fit after the run's validation split (--windows N "
+                 "for fewer)",)  # fmt: skip
+    rows = origin_rows(frame, horizon, windows, step, start)
     inside = rows < data.borders.val_end[:, None]  # training targets, or validation (early stopping, fallback)
     if inside.any():
         i, k = (int(v[0]) for v in np.nonzero(inside))
-        where = f" of series {data.frame.names[i]!r}" if predictor.id_cols else ""
-        first = data.frame.timestamps[int(data.frame.bounds[i] + data.borders.val_end[i])]
-        cutoff = data.frame.timestamps[int(data.frame.bounds[i] + rows[i, k]) - 1]
+        where = f" of series {frame.names[i]!r}" if predictor.id_cols else ""
+        first = frame.timestamps[int(frame.bounds[i] + data.borders.val_end[i])]
+        cutoff = frame.timestamps[int(frame.bounds[i] + rows[i, k]) - 1]
         raise DataError(
             f"origin {cutoff}{where} lies inside the data the model was trained or selected on (its training "
-            f"and validation targets end before {first}); without --refit every origin must come after them: "
-            "ask for fewer --windows, a later --start, or retrain at each origin with --refit"
+            f"and validation targets end before {first}); without --refit every origin must come after them, and "
+            f"{fit} origin{'s' * (fit != 1)} {step} steps apart fit there: ask for --windows {max(fit, 1)} or fewer, "
+            "a later --start, or retrain at each origin with --refit"
         )
-    return score_origins(predictor, data, rows)
+    result = score_origins(predictor, data, rows)
+    return dataclasses.replace(result, notes=notes)
 
 
 def score_origins(predictor: Predictor, data: Prepared, rows: np.ndarray) -> BacktestResult:
@@ -126,7 +157,7 @@ def score_origins(predictor: Predictor, data: Prepared, rows: np.ndarray) -> Bac
                 scale[keep],
                 None if observed is None else observed[keep],
             )["mean"]
-            summary.append({"origin": _origin_label(cutoffs[keep]), "forecaster": name, **s})
+            summary.append({"origin": _origin_label(cutoffs[keep], frame.timestamps), "forecaster": name, **s})
     for name in FORECASTERS:
         s = score(forecasts[name].numpy(), truth, mean, std, frame.columns, scale, observed)["mean"]
         summary.append({"origin": "all", "forecaster": name, **s})
@@ -134,11 +165,11 @@ def score_origins(predictor: Predictor, data: Prepared, rows: np.ndarray) -> Bac
     return BacktestResult(table, pd.DataFrame(summary))
 
 
-def _origin_label(cutoffs: pd.DatetimeIndex) -> str:
+def _origin_label(cutoffs: pd.DatetimeIndex, like: pd.DatetimeIndex) -> str:
     """A fold's origin: the last step its forecasts may read, or the span of those of its series when
-    they differ (series that end at different times)."""
-    first, last = cutoffs.min(), cutoffs.max()
-    return str(first) if first == last else f"{first} to {last}"
+    they differ (series that end at different times); dates alone for daily and longer data (`like`)."""
+    first, last = as_text(pd.DatetimeIndex([cutoffs.min(), cutoffs.max()]), like)
+    return first if first == last else f"{first} to {last}"
 
 
 def _long_table(predictor, frame, shipped: Forecasts, truth, observed, starts, ids, cutoffs) -> pd.DataFrame:
@@ -146,13 +177,13 @@ def _long_table(predictor, frame, shipped: Forecasts, truth, observed, starts, i
     horizon, n_targets = truth.shape[1], truth.shape[2]
     n = len(starts)
     columns: dict[str, np.ndarray] = {
-        "origin": np.repeat(np.asarray(cutoffs.astype(str)), horizon * n_targets),
+        "origin": np.repeat(as_text(cutoffs, frame.timestamps), horizon * n_targets),
     }
     key_rows = np.repeat(ids, horizon * n_targets)  # each row's series
     for j, name in enumerate(predictor.id_cols):
         columns[name] = np.array([key[j] for key in frame.keys], dtype=object)[key_rows]
     steps = (starts[:, None] + np.arange(horizon)[None, :]).reshape(-1)  # (N * H,)
-    columns[predictor.time_col] = np.repeat(np.asarray(frame.timestamps[steps].astype(str)), n_targets)
+    columns[predictor.time_col] = np.repeat(as_text(frame.timestamps[steps], frame.timestamps), n_targets)
     columns["target"] = np.tile(np.array(frame.columns, dtype=object), n * horizon)
     columns["forecast"] = shipped.units(shipped.point).reshape(-1)
     for level, lower, upper in shipped.bounds():

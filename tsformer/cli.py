@@ -53,9 +53,20 @@ def domain_errors(command: Callable) -> Callable:
     return wrapper
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from tsformer import __version__
+
+        typer.echo(f"tsformer {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def main_options(
     debug: bool = typer.Option(False, "--debug", help="Show the traceback behind an error."),
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
 ) -> None:
     _debug["on"] = debug
 
@@ -237,10 +248,19 @@ def predict(
 @app.command()
 @domain_errors
 def backtest(
-    run: Path | None = typer.Argument(None, help="Run folder (or its model.pt); with --refit, a folder for the folds."),
-    config: Path | None = typer.Option(None, "--config", "-c", help="With --refit: the config to train each fold."),
+    run: Path | None = typer.Argument(
+        None, help="Run folder (or its model.pt); with --refit and --config, a folder for the folds."
+    ),
+    config: Path | None = typer.Option(
+        None, "--config", "-c", help="With --refit: the config to train each fold (default: the run's own)."
+    ),
     csv: Path | None = typer.Option(None, "--csv", help="Backtest on this CSV instead of the run's (or config's)."),
-    windows: int = typer.Option(20, "--windows", min=1, help="How many origins."),
+    windows: int | None = typer.Option(
+        None,
+        "--windows",
+        min=1,
+        help="How many origins (default: every one that fits after the run's validation; with --refit, 5).",
+    ),
     step: int = typer.Option(0, "--step", min=0, help="Steps between origins (default: the horizon)."),
     start: str | None = typer.Option(None, "--start", help="First origin at or after this date (default: the end)."),
     refit: bool = typer.Option(False, "--refit", help="Train a new model at each origin on the data before it."),
@@ -256,13 +276,16 @@ def backtest(
 
     if refit:
         from tsformer.config import load_config, with_data_path
+        from tsformer.predictor import load_predictor
 
-        if config is None or run is None:
-            fail("--refit trains each fold from a config: tsformer backtest FOLDS_DIR --config CONFIG --refit")
-        cfg = load_config(config)
+        if run is None:
+            fail("--refit trains a model per origin: tsformer backtest RUN --refit (the run's config), or "
+                 "tsformer backtest FOLDS_DIR --config CONFIG --refit")  # fmt: skip
+        folds = run if config is not None else None  # with the run's own config, the folds stay in memory
+        cfg = load_config(config) if config is not None else load_predictor(run).config
         if csv is not None:
             cfg = with_data_path(cfg, csv)
-        result = refit_backtest(cfg, run, windows, step, start, out=out, plot=plot)
+        result = refit_backtest(cfg, folds, windows or 5, step, start, out=out, plot=plot)
     else:
         if run is None or config is not None:
             fail("give a trained run folder (tsformer backtest RUN), or --config with --refit")

@@ -17,6 +17,7 @@ import pandas as pd
 import torch
 
 from tsformer.data import Prepared, SeriesFrame
+from tsformer.data.timestamps import as_text
 from tsformer.files import atomic_write_text
 from tsformer.intervals import CALIBRATIONS, coverage, interval_quantiles, label, msis, quantile_loss, quantile_pairs
 from tsformer.metrics import score, score_by_series
@@ -43,7 +44,9 @@ class EvalReport:
     horizon: int
     season: int
     columns: tuple[str, ...]
-    scores: dict[str, dict]  # "model" (with its fallback), "repeat_last", "seasonal_naive" -> score()
+    # "model" (with its fallback: what predict ships), "model_alone" (the model everywhere; only when the fallback
+    # chose a naive forecaster somewhere), "repeat_last", "seasonal_naive" -> score()
+    scores: dict[str, dict]
     fallback: tuple[tuple[str, ...], ...] = ()  # per series and column, the forecaster chosen on validation
     intervals: dict[str, dict] = dataclasses.field(default_factory=dict)  # level label -> coverage, width, MSIS
     quantile_loss: dict = dataclasses.field(default_factory=dict)  # the intervals' implied quantiles -> WQL
@@ -57,8 +60,9 @@ class EvalReport:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
 
     def table(self) -> pd.DataFrame:
-        """One row per forecaster: its mean metrics over columns (and series), and for the model each interval's
-        coverage, width and MSIS (`coverage_80`, `width_80`, `msis_80`, ...)."""
+        """One row per forecaster (`model` is what predict ships; `model_alone`, when the fallback chose a naive
+        forecaster somewhere, the model everywhere): its mean metrics over columns (and series), and for the
+        shipped model each interval's coverage, width and MSIS (`coverage_80`, `width_80`, `msis_80`, ...)."""
         rows = []
         for name, scores in self.scores.items():
             row = {"forecaster": name, **scores["mean"]}
@@ -79,7 +83,10 @@ def evaluate(predictor: Predictor, data: Prepared, split: str = "test") -> EvalR
     ids = windows.series()  # (N,) each window's series
     shipped = predictor.forecast(cut, ids)
     season = predictor.season
-    forecasts = {"model": shipped.point, **{k: v for k, v in shipped.each.items() if k != "model"}}  # (N, H, C)
+    forecasts = {"model": shipped.point}  # (N, H, C) each: what predict ships, then the model alone where it differs
+    if (shipped.chosen != "model").any():
+        forecasts["model_alone"] = shipped.each["model"]
+    forecasts |= {name: f for name, f in shipped.each.items() if name != "model"}
     stats = shipped.mean, shipped.std, data.mase_scales(season)[ids]  # (N, C) each
     truth_mask = None if truth_observed is None else truth_observed.numpy()
     columns = predictor.layout.targets
@@ -266,43 +273,47 @@ def _quantile_scores(shipped: Forecasts, cut, quantiles: tuple[float, ...]) -> d
 
 
 def _plot_windows(contexts, truth, forecast, data: Prepared, ids: np.ndarray, by_series, path: Path) -> None:
-    """Three test windows of the last column: for one series, the first, middle and last; for many, the
-    windows of the series with the lowest, the median and the highest model MASE."""
+    """Three scored windows of the last column, titled with the date of their first forecast step: for one
+    series, the first, middle and last; for many, those of the series with the lowest, the median and the
+    highest model MASE."""
     from tsformer.plots import plot_windows
 
-    j = len(data.frame.columns) - 1  # the last column (often the target of interest, e.g. OT)
-    column = data.frame.columns[j]
+    frame = data.frame
+    j = len(frame.columns) - 1  # the last column (often the target of interest, e.g. OT)
+    column = frame.columns[j]
+    starts, _ = data.target_starts("test")
     if by_series is None or by_series.empty:
         picks = np.linspace(0, len(contexts) - 1, 3).round().astype(int).tolist()
-        starts, _ = data.target_starts("test")
-        titles = [f"{column}, test window starting at row {int(starts[i])}" for i in picks]
+        titles = [f"{column}, forecast from {_when(frame, starts[i])}" for i in picks]
     else:
         ranked = by_series[by_series["column"] == column].sort_values("mase")
         chosen = ranked.iloc[[0, len(ranked) // 2, len(ranked) - 1]]
-        names = ["/".join(str(v) for v in row) for row in chosen[list(data.frame.id_cols)].itertuples(index=False)]
-        series = [data.frame.names.index(name) for name in names]
+        names = ["/".join(str(v) for v in row) for row in chosen[list(frame.id_cols)].itertuples(index=False)]
+        series = [frame.names.index(name) for name in names]
         picks = [int(np.flatnonzero(ids == i)[-1]) for i in series]
         titles = [
-            f"{column} of series {name!r} ({rank} MASE, {m:.3g})"
-            for name, rank, m in zip(names, ("lowest", "median", "highest"), chosen["mase"], strict=True)
+            f"{column} of series {name!r} ({rank} MASE, {m:.3g}), forecast from {_when(frame, starts[k])}"
+            for name, rank, m, k in zip(names, ("lowest", "median", "highest"), chosen["mase"], picks, strict=True)
         ]
     std, mean = data.scaler.std[ids[picks], j], data.scaler.mean[ids[picks], j]  # (3,)
 
     def original(x: torch.Tensor) -> np.ndarray:
         return x[picks, :, j].numpy() * std[:, None] + mean[:, None]
 
-    plot_windows(original(contexts), original(truth), original(forecast), titles, path)
+    plot_windows(original(contexts), original(truth), original(forecast), titles, column, path)
+
+
+def _when(frame: SeriesFrame, row: int) -> str:
+    """The timestamp of a row of the frame, as text (a date alone for daily and longer data)."""
+    return as_text(frame.timestamps[[int(row)]], frame.timestamps)[0]
 
 
 def format_report(report: EvalReport) -> str:
     """A table: one row per forecaster, averaged over columns, then the model per column (and, for many
     series, the ten worst series)."""
     name = "test" if report.split == "test" else "validation"
-    windows = (
-        f"{name} windows: {report.n_windows} of {report.n_series} series"
-        if report.worst_series or report.n_series > 1
-        else f"{name} windows: {report.n_windows} (every window, stride 1)"
-    )
+    series = f" in {report.n_series} series" if report.worst_series or report.n_series > 1 else ""
+    windows = f"{name} windows: {report.n_windows} (every window, stride 1){series}"
     lines = [
         f"{windows}   context_len {report.context_len}   horizon {report.horizon}   season {report.season}",
         "",

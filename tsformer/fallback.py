@@ -100,6 +100,34 @@ def decide(
     return Decision(columns, choice, val_mse)
 
 
+def chosen(choice: tuple[tuple[str, ...], ...], ids: np.ndarray, n_columns: int) -> np.ndarray:
+    """(N, C) the forecaster of each window's columns: `choice`'s row of its series (`ids` (N,); -1, or no
+    choice at all: the model)."""
+    table = np.array([*choice, ("model",) * n_columns], dtype=object).reshape(-1, n_columns)  # the model last
+    return table[np.asarray(ids)]
+
+
+def not_the_model(names: np.ndarray, columns: tuple[str, ...], per_series: bool) -> str:
+    """One line on the columns (and series) a naive forecaster forecasts, from `names` (S, C), one row per
+    series; "" when the model forecasts everything."""
+    parts = []
+    for j, column in enumerate(columns):
+        naive = [name for name in names[:, j] if name != "model"]
+        if not naive:
+            continue
+        if not per_series:
+            parts.append(f"{column} by {LABELS[naive[0]]}")
+            continue
+        counts = ", ".join(f"{LABELS[name]} in {naive.count(name)}" for name in FORECASTERS[1:] if name in naive)
+        parts.append(f"{column} in {len(naive)} of {len(names)} series ({counts})")
+    if not parts:
+        return ""
+    return (
+        f"forecast by a naive forecaster, which beat the model on validation: {'; '.join(parts)} (the forecaster "
+        "column names each row's; --no-fallback ships the model everywhere)"
+    )
+
+
 def apply(
     choice: tuple[tuple[str, ...], ...], forecasts: dict[str, torch.Tensor], ids: np.ndarray | None = None
 ) -> torch.Tensor:

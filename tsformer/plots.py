@@ -41,7 +41,9 @@ def plot_history(history: pd.DataFrame, path: Path) -> None:
     _save(fig, path)
 
 
-def plot_windows(context: np.ndarray, truth: np.ndarray, forecast: np.ndarray, titles: list[str], path: Path) -> None:
+def plot_windows(
+    context: np.ndarray, truth: np.ndarray, forecast: np.ndarray, titles: list[str], column: str, path: Path
+) -> None:
     """A few test windows of one column: history, truth and forecast, each (n, steps), one title each."""
     fig, axes = plt.subplots(len(titles), 1, figsize=(8, 2.2 * len(titles)), squeeze=False, constrained_layout=True)
     for i, (ax, title) in enumerate(zip(axes[:, 0], titles, strict=True)):
@@ -50,38 +52,42 @@ def plot_windows(context: np.ndarray, truth: np.ndarray, forecast: np.ndarray, t
         ax.plot(range(H), truth[i], color="tab:green", label="truth")
         ax.plot(range(H), forecast[i], color="tab:red", label="forecast")
         ax.set_title(title, fontsize=9)
+        ax.set_ylabel(column, fontsize=8)
     axes[0, 0].legend(fontsize=8)
     axes[-1, 0].set_xlabel("steps from the forecast origin")
     _save(fig, path)
 
 
-def plot_forecast(history: pd.DataFrame, forecast: pd.DataFrame, path: Path | BinaryIO) -> None:
-    """Recent history and the forecast, one panel per column of `history`, with the forecast's intervals
-    (columns NAME_lower_L / NAME_upper_L) as a fan; both frames indexed by timestamp."""
-    columns = list(history.columns)
-    fig, axes = plt.subplots(
-        len(columns), 1, figsize=(9, 2.2 * len(columns)), squeeze=False, sharex=True, constrained_layout=True
-    )
-    for ax, name in zip(axes[:, 0], columns, strict=True):
-        ax.plot(history.index, history[name], color="black", linewidth=0.8, label="history")
-        levels = sorted(
-            (c[len(f"{name}_lower_") :] for c in forecast.columns if c.startswith(f"{name}_lower_")), key=float
-        )
-        for shade, level in zip(np.linspace(0.35, 0.15, len(levels)), levels, strict=True):
-            lower, upper = forecast[f"{name}_lower_{level}"], forecast[f"{name}_upper_{level}"]
-            ax.fill_between(forecast.index, lower, upper, color="tab:red", alpha=shade, linewidth=0, label=f"{level} %")
-        ax.plot(forecast.index, forecast[name], color="tab:red", label="forecast")
-        ax.set_ylabel(name, fontsize=8)
+def plot_forecast(panels: list[tuple[str, pd.Series, pd.DataFrame]], title: str, path: Path | BinaryIO) -> None:
+    """One panel per (label, recent history, forecast): the history, the forecast and its intervals (the
+    forecast's columns lower_L / upper_L) as a fan, each panel on its own time axis (series of a long file
+    cover their own dates)."""
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 2.4 * len(panels)), squeeze=False, constrained_layout=True)
+    for ax, (label, history, forecast) in zip(axes[:, 0], panels, strict=True):
+        ax.plot(history.index, history.to_numpy(), color="black", linewidth=0.8, label="history")
+        levels = sorted((c.removeprefix("lower_") for c in forecast.columns if c.startswith("lower_")), key=float)
+        for shade, level in zip(np.linspace(0.45, 0.22, len(levels)), levels, strict=True):
+            ax.fill_between(
+                forecast.index, forecast[f"lower_{level}"], forecast[f"upper_{level}"], color="tab:red", alpha=shade,
+                linewidth=0, label=f"{level} %",
+            )  # fmt: skip
+        ax.plot(forecast.index, forecast["forecast"], color="tab:red", label="forecast")
+        ax.set_ylabel(label, fontsize=8)
+        ax.tick_params(axis="x", labelsize=7)
     axes[0, 0].legend(fontsize=8)
-    fig.autofmt_xdate()
+    axes[0, 0].set_title(title, fontsize=9)
     _save(fig, path)
 
 
 def plot_backtest(summary: pd.DataFrame, path: Path | BinaryIO) -> None:
     """MASE of each forecaster at each backtest origin (summary: origin, forecaster, mase rows)."""
     fig, ax = plt.subplots(figsize=(8, 3.5), constrained_layout=True)
-    for name, rows in summary.groupby("forecaster", sort=False):
-        ax.plot(range(len(rows)), rows["mase"], marker="o", label=name)
+    groups = dict(tuple(summary.groupby("forecaster", sort=False)))
+    for name, rows in groups.items():  # the naive ones first, dashed; the model last, on top (it may equal one)
+        if name != "model":
+            ax.plot(range(len(rows)), rows["mase"], marker=".", linestyle="--", linewidth=1, label=name)
+    rows = groups["model"]
+    ax.plot(range(len(rows)), rows["mase"], marker="o", color="black", linewidth=2, label="model (shipped)", zorder=3)
     origins = summary["origin"].drop_duplicates().tolist()
     labels = [" to ".join(part[:16] for part in o.split(" to ")) for o in origins]  # minutes, or a span of them
     ax.set_xticks(range(len(origins)), labels, rotation=45, ha="right", fontsize=7)

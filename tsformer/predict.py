@@ -16,6 +16,7 @@ from pandas.tseries.frequencies import to_offset
 from tsformer.data import Scaler, SeriesFrame, Source, forecast_index, read_series
 from tsformer.data.prepare import scale_season
 from tsformer.errors import DataError
+from tsformer.fallback import not_the_model
 from tsformer.files import atomic_open
 from tsformer.intervals import label
 from tsformer.results import Forecasts
@@ -62,7 +63,8 @@ def forecast_after(
     known = {key: i for i, key in enumerate(predictor.series)}
     ids = np.array([known.get(key, -1) for key in frame.keys])  # -1: not trained on, the model forecasts it
     shipped = predictor.forecast(index.split(predictor.context_len), ids, window_scaler=scaler)
-    return Forecast(_table(predictor, frame, shipped, timestamps), notes)
+    naive = not_the_model(shipped.chosen, predictor.layout.targets, per_series=bool(predictor.id_cols))
+    return Forecast(_table(predictor, frame, shipped, timestamps), notes + ((naive,) if naive else ()))
 
 
 def write_forecast(
@@ -77,8 +79,7 @@ def write_forecast(
             from tsformer.plots import plot_forecast
 
             image = io.BytesIO()
-            history, ahead = _plotted(predictor, frame, forecast.frame)
-            plot_forecast(history, ahead, image)
+            plot_forecast(*_plotted(predictor, frame, forecast.frame), image)
             stack.enter_context(atomic_open(plot)).write(image.getbuffer())
 
 
@@ -155,14 +156,17 @@ def _table(predictor: Predictor, frame: SeriesFrame, shipped: Forecasts, timesta
     point = shipped.units(shipped.point)  # (S, H, C)
     bands = [(label(level), lower, upper) for level, lower, upper in shipped.bounds()]
     quantiles = None if shipped.quantiles is None else shipped.units(shipped.quantiles)  # (S, H, C, Q)
+    targets = predictor.layout.targets
     columns = {}
-    for j, name in enumerate(predictor.layout.targets):  # each target, then its bounds: OT, OT_lower_80, ...
+    for j, name in enumerate(targets):  # each target, its bounds and quantiles, its forecaster: OT, OT_lower_80, ...
         columns[name] = point[..., j].reshape(-1)  # (S * H,) series after series
         for tag, lower, upper in bands:
             columns[f"{name}_lower_{tag}"] = lower[..., j].reshape(-1)
             columns[f"{name}_upper_{tag}"] = upper[..., j].reshape(-1)
         for k, level in enumerate(shipped.quantile_levels):
             columns[f"{name}_q{level:g}"] = quantiles[..., j, k].reshape(-1)
+        forecaster = "forecaster" if len(targets) == 1 else f"{name}_forecaster"
+        columns[forecaster] = np.repeat(shipped.chosen[:, j], predictor.horizon)  # the series' choice, every step
     time = pd.DataFrame({predictor.time_col: timestamps})
     if not predictor.id_cols:
         return pd.concat([time, pd.DataFrame(columns)], axis=1)
@@ -170,21 +174,31 @@ def _table(predictor: Predictor, frame: SeriesFrame, shipped: Forecasts, timesta
     return pd.concat([pd.DataFrame(ids, columns=list(predictor.id_cols)), time, pd.DataFrame(columns)], axis=1)
 
 
-def _plotted(predictor: Predictor, frame: SeriesFrame, forecast: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The recent history (4 horizons) and forecast to plot, indexed by timestamp: every target of a wide
-    file, or the first target of the first few series of a long one (one column per series)."""
-    horizon, time_col = predictor.horizon, predictor.time_col
-    if not predictor.id_cols:
-        history = pd.DataFrame(frame.values, index=frame.timestamps, columns=list(frame.columns))
-        return history.iloc[-4 * horizon :], forecast.set_index(time_col)
-    target = predictor.layout.targets[0]
-    histories, futures = [], []
-    for i in range(min(PLOTTED_SERIES, frame.n_ids)):
-        name = frame.names[i]
+def _plotted(
+    predictor: Predictor, frame: SeriesFrame, forecast: pd.DataFrame
+) -> tuple[list[tuple[str, pd.Series, pd.DataFrame]], str]:
+    """The panels of the forecast plot and its title: every target of a wide file, or the first target of
+    the first PLOTTED_SERIES series of a long one, each with its last 4 horizons of history (its own dates)
+    and its forecast with the interval bounds (columns forecast, lower_80, upper_80, ...)."""
+    horizon, time_col, targets = predictor.horizon, predictor.time_col, predictor.layout.targets
+    picked = [(j, 0) for j in range(len(targets))] if not predictor.id_cols else [
+        (0, i) for i in range(min(PLOTTED_SERIES, frame.n_ids))
+    ]  # fmt: skip
+    panels = []
+    for j, i in picked:
+        name = targets[j]
         rows = frame.rows_of(i)
-        values = np.where(frame.observed[rows, 0], frame.values[rows, 0], np.nan)[-4 * horizon :]
-        histories.append(pd.Series(values, index=frame.timestamps[rows][-4 * horizon :], name=name))
+        values = np.where(frame.observed[rows, j], frame.values[rows, j], np.nan)[-4 * horizon :]
+        history = pd.Series(values, index=frame.timestamps[rows][-4 * horizon :])
         part = forecast.iloc[i * horizon : (i + 1) * horizon].set_index(time_col)
-        bounds = {c: c.replace(target, name, 1) for c in part.columns if c.startswith(f"{target}_")}
-        futures.append(part[[target, *bounds]].rename(columns={target: name, **bounds}))
-    return pd.concat(histories, axis=1, sort=True), pd.concat(futures, axis=1, sort=True)
+        bounds = {
+            c: c.removeprefix(f"{name}_") for c in part.columns if c.startswith((f"{name}_lower_", f"{name}_upper_"))
+        }
+        ahead = part[[name, *bounds]].rename(columns={name: "forecast", **bounds})
+        panels.append((f"{name} of {frame.names[i]}" if predictor.id_cols else name, history, ahead))
+    if not predictor.id_cols:
+        return panels, f"the next {horizon} steps of each target"
+    return (
+        panels,
+        f"the next {horizon} steps of the first {len(panels)} of {frame.n_ids} series in the file ({targets[0]})",
+    )

@@ -39,7 +39,7 @@ from tsformer.data import (
 )
 from tsformer.data.prepare import data_fingerprint, scale_season, series_difference
 from tsformer.errors import DataError
-from tsformer.fallback import apply, naive_forecasts, season_for
+from tsformer.fallback import apply, chosen, naive_forecasts, season_for
 from tsformer.intervals import Calibration, adjust_quantiles, quantile_pairs
 from tsformer.layout import Layout
 from tsformer.leakage import check_scaler
@@ -129,7 +129,8 @@ class Predictor:
         half_widths = None
         if self.calibration is not None:
             half_widths = self.calibration.half_widths(windows)
-        targets = (self.scaler if window_scaler is None else window_scaler).first(self.layout.n_targets)
+        n_targets = self.layout.n_targets
+        targets = (self.scaler if window_scaler is None else window_scaler).first(n_targets)
         rows = ids if window_scaler is None else np.arange(len(ids))  # the run's scaler: each window's series
         return Forecasts(
             each=each,
@@ -140,6 +141,7 @@ class Predictor:
             quantile_levels=tuple(sorted(self.config.train.quantiles)) if quantiles is not None else (),
             mean=targets.mean[rows],
             std=targets.std[rows],
+            chosen=chosen(self.fallback, ids, n_targets),
         )
 
     # --- reading data as trained ------------------------------------------------------------------
@@ -248,11 +250,12 @@ class Predictor:
         return evaluation.evaluate(self, self.read(data), split).table()
 
     def backtest(
-        self, data: Source | None = None, windows: int = 20, step: int = 0, start: str | None = None
+        self, data: Source | None = None, windows: int | None = None, step: int = 0, start: str | None = None
     ) -> pd.DataFrame:
-        """Forecasts at `windows` rolling origins `step` apart (default: the horizon) after the run's validation,
-        each scored against the truth: one row per origin, series, step and target, with the forecast, its
-        interval bounds, the naive forecasts and the truth (as `tsformer backtest --out` writes)."""
+        """Forecasts at `windows` rolling origins `step` apart (default: the horizon) after the run's validation
+        (default: every origin that fits there), each scored against the truth: one row per origin, series,
+        step and target, with the forecast, its interval bounds, the naive forecasts and the truth (as
+        `tsformer backtest --out` writes)."""
         return backtests.backtest(self, self.read(data), windows, step, start).forecasts
 
     def check(self, data: Source | None = None) -> pd.DataFrame:

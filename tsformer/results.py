@@ -35,6 +35,7 @@ class Forecasts:
     quantile_levels: tuple[float, ...]  # the quantiles' levels, sorted
     mean: np.ndarray  # (N, C) each window's series' target mean, in the data's units
     std: np.ndarray  # (N, C) and scale
+    chosen: np.ndarray  # (N, C) object: the forecaster of each window's column ("model", "repeat_last", ...)
 
     def units(self, scaled: torch.Tensor | np.ndarray) -> np.ndarray:
         """(N, H, C) or (N, H, C, Q) scaled -> the data's units, float32."""

@@ -59,7 +59,7 @@ def predict_run(
 def backtest_run(
     run: str | Path,
     csv: str | Path | None = None,
-    windows: int = 20,
+    windows: int | None = None,
     step: int = 0,
     start: str | None = None,
     out: Path | None = None,

@@ -149,7 +149,9 @@ def _train(
     if folder is not None:
         from tsformer.plots import plot_history
 
-        plot_history(pd.DataFrame(state.history), folder.path / "loss.png")
+        history = pd.DataFrame(state.history)  # from last.pt: whole, even after a kill before its last write
+        atomic_write_text(folder.path / "history.csv", history.to_csv(index=False))
+        plot_history(history, folder.path / "loss.png")
         save_predictor(predictor, folder.path / MODEL_FILE)
     return predictor
 

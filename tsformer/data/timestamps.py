@@ -20,6 +20,16 @@ from tsformer.errors import DataError
 TIME_COL_NAMES = ("date", "timestamp", "time", "datetime", "ds", "period", "dt")
 
 
+def as_text(timestamps: pd.DatetimeIndex, like: pd.DatetimeIndex | None = None) -> np.ndarray:
+    """Timestamps as text, without a time of day when every one (of `like`: the data they come from) is at
+    midnight, as in daily and longer data."""
+    like = timestamps if like is None else like
+    midnight = bool((like == like.normalize()).all())
+    if midnight:
+        return np.asarray(timestamps.strftime("%Y-%m-%d"), dtype=object)
+    return np.array([str(t) for t in timestamps], dtype=object)  # pandas' astype(str) drops a midnight's time
+
+
 def find_time_col(table: pd.DataFrame, requested: str, source: str) -> str:
     if requested:
         if requested not in table.columns:
