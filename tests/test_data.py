@@ -117,3 +117,28 @@ def test_scaler_round_trip():
     x = np.array([[2.0, 11.0]], dtype=np.float32)
     np.testing.assert_allclose(scaler.inverse(scaler.transform(x)), x)
     assert Scaler.from_dict(scaler.to_dict()).mean.tolist() == scaler.mean.tolist()
+
+
+def test_constant_columns_are_left_out_of_a_wide_files_default_targets(tmp_path):
+    frame = make_frame(60, 2)
+    frame["Dividends"], frame["Stock Splits"] = 0.0, 0  # a stock's columns that never change
+    series = read_series(write_csv(tmp_path / "stock.csv", frame), DataConfig())
+    assert series.columns == ("a", "b")
+    assert (
+        "left out of the targets the columns 'Dividends', 'Stock Splits', which hold one value throughout "
+        "(name them with --target to forecast them)"
+    ) in series.notes
+    named = read_series(tmp_path / "stock.csv", DataConfig(targets=("a", "Dividends")))
+    assert named.columns == ("a", "Dividends")  # named, it is forecast
+
+
+def test_missing_cells_of_several_columns_are_one_note(tmp_path):
+    frame = make_frame(60, 2)
+    frame.loc[[3, 4], "a"] = np.nan
+    frame.loc[[7], "b"] = np.nan
+    series = read_series(write_csv(tmp_path / "holes.csv", frame), DataConfig())
+    notes = [note for note in series.notes if "missing" in note]
+    assert notes == [
+        "3 missing or infinite cells (2 of 'a', 1 of 'b') are unobserved: masked in the inputs, the loss and the "
+        "metrics (or pass --fill ffill or zero)"
+    ]

@@ -253,22 +253,29 @@ def test_the_cli_trains_evaluates_and_predicts_long_format(long_csv, tmp_path):
             ("series 'B' is not on the h grid",),
         ),
         (lambda f: f.assign(unique_id=[f"s{i}" for i in range(len(f))]), (), ("different value on each", "--id-col")),
-        (
-            lambda f: f[f.unique_id == "A"].assign(unique_id="one"),
-            ("--id-col", "unique_id"),
-            ("hold one value", "drop --id-col"),
-        ),
         (lambda f: f.assign(unique_id=f.unique_id.where(f.index != 7)), (), ("empty id", "line 9")),
         (lambda f: f, ("--id-col", "store"), ("id column 'store' not in",)),
         (lambda f: f, ("--target", "unique_id"), ("is an id column",)),
     ],
-    ids=["duplicate-pair", "other-frequency", "unique-per-row", "constant", "empty-id", "missing-id", "id-target"],
+    ids=["duplicate-pair", "other-frequency", "unique-per-row", "empty-id", "missing-id", "id-target"],
 )
 def test_bad_long_input_is_one_error_line(tmp_path, edit, flags, fragments):
     csv = tmp_path / "bad.csv"
     edit(long_frame({"A": 60, "B": 60})).to_csv(csv, index=False)
     run = tmp_path / "run"
     assert_error(invoke("train", csv, "--out", run, *TINY_FLAGS, *flags), *fragments, left_behind=(run,))
+
+
+def test_a_long_file_of_one_series_named_by_id_col_is_read_as_one_series(tmp_path):
+    csv = tmp_path / "air.csv"
+    long_frame({"AirPassengers": 200}).to_csv(csv, index=False)  # unique_id the same on every row
+    run = tmp_path / "run"
+    result = invoke("train", csv, "--out", run, "--id-col", "unique_id", "--quiet", *TINY_FLAGS)
+    assert result.exit_code == 0, result.output
+    assert "id column 'unique_id' holds one value ('AirPassengers') on every row: read as one series" in result.stderr
+    assert load_predictor(run / "model.pt").borders.to_list() == [[140], [160], [200]]  # 70/10/20, one series
+    forecast = predict_run(run, csv).frame
+    assert list(forecast.columns[:3]) == ["unique_id", "ds", "y"] and (forecast["unique_id"] == "AirPassengers").all()
 
 
 def test_evaluate_refuses_a_csv_without_the_runs_series(long_run, long_csv, tmp_path):

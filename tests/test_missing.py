@@ -34,10 +34,8 @@ def test_nan_cells_and_missing_timestamps_become_unobserved_cells(tmp_path):
     assert np.isnan(frame.values[~frame.observed]).all() and np.isfinite(frame.values[frame.observed]).all()
     assert frame.notes == (
         "3 timestamps missing from the h grid (first 2024-01-03 02:00:00) became unobserved steps",
-        "5 missing or infinite cells of 'a' are unobserved: masked in the inputs, the loss and the metrics "
-        "(or pass --fill ffill or zero)",
-        "4 missing or infinite cells of 'b' are unobserved: masked in the inputs, the loss and the metrics "
-        "(or pass --fill ffill or zero)",
+        "9 missing or infinite cells (5 of 'a', 4 of 'b') are unobserved: masked in the inputs, the loss and the "
+        "metrics (or pass --fill ffill or zero)",
     )
 
 

@@ -8,6 +8,7 @@ the file that holds each row (the header is line 1), so every message can name t
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,6 +163,9 @@ def _read(
     span = slice(int(bounds[longest]), int(bounds[longest + 1]))
     freq, freq_notes = resolve_freq(timestamps[span], cfg.freq, expected_freq, lines[span])
     values = _numeric_values(table, targets, delimiter)  # (n_rows, n_columns) float64, NaN where missing
+    if not cfg.targets and not id_cols:  # a wide file's default targets: its columns that vary
+        targets, values, constant_notes = _drop_constant(targets, values)
+        target_notes += constant_notes
     if covariate_names:  # read and laid on the grid with the targets
         values = np.concatenate([values, _numeric_values(table, list(covariate_names), delimiter, "covariate")], 1)
     if len(keys) == 1:
@@ -367,25 +371,52 @@ def _complete(
     --fill (each series from its own earlier rows), or else stay NaN as unobserved cells (masked in the
     model's inputs, the loss and the metrics)."""
     observed = ~np.isnan(values)
-    notes = []
+    counts = {}  # column -> its missing cells
     for j, name in enumerate(targets):
         missing = ~observed[:, j]
         if not missing.any():
             continue
         if missing.all():
             raise DataError(f"column {name!r} has no value at all; drop it or choose other --target columns")
+        counts[name] = int(missing.sum())
         if fill:
             _check_fillable(missing, fill, name, bounds, first_lines, names)
             for i in range(len(bounds) - 1):
                 rows = slice(int(bounds[i]), int(bounds[i + 1]))
                 values[rows, j] = fill_column(values[rows, j], fill)
-            notes.append(f"filled {int(missing.sum())} missing or infinite cells of {name!r} with --fill {fill}")
-        else:
-            notes.append(
-                f"{int(missing.sum())} missing or infinite cells of {name!r} are unobserved: masked in the inputs, "
-                "the loss and the metrics (or pass --fill ffill or zero)"
-            )
-    return values.astype(np.float32), observed, tuple(notes)
+    if not counts:
+        return values.astype(np.float32), observed, ()
+    total = sum(counts.values())
+    where = (
+        f"of {next(iter(counts))!r}"
+        if len(counts) == 1
+        else f"({', '.join(f'{n} of {name!r}' for name, n in counts.items())})"
+    )
+    if fill:
+        note = f"filled {total} missing or infinite cells {where} with --fill {fill}"
+    else:
+        note = (
+            f"{total} missing or infinite cells {where} are unobserved: masked in the inputs, the loss and the "
+            "metrics (or pass --fill ffill or zero)"
+        )
+    return values.astype(np.float32), observed, (note,)
+
+
+def _drop_constant(targets: list[str], values: np.ndarray) -> tuple[list[str], np.ndarray, tuple[str, ...]]:
+    """A wide file's default targets without its columns that hold one value throughout (a stock's dividends, say:
+    nothing to forecast), with a note; all of them when every column is constant."""
+    with warnings.catch_warnings():  # a column with no value: NaN, refused later with its own message
+        warnings.simplefilter("ignore", RuntimeWarning)
+        constant = np.nanmin(values, axis=0) == np.nanmax(values, axis=0)  # (n_columns,)
+    if not constant.any() or constant.all():
+        return targets, values, ()
+    dropped = [name for name, flat in zip(targets, constant, strict=True) if flat]
+    kept = [name for name, flat in zip(targets, constant, strict=True) if not flat]
+    note = (
+        f"left out of the targets the column{'s' * (len(dropped) > 1)} {names(dropped)}, which hold one value "
+        "throughout (name them with --target to forecast them)"
+    )
+    return kept, values[:, ~constant], (note,)
 
 
 def _check_fillable(

@@ -112,13 +112,13 @@ def prepare(frame: SeriesFrame, cfg: Config, notes: tuple[str, ...] | None = Non
     user (default: the frame's)."""
     if not cfg.model.resolved:
         raise ConfigError("model.context_len and model.patch_len must be chosen first (data.resolve_sizes)")
-    if cfg.data.id_cols and frame.n_ids == 1 and frame.n_rows > 1:
-        raise DataError(
-            f"id column{'s' * (len(frame.id_cols) > 1)} {', '.join(map(repr, frame.id_cols))} hold one value "
-            f"({'/'.join(frame.keys[0])!r}) on every row, so {'they name' if len(frame.id_cols) > 1 else 'it names'} "
-            "no series; drop --id-col for a single series, or name the column that identifies each series"
-        )
     notes = frame.notes if notes is None else notes
+    if frame.id_cols and frame.n_ids == 1:  # the field's examples ship one series in long format
+        columns = ", ".join(map(repr, frame.id_cols))
+        notes += (
+            f"id column{'s' * (len(frame.id_cols) > 1)} {columns} hold{'s' * (len(frame.id_cols) == 1)} one value "
+            f"({frame.names[0]!r}) on every row: read as one series",
+        )
     context_len, horizon, panel = cfg.model.context_len, cfg.model.horizon, bool(frame.id_cols)
     train_history = panel_min_history("train", context_len, horizon) if panel else context_len
     borders = split_borders(cfg.data, frame, context_len, horizon, min_history=train_history)
