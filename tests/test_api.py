@@ -105,7 +105,7 @@ def test_evaluate_backtest_and_check_return_dataframes(wide_fit):
 
 
 def test_long_format_with_covariates_quantiles_and_intervals_from_python():
-    data = panel()
+    data = panel(n_series=20)  # 20 validation windows: enough for a 95 % interval
     history = data.groupby("unique_id", sort=False).head(-HORIZON)
     future = data.groupby("unique_id", sort=False).tail(HORIZON)[["unique_id", "ds", "price"]]
     predictor = tsformer.fit(
@@ -117,7 +117,7 @@ def test_long_format_with_covariates_quantiles_and_intervals_from_python():
     )
     assert predictor.layout.future == ("price",) and predictor.layout.past == ("load",)
     forecast = predictor.predict(future=future)
-    assert list(forecast.columns[:3]) == ["unique_id", "ds", "y"] and len(forecast) == 4 * HORIZON
+    assert list(forecast.columns[:3]) == ["unique_id", "ds", "y"] and len(forecast) == 20 * HORIZON
     assert {"y_q0.1", "y_q0.5", "y_q0.9", "y_lower_80", "y_upper_95"} <= set(forecast.columns)
     assert (forecast["y_q0.1"] <= forecast["y_q0.9"]).all() and (forecast["y_lower_95"] <= forecast["y_lower_80"]).all()
     joined = forecast.assign(ds=forecast["ds"].dt.strftime("%Y-%m-%d %H:%M:%S")).merge(future, on=["unique_id", "ds"])

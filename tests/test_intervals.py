@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from helpers import make_frame, tiny_config, write_csv
@@ -248,8 +251,9 @@ def test_evaluate_reports_seasonal_naive_intervals_beside_the_models(tiny_csv, t
 def refit_config(csv):
     import dataclasses
 
-    cfg = tiny_config(csv)
-    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, interval_calibration="refit"))
+    cfg = tiny_config(csv)  # three series: three validation windows, which hold levels up to 75 %
+    train_cfg = dataclasses.replace(cfg.train, interval_calibration="refit", intervals=(0.5, 0.75))
+    return dataclasses.replace(cfg, train=train_cfg)
 
 
 def test_refit_widths_come_from_a_model_trained_one_validation_and_test_stretch_earlier(tmp_path):
@@ -281,7 +285,7 @@ def test_refit_widths_come_from_a_model_trained_one_validation_and_test_stretch_
     mean, std = run.scaler.mean[:, None, :1], run.scaler.std[:, None, :1]  # (3, 1, 1)
     forecast_scaled = (forecast["y"].to_numpy().reshape(3, 4, 1) - mean) / std
     scale, _ = calibration_scale("seasonal", windows.context, windows.context_observed, season_for("h", 16))
-    expected = calibrate(torch.from_numpy(forecast_scaled).float(), windows.target, None, (0.8, 0.95), scale)
+    expected = calibrate(torch.from_numpy(forecast_scaled).float(), windows.target, None, (0.5, 0.75), scale, 0.1)
     torch.testing.assert_close(run.calibration.widths, expected, rtol=1e-4, atol=1e-5)
 
 
@@ -333,3 +337,51 @@ def test_a_stop_while_the_calibration_model_trains_says_to_resume_the_run(tmp_pa
     with pytest.raises(Interrupted, match=f"Resume with: tsformer train --resume --out {tmp_path / 'run'}$"):
         train(refit_config(csv), tmp_path / "run", show_progress=False)
     assert calls[1] == tmp_path / "run" / "calibration" and (tmp_path / "run" / "model.pt").is_file()
+
+
+def test_a_level_is_held_only_with_the_calibration_errors_it_needs():
+    from tsformer.intervals import errors_needed
+
+    assert [errors_needed(level) for level in (0.5, 0.75, 0.8, 0.9, 0.95, 0.99)] == [1, 3, 4, 9, 19, 99]
+
+
+def test_no_half_width_is_narrower_than_the_floor():
+    truth = torch.zeros(5, 3, 1)  # (N, H, C)
+    forecast = torch.zeros(5, 3, 1)
+    forecast[:, 1:] = torch.arange(1.0, 6.0).view(5, 1, 1)  # step 0 exact every time: errors 0
+    widths = calibrate(forecast, truth, None, (0.8,), floor=0.1)
+    assert widths[0, 0, 0] == pytest.approx(0.1) and widths[0, 1, 0] == pytest.approx(5.0)
+    assert calibrate(forecast, truth, None, (0.8,))[0, 0, 0] == 0  # without a floor it would claim certainty
+
+
+def test_levels_the_validation_windows_cannot_hold_are_left_out_with_one_note(tmp_path):
+    """A monthly series of 144 rows, horizon 12: three validation windows. The 80 % and 95 % intervals would both
+    be the largest validation error (identical bands); they are left out, and train, predict and evaluate say so.
+    With 12 windows the 80 % interval is held and the 95 % is still left out."""
+    from tsformer.evaluate import format_report
+    from tsformer.runs import evaluate_run, predict_run
+
+    n = 144
+    t = np.arange(n)
+    frame = pd.DataFrame({
+        "date": pd.date_range("2012-01-01", periods=n, freq="MS").strftime("%Y-%m-%d"),
+        "y": 100 + t + 10 * np.sin(2 * np.pi * t / 12) + np.random.default_rng(0).normal(0, 2, n),
+    })  # fmt: skip
+    csv = write_csv(tmp_path / "monthly.csv", frame)
+    cfg = tiny_config(csv, context_len=24, horizon=12, patch_len=12)
+    predictor = train(cfg, tmp_path / "run", show_progress=False)
+    note = (
+        "intervals: 80 %, 95 % left out: split-conformal calibration holds a level only with enough validation "
+        "windows (4 for 80 %, 19 for 95 %), and this run has 3; give more validation rows (data.split_ratios, or "
+        "longer series), or a level up to 75 % (--interval 0.75)"
+    )
+    assert predictor.calibration.levels == () and note in predictor.summary.lines
+    forecast = predict_run(tmp_path / "run", csv)
+    assert not [c for c in forecast.frame.columns if "lower" in c] and note in forecast.notes
+    assert note in format_report(evaluate_run(tmp_path / "run", write=False))
+
+    more = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, split_ratios=(0.6, 0.16, 0.2)))
+    held = train(more, tmp_path / "more", show_progress=False)  # 23 validation rows: 12 windows
+    assert held.calibration.levels == (0.8,) and held.calibration.unsupported == ((0.95, 19),)
+    columns = predict_run(tmp_path / "more", csv).frame.columns
+    assert "y_lower_80" in columns and "y_lower_95" not in columns

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -27,7 +29,9 @@ def test_each_series_of_a_long_forecast_plot_has_its_own_dates(tmp_path, figures
     frame.loc[frame.unique_id == "C", "ds"] = (
         pd.to_datetime(frame.loc[frame.unique_id == "C", "ds"]) + pd.Timedelta(days=400)
     ).dt.strftime("%Y-%m-%d %H:%M:%S")  # C a year later than the others
-    predictor = train(tiny_config(), source=frame, show_progress=False)
+    cfg = tiny_config()
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, intervals=(0.5, 0.75)))  # 3 windows hold them
+    predictor = train(cfg, source=frame, show_progress=False)
     forecast = forecast_after(predictor, frame)
     panels, title = _plotted(predictor, predictor.data.frame, forecast.frame)
     assert [label for label, _, _ in panels] == ["y of A", "y of B", "y of C"]
@@ -37,7 +41,7 @@ def test_each_series_of_a_long_forecast_plot_has_its_own_dates(tmp_path, figures
         assert history.index.min() >= own.min() and history.index.max() == own.max()  # its own dates only
         assert not history.isna().any() and len(history) == 16  # the last 4 horizons, no other series' gaps
         assert ahead.index[0] == own.max() + pd.Timedelta(hours=1)
-        assert {"forecast", "lower_80", "upper_80", "lower_95", "upper_95"} <= set(ahead.columns)
+        assert {"forecast", "lower_50", "upper_50", "lower_75", "upper_75"} <= set(ahead.columns)
     plots.plot_forecast(panels, title, tmp_path / "fan.png")
     axes = figures[-1].axes
     assert len(axes) == 3 and axes[2].get_xlim()[0] > axes[0].get_xlim()[1]  # no shared axis: C's dates are later

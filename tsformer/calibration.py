@@ -18,7 +18,18 @@ from tsformer.config import Config
 from tsformer.data import Prepared, WindowIndex, split_borders
 from tsformer.errors import ConfigError, DataError, TrainingError
 from tsformer.fallback import Decision, decide
-from tsformer.intervals import Calibration, calibrate, calibrate_quantiles, calibration_scale, quantile_pairs
+from tsformer.intervals import (
+    SCALE_FLOOR,
+    Calibration,
+    calibrate,
+    calibrate_quantiles,
+    calibration_scale,
+    context_change,
+    error_counts,
+    errors_needed,
+    quantile_pairs,
+    typical_scale,
+)
 from tsformer.predictor import Predictor
 
 
@@ -46,9 +57,16 @@ def choose_and_calibrate(
         point, quantiles = shipped.point, shipped.quantiles
     else:
         point, quantiles = _refit_forecasts(refit, data, val_windows)
-    levels, season = cfg.train.intervals, predictor.season
+    season = predictor.season
+    n_errors = error_counts(windows.target_observed, tuple(windows.target.shape))
+    levels = tuple(level for level in cfg.train.intervals if errors_needed(level) <= n_errors)
+    unsupported = tuple((level, errors_needed(level)) for level in cfg.train.intervals if level not in levels)
     scale, typical = calibration_scale(cfg.train.interval_scale, windows.context, windows.context_observed, season)
-    widths = calibrate(point, windows.target, windows.target_observed, levels, scale)
+    if scale is not None:  # no half-width below a tenth of its window's scale
+        floor = SCALE_FLOOR
+    else:  # fixed widths: none below a tenth of the typical validation window's seasonal change
+        floor = SCALE_FLOOR * typical_scale(context_change(windows.context, windows.context_observed, season))
+    widths = calibrate(point, windows.target, windows.target_observed, levels, scale, floor)
     adjust = None
     if quantiles is not None:
         pairs = quantile_pairs(cfg.train.quantiles)
@@ -63,6 +81,8 @@ def choose_and_calibrate(
         quantile_adjust=adjust,
         method="validation" if refit is None else "refit",
         refit_borders=None if refit is None else refit.borders,
+        n_errors=n_errors,
+        unsupported=unsupported,
     )
     return chosen.replace(calibration=calibration), decision
 

@@ -277,6 +277,8 @@ def _calibration_to_dict(c: Calibration) -> dict[str, Any]:
         "quantile_adjust": c.quantile_adjust,
         "method": c.method,
         "refit_borders": None if c.refit_borders is None else c.refit_borders.to_list(),
+        "n_errors": c.n_errors,
+        "unsupported": [[level, n] for level, n in c.unsupported],
     }
 
 
@@ -290,6 +292,8 @@ def _calibration_from_dict(raw: dict[str, Any]) -> Calibration:
         quantile_adjust=raw["quantile_adjust"],
         method=str(raw["method"]),
         refit_borders=None if borders is None else SplitBorders.from_list(borders),
+        n_errors=int(raw["n_errors"]),
+        unsupported=tuple((float(level), int(n)) for level, n in raw["unsupported"]),
     )
 
 

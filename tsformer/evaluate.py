@@ -52,6 +52,7 @@ class EvalReport:
     quantile_loss: dict = dataclasses.field(default_factory=dict)  # the intervals' implied quantiles -> WQL
     n_series: int = 1  # series scored (long format); 1 for a wide file
     worst_series: list[dict] = dataclasses.field(default_factory=list)  # long format: the ten with the highest MASE
+    intervals_note: str = ""  # the interval levels left out for want of calibration windows ("" when none)
     by_series: pd.DataFrame | None = dataclasses.field(default=None, repr=False)  # long format: every series
     windows: ScoredWindows | None = dataclasses.field(default=None, repr=False)  # for the plot
 
@@ -117,6 +118,7 @@ def evaluate(predictor: Predictor, data: Prepared, split: str = "test") -> EvalR
         worst_series=_worst(by_series, predictor.id_cols) if by_series is not None else [],
         by_series=by_series,
         windows=ScoredWindows(cut.context, truth, shipped.point, ids),
+        intervals_note="" if predictor.calibration is None else predictor.calibration.note(),
     )
 
 
@@ -344,6 +346,8 @@ def format_report(report: EvalReport) -> str:
         lines.append(f"weighted quantile loss {scores['wql']:.4f} over the quantiles {quantiles} ({source})")
         for pair, share in scores.get("coverage", {}).items():
             lines.append(f"quantiles {pair}: cover {100 * share:.1f} % of {points}")
+    if report.intervals_note:
+        lines.append(report.intervals_note)
     for tag, interval in report.intervals.items():
         lines.append(
             f"{tag} % interval (conformal, calibrated on validation{CALIBRATIONS[interval['calibration']]}): "

@@ -16,6 +16,7 @@ that.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +40,22 @@ class Calibration:
     quantile_adjust: torch.Tensor | None = None  # (n_pairs, H, C) widening of each (q, 1 - q) pair; None: no pairs
     method: str = "validation"  # whose errors: the run's own on validation, or a calibration model's ("refit")
     refit_borders: SplitBorders | None = None  # the calibration model's split borders ("refit")
+    n_errors: int = 0  # calibration errors per step and column (the fewest over steps and columns)
+    unsupported: tuple[tuple[float, int], ...] = ()  # (level, errors it needs): asked for, left out
+
+    def note(self) -> str:
+        """One line on the levels left out for want of calibration windows; "" when none was."""
+        if not self.unsupported:
+            return ""
+        left = ", ".join(f"{label(level)} %" for level, _ in self.unsupported)
+        needs = ", ".join(f"{n} for {label(level)} %" for level, n in self.unsupported)
+        highest = math.floor(100 * self.n_errors / (self.n_errors + 1)) / 100  # about the highest level n errors hold
+        lower = f", or a level up to {label(highest)} % (--interval {highest:.2f})" if self.n_errors >= 2 else ""
+        return (
+            f"intervals: {left} left out: split-conformal calibration holds a level only with enough validation "
+            f"windows ({needs}), and this run has {self.n_errors}; give more validation rows (data.split_ratios, "
+            f"or longer series){lower}"
+        )
 
     def half_widths(self, windows) -> np.ndarray | None:
         """The half-widths (n_levels, N, H, C) of `windows` (a `data.Split`: each reads its context (N, L, C)
@@ -107,15 +124,30 @@ def half_widths(widths: torch.Tensor, scale: torch.Tensor | None) -> torch.Tenso
     return widths[:, None] * scale[None, :, None, :]
 
 
+def errors_needed(level: float) -> int:
+    """The fewest calibration errors n for which split conformal has a finite quantile at `level`:
+    ceil((n + 1) level) <= n, so n >= level / (1 - level): 4 for 80 %, 9 for 90 %, 19 for 95 %."""
+    return math.ceil(round(level / (1 - level), 9))
+
+
+def error_counts(observed: torch.Tensor | None, shape: tuple[int, ...]) -> int:
+    """The fewest observed calibration errors of any step and column, for errors of `shape` (N, H, C)."""
+    if observed is None:
+        return int(shape[0])
+    return int(observed.sum(dim=0).min()) if observed.numel() else 0
+
+
 def calibrate(
     forecast: torch.Tensor,
     truth: torch.Tensor,
     observed: torch.Tensor | None,
     levels: tuple[float, ...],
     scale: torch.Tensor | None = None,
+    floor: torch.Tensor | float = 0.0,
 ) -> torch.Tensor:
     """Half-widths (n_levels, H, C) from validation forecasts and truth (N, H, C): in scaled units, or in
-    units of each window's `scale` (N, C) when given."""
+    units of each window's `scale` (N, C) when given; none below `floor` (a number, or one per column (C,)),
+    so that calibration errors that happen to be zero at a step do not claim certainty there."""
     errors = (truth - forecast).abs()  # (N, H, C)
     if scale is not None:
         errors = errors / scale[:, None, :]
@@ -129,7 +161,10 @@ def calibrate(
     for level in levels:
         rank = np.minimum(np.ceil((counts + 1) * level).astype(int), counts) - 1  # (H, C), 0-based
         widths.append(np.take_along_axis(ordered, rank[None], axis=0)[0])
-    return torch.from_numpy(np.stack(widths)).float()
+    if not widths:
+        return torch.zeros(0, *truth.shape[1:])
+    floor = floor.numpy() if isinstance(floor, torch.Tensor) else floor
+    return torch.from_numpy(np.maximum(np.stack(widths), np.float32(floor))).float()
 
 
 def label(level: float) -> str:

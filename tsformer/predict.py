@@ -64,7 +64,9 @@ def forecast_after(
     ids = np.array([known.get(key, -1) for key in frame.keys])  # -1: not trained on, the model forecasts it
     shipped = predictor.forecast(index.split(predictor.context_len), ids, window_scaler=scaler)
     naive = not_the_model(shipped.chosen, predictor.layout.targets, per_series=bool(predictor.id_cols))
-    return Forecast(_table(predictor, frame, shipped, timestamps), notes + ((naive,) if naive else ()))
+    left_out = "" if predictor.calibration is None else predictor.calibration.note()
+    notes += tuple(note for note in (naive, left_out) if note)
+    return Forecast(_table(predictor, frame, shipped, timestamps), notes)
 
 
 def write_forecast(

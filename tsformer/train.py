@@ -143,7 +143,7 @@ def _train(
         sum(p.numel() for p in model.parameters()),
         len(train_windows),
         len(val_windows),
-        tuple(decision.lines()),
+        tuple(decision.lines()) + ((predictor.calibration.note(),) if predictor.calibration.note() else ()),
     )
     predictor = predictor.replace(summary=summary, data=data)
     if folder is not None:
