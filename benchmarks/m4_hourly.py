@@ -200,7 +200,7 @@ def _trained_line(summary) -> str:
     return (
         f"trained {summary.n_parameters:,} parameters on {summary.n_train_windows} windows in "
         f"{summary.train_seconds:.0f} s; best validation MSE {summary.best_val_loss:.4f} at epoch "
-        f"{summary.best_epoch} of {summary.epochs_run}"
+        f"{summary.best_epoch} of {summary.epochs_run}; {summary.stopped_by}"
     )
 
 

@@ -177,8 +177,20 @@ def test_a_split_shorter_than_the_horizon_is_still_named_first(tmp_path):
     assert result.exit_code == 2
     assert result.stderr.strip() == (
         "Error: too few rows: the val split has 6 rows but needs at least 12 (horizon = 12); "
-        "provide more rows or lower --context-len/--horizon"
+        "provide more rows, or a --horizon of at most 6, or a shorter --context-len"
     )
+
+
+def test_forgetting_the_horizon_names_the_default_and_a_horizon_that_fits(tmp_path):
+    csv = series_csv(tmp_path / "monthly.csv", 144, "MS")  # 12 years of months; --horizon left out
+    result = invoke("train", csv, "--out", tmp_path / "run", *SMALL_MODEL)
+    assert result.stderr.strip() == (
+        "Error: too few rows: the val split has 14 rows but needs at least 96 (horizon = 96; 96 is the default "
+        "horizon: --horizon sets it); provide more rows, or a --horizon of at most 14, e.g. --horizon 12 (a season "
+        "of MS data), or a shorter --context-len"
+    )
+    help_text = invoke("train", "--help").output
+    assert "(default: 96, model.horizon)" in help_text and "Maximum epochs (default: 10;" in help_text
 
 
 def test_an_unresolved_config_cannot_build_a_model():

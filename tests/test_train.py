@@ -115,3 +115,17 @@ def test_a_step_trains_every_token_or_the_last(tiny_csv, tmp_path, monkeypatch, 
 def test_huber_loss_is_no_longer_an_option():
     with pytest.raises(ConfigError, match="train.loss must be one of \\('mse', 'mae'\\)"):
         TrainConfig(loss="huber")
+
+
+def test_the_summary_says_what_stopped_training(tiny_csv, tmp_path, monkeypatch):
+    cfg = tiny_config(tiny_csv)  # 2 epochs, patience 5: the limit, while validation improves
+    losses = iter([0.5, 0.4])
+    monkeypatch.setattr(train_module._Runner, "_val_loss", lambda self, windows: next(losses))
+    assert train(cfg, tmp_path / "one", show_progress=False).summary.stopped_by == (
+        "stopped at the epoch limit (2, --epochs) while validation was still improving: more epochs may help"
+    )
+    losses = iter([0.5, 0.6, 0.7])
+    patient = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, epochs=6, patience=2))
+    assert train(patient, tmp_path / "two", show_progress=False).summary.stopped_by == (
+        "stopped when validation stopped improving (2 epochs without a better loss, train.patience)"
+    )

@@ -11,7 +11,10 @@ from pathlib import Path
 
 import typer
 
+from tsformer.config import Config
 from tsformer.errors import TsformerError
+
+DEFAULTS = Config()  # what a flag left out gives, for --help
 
 app = typer.Typer(
     add_completion=False,
@@ -109,15 +112,28 @@ def train(
     context_len: int | None = typer.Option(
         None, "--context-len", help="Input steps the model sees (default: chosen from the data's length and frequency)."
     ),
-    horizon: int | None = typer.Option(None, "--horizon", help="Steps to forecast."),
-    epochs: int | None = typer.Option(None, "--epochs", help="Maximum epochs."),
-    seed: int | None = typer.Option(None, "--seed", help="Random seed (exactly reproducible on CPU)."),
+    horizon: int | None = typer.Option(
+        None, "--horizon", help=f"Steps to forecast (default: {DEFAULTS.model.horizon}, model.horizon)."
+    ),
+    epochs: int | None = typer.Option(
+        None,
+        "--epochs",
+        help=f"Maximum epochs (default: {DEFAULTS.train.epochs}; training stops earlier after "
+        f"{DEFAULTS.train.patience} epochs without a better validation loss, train.patience).",
+    ),
+    seed: int | None = typer.Option(
+        None, "--seed", help=f"Random seed (default: {DEFAULTS.train.seed}; exactly reproducible on CPU)."
+    ),
     freq: str | None = typer.Option(
-        None, "--freq", help="State the frequency (h, D, 15min, ...) instead of inferring it."
+        None, "--freq", help="State the frequency (h, D, 15min, ...) instead of inferring it (the default)."
     ),
     sort: bool = typer.Option(False, "--sort", help="Accept unsorted rows by sorting on the time column."),
     dayfirst: bool = typer.Option(False, "--dayfirst", help="Read ambiguous dates such as 01/02/2024 as day/month."),
-    fill: str | None = typer.Option(None, "--fill", help="Fill NaN/inf cells from earlier rows: ffill, or zero."),
+    fill: str | None = typer.Option(
+        None,
+        "--fill",
+        help="Fill NaN/inf cells from earlier rows: ffill, or zero (default: none, they stay unobserved and masked).",
+    ),
     overrides: list[str] = typer.Option([], "--set", help="Override any config key: --set train.lr=3e-4 (repeatable)."),
     data_dir: Path | None = typer.Option(
         None,
@@ -189,7 +205,8 @@ def train(
     s = predictor.summary
     typer.echo(
         f"trained {s.n_parameters:,} parameters on {s.n_train_windows} windows in {s.train_seconds:.0f} s; best "
-        f"validation MSE {s.best_val_loss:.4f} at epoch {s.best_epoch} of {s.epochs_run}\nrun folder: {out}"
+        f"validation MSE {s.best_val_loss:.4f} at epoch {s.best_epoch} of {s.epochs_run}; {s.stopped_by}"
+        f"\nrun folder: {out}"
     )
     for line in s.lines:
         typer.echo(line)

@@ -20,6 +20,7 @@ class TrainSummary:
     n_train_windows: int
     n_val_windows: int
     lines: tuple[str, ...] = ()  # per column: the model against the naive forecasters on validation, and the choice
+    stopped_by: str = ""  # what ended training, in words (convergence, or a limit)
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ class LoopState:
     bad_epochs: int = 0
     train_seconds: float = 0.0
     finished: bool = False
+    stopped_by: str = ""  # what ended training: "patience", "epochs" or "time"
     history: list[dict[str, float]] = dataclasses.field(default_factory=list)
 
 
@@ -144,6 +145,7 @@ def _train(
         len(train_windows),
         len(val_windows),
         tuple(decision.lines()) + ((predictor.calibration.note(),) if predictor.calibration.note() else ()),
+        _stopped(state, cfg),
     )
     predictor = predictor.replace(summary=summary, data=data)
     if folder is not None:
@@ -154,6 +156,21 @@ def _train(
         plot_history(history, folder.path / "loss.png")
         save_predictor(predictor, folder.path / MODEL_FILE)
     return predictor
+
+
+def _stopped(state: LoopState, cfg: Config) -> str:
+    """What ended training, in words: convergence (patience), or a limit while validation may still improve."""
+    tc = cfg.train
+    if state.stopped_by == "patience":
+        return f"stopped when validation stopped improving ({tc.patience} epochs without a better loss, train.patience)"
+    if state.stopped_by == "time":
+        return f"stopped at the time limit (train.max_minutes={tc.max_minutes:g}), not by convergence"
+    limit = f"stopped at the epoch limit ({tc.epochs}, --epochs)"
+    return (
+        f"{limit} while validation was still improving: more epochs may help"
+        if state.best_epoch == state.epoch
+        else limit
+    )
 
 
 def _train_calibration_model(
@@ -314,7 +331,7 @@ class _Runner:
             state.step += 1
             progress.step(epoch, i, losses[-1])
             if tc.max_minutes and time.monotonic() - started > 60 * tc.max_minutes:
-                state.finished = True
+                state.finished, state.stopped_by = True, "time"
                 break
         return sum(losses) / len(losses), lr
 
@@ -336,7 +353,10 @@ class _Runner:
             self.best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         else:
             state.bad_epochs += 1
-        state.finished = state.finished or state.bad_epochs >= self.cfg.train.patience or epoch == self.cfg.train.epochs
+        if not state.finished and state.bad_epochs >= self.cfg.train.patience:
+            state.finished, state.stopped_by = True, "patience"
+        elif not state.finished and epoch == self.cfg.train.epochs:
+            state.finished, state.stopped_by = True, "epochs"
         state.history.append(
             {"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss, "lr": lr, "seconds": state.train_seconds}
         )

@@ -13,9 +13,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tsformer.config import DEFAULT_SPLIT_RATIOS, DataConfig
+from tsformer.config import DEFAULT_SPLIT_RATIOS, DataConfig, ModelConfig
 from tsformer.data.loader import SeriesFrame
 from tsformer.errors import DataError
+from tsformer.metrics import season_length
 
 SPLITS = ("train", "val", "test")
 
@@ -84,7 +85,7 @@ def split_borders(
         ends = np.stack([np.maximum(lengths - 2 * horizon, 0), np.maximum(lengths - horizon, 0), lengths], axis=1)
     borders = SplitBorders(*(ends[:, k].astype(np.int64) for k in range(3)))
     if frame.n_ids == 1 and not frame.id_cols:
-        _check_room(borders, context_len, horizon)
+        _check_room(borders, context_len, horizon, frame.freq)
     else:
         _check_panel_room(borders, frame, min_history if min_history is not None else context_len, horizon)
     return borders
@@ -109,15 +110,16 @@ def _border_rows(border: int | str, frame: SeriesFrame) -> np.ndarray:
     return np.array([timestamps[frame.rows_of(i)].searchsorted(when) for i in range(frame.n_ids)], dtype=np.int64)
 
 
-def _check_room(borders: SplitBorders, context_len: int, horizon: int) -> None:
+def _check_room(borders: SplitBorders, context_len: int, horizon: int, freq: str) -> None:
     need = {"train": context_len + horizon, "val": horizon, "test": horizon}
+    rows = {split: int(e[1][0] - e[0][0]) for split, e in ((s, borders.target_range(s)) for s in SPLITS)}
     for split in SPLITS:
-        first, end = (int(e[0]) for e in borders.target_range(split))
-        if end - first < need[split]:
+        if rows[split] < need[split]:
             what = "context_len + horizon" if split == "train" and context_len else "horizon"
+            fits = min(rows["val"], rows["test"], rows["train"] - max(context_len, 1))  # the longest horizon that fits
             raise DataError(
-                f"too few rows: the {split} split has {end - first} rows but needs at least "
-                f"{need[split]} ({what} = {need[split]}); provide more rows or lower --context-len/--horizon"
+                f"too few rows: the {split} split has {rows[split]} rows but needs at least {need[split]} "
+                f"({what} = {need[split]}{_default_horizon(horizon)}); provide more rows, or {_lower(fits, freq)}"
             )
 
 
@@ -128,11 +130,27 @@ def _check_panel_room(borders: SplitBorders, frame: SeriesFrame, min_history: in
         if not window_counts(split, borders, history, horizon).any():
             longest = int(frame.lengths.max())
             rule = "its last 2 x horizon steps as validation and test" if split != "train" else "its split"
+            fits = (longest - min(min_history, longest // 4)) // 3  # test, validation, a training window: H each
             raise DataError(
-                f"too few rows: no series has a {split} window of {horizon} steps after {history} step"
-                f"{'s' * (history > 1)} of history (the longest series has {longest} rows, and each gives {rule}); "
-                "provide longer series or lower --horizon/--context-len"
+                f"too few rows: no series has a {split} window of {horizon} steps{_default_horizon(horizon)} after "
+                f"{history} step{'s' * (history > 1)} of history (the longest series has {longest} rows, and each "
+                f"gives {rule}); provide longer series, or {_lower(fits, frame.freq)}"
             )
+
+
+def _default_horizon(horizon: int) -> str:
+    """ ", the default horizon" when `horizon` is model.horizon's default: a user may not know it was asked."""
+    default = ModelConfig().horizon
+    return f"; {default} is the default horizon: --horizon sets it" if horizon == default else ""
+
+
+def _lower(fits: int, freq: str) -> str:
+    """How to lower the horizon: to at most `fits` steps, with a season of the data as an example when it fits."""
+    if fits < 1:
+        return "lower --context-len"
+    season = season_length(freq)
+    example = f", e.g. --horizon {season} (a season of {freq} data)" if 1 < season <= fits else ""
+    return f"a --horizon of at most {fits}{example}, or a shorter --context-len"
 
 
 @dataclass(frozen=True)
