@@ -1,10 +1,13 @@
-"""README.md's Python blocks run as written, in order, from a folder holding the bundled sample."""
+"""README.md runs as written: its Python blocks from a folder holding the bundled sample, its commands on a CSV."""
 
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 from pathlib import Path
+
+import pandas as pd
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -26,3 +29,30 @@ def test_the_readmes_python_blocks_run_as_written(tmp_path, monkeypatch, capsys)
     printed = capsys.readouterr().out
     assert "OT_lower_80" in printed and "seasonal_naive" in printed and "temperature" not in printed
     assert namespace["panel"].layout.static_categorical == (("kind", ("demand", "supply", "temperature")),)
+
+
+def shell_commands(text: str) -> list[list[str]]:
+    """The `tsformer ...` command lines of README's code blocks (comments after `#` dropped)."""
+    commands = []
+    for block in re.findall(r"```\n(.*?)```", text, flags=re.S):
+        for line in block.splitlines():
+            if line.startswith("tsformer "):
+                commands.append(shlex.split(line.split("  #")[0])[1:])
+    return commands
+
+
+def test_the_readmes_commands_run_as_written(tmp_path, monkeypatch):
+    from helpers import hourly_series
+    from typer.testing import CliRunner
+
+    from tsformer.cli import app
+
+    commands = shell_commands((REPO / "README.md").read_text())
+    assert [c[0] for c in commands] == ["train", "evaluate", "predict", "check"]
+    monkeypatch.chdir(tmp_path)
+    hourly_series(400).rename(columns={"load": "price"})[["date", "price"]].to_csv("prices.csv", index=False)
+    for argv in commands:
+        result = CliRunner().invoke(app, argv)
+        assert result.exit_code == 0, f"tsformer {shlex.join(argv)}: {result.output}"
+    forecast = pd.read_csv("forecast.csv")
+    assert len(forecast) == 24 and {"date", "price", "price_lower_80", "forecaster"} <= set(forecast.columns)
