@@ -11,7 +11,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from tsformer.checkpoint import FORMAT_VERSION, MODEL_FILE, save_predictor
+from tsformer.checkpoint import FORMAT_VERSION, save_predictor
 from tsformer.cli import app
 from tsformer.config import load_config
 from tsformer.data import Scaler, SplitBorders
@@ -19,6 +19,7 @@ from tsformer.errors import CheckpointError
 from tsformer.layout import Layout
 from tsformer.model import Forecaster
 from tsformer.predictor import Predictor, load_predictor
+from tsformer.runfolder import MODEL_FILE
 
 
 class RunsCommand:

@@ -697,3 +697,34 @@ def test_ambiguous_dates_with_a_missing_month_are_read_with_a_gap(tmp_path):
     rows = [f"{m:%d/%m/%Y},{i},{i % 3}" for i, m in enumerate(months)]  # 01/01/2020, 01/02/2020, ...
     frame = read_series(write_csv(tmp_path / "monthly.csv", rows), DataConfig())
     assert frame.freq == "MS" and frame.n_rows == 30 and not frame.observed[17].any()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "missing.csv"],
+        ["train", "{csv}", "--target", "nope"],
+        ["train", "{text}"],
+        ["predict", "{run}", "missing.csv"],
+        ["evaluate", "missing_run"],
+        ["check", "missing_run"],
+    ],
+    ids=["missing-file", "unknown-column", "not-numeric", "predict-missing-csv", "missing-run", "check-missing-run"],
+)
+def test_input_errors_come_before_torch_is_imported(tmp_path, run, argv):
+    """A command's input errors are quick: reported before torch (over half a second to import) is loaded."""
+    import subprocess
+    import sys
+
+    csv = write_csv(tmp_path / "ok.csv", hourly_rows(40))
+    text = tmp_path / "text.csv"
+    text.write_text("date,x\n2024-01-01 00:00,abc\n2024-01-01 01:00,def\n")
+    argv = [a.format(csv=csv, text=text, run=run) for a in argv]
+    probe = (
+        "import sys\nfrom tsformer.cli import app\n"
+        f"try:\n    app({argv!r}, prog_name='tsformer')\nexcept SystemExit as exit:\n"
+        "    print(exit.code, 'torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path)
+    assert done.stdout.strip() == "2 False", done.stdout + done.stderr
+    assert done.stderr.startswith("Error: ") and len(done.stderr.strip().splitlines()) == 1

@@ -12,13 +12,13 @@ import yaml
 from helpers import layout_of
 from typer.testing import CliRunner
 
-from tsformer.checkpoint import MODEL_FILE
 from tsformer.cli import app
 from tsformer.config import Config, DataConfig, ModelConfig, load_config, resolve_auto, with_data_path
 from tsformer.data import training_data
 from tsformer.errors import ConfigError, DataError
 from tsformer.model import Forecaster
 from tsformer.predictor import load_predictor
+from tsformer.runfolder import MODEL_FILE
 from tsformer.train import resolve
 
 REPO = Path(__file__).resolve().parent.parent

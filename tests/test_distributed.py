@@ -17,10 +17,10 @@ import pytest
 import torch
 from helpers import TINY_FLAGS, make_frame, write_csv
 
-from tsformer.checkpoint import LAST_FILE, MODEL_FILE
 from tsformer.data import training_data
 from tsformer.leakage import check_model
 from tsformer.predictor import load_predictor, load_train_state
+from tsformer.runfolder import LAST_FILE, MODEL_FILE
 
 TORCHRUN = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
 PROBE = Path(__file__).with_name("ddp_probe.py")

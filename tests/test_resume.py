@@ -16,13 +16,14 @@ from typer.testing import CliRunner
 
 import tsformer.checkpoint as checkpoint_module
 import tsformer.train as train_module
-from tsformer.checkpoint import LAST_FILE, MODEL_FILE, save_predictor
+from tsformer.checkpoint import save_predictor
 from tsformer.cli import app
 from tsformer.config import load_config
 from tsformer.data import training_data
 from tsformer.errors import CheckpointError, TrainingError
 from tsformer.model import PREDICT_BATCH, Forecaster
 from tsformer.predictor import load_predictor, load_train_state
+from tsformer.runfolder import LAST_FILE, MODEL_FILE
 from tsformer.train import train
 
 EPOCHS = 6

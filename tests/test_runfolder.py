@@ -18,12 +18,11 @@ from helpers import hourly_series, start_tsformer, tiny_config, wait_for, write_
 from typer.testing import CliRunner
 
 import tsformer.files as files_module
-from tsformer.checkpoint import LAST_FILE, MODEL_FILE
 from tsformer.cli import app
 from tsformer.errors import ConfigError, TrainingError
 from tsformer.model import Forecaster
 from tsformer.predictor import load_train_state
-from tsformer.runfolder import claim
+from tsformer.runfolder import LAST_FILE, MODEL_FILE, claim
 from tsformer.train import train
 
 # A tiny model on one thread; with 12,000 rows an epoch takes several seconds, time to interrupt it.

@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 
 from tsformer.config import Config, config_from_dict, load_config, with_data_path
+from tsformer.data.loader import SeriesFrame
 from tsformer.errors import ConfigError
 from tsformer.predictor import Predictor, load_predictor
 
@@ -72,7 +73,7 @@ def fit(
     changes = {section: {k: v for k, v in values.items() if v is not None} for section, values in given.items()}
     cfg = config_from_dict(changes, base=cfg)
     source = None
-    if isinstance(data, pd.DataFrame):
+    if isinstance(data, pd.DataFrame | SeriesFrame):
         source = data
     elif data is not None:
         cfg = with_data_path(cfg, resolve_data_path(str(data)))

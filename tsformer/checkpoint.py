@@ -34,15 +34,13 @@ from tsformer.intervals import Calibration, quantile_pairs
 from tsformer.layout import Layout
 from tsformer.model import build_forecaster
 from tsformer.results import TrainSummary
+from tsformer.runfolder import CONFIG_FILE, MODEL_FILE
 
 FORMAT_NAME = "tsformer-checkpoint"
-FORMAT_VERSION = 6  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
+FORMAT_VERSION = 7  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
 # 5: interval widths per unit of each window's scale. 6: a Predictor: the layout by name, static covariates,
-# the calibration (with the refit model's borders) and the training summary
-MODEL_FILE = "model.pt"  # the predictor, for evaluate/predict/check
-LAST_FILE = "last.pt"  # latest epoch with optimizer and RNG state, for --resume
-CALIBRATION_DIR = "calibration"  # the run folder of the model whose errors calibrate the intervals (refit)
-CONFIG_FILE = "config.yaml"
+# the calibration (with the refit model's borders) and the training summary. 7: the calibration's error count
+# and the interval levels it left out; what stopped training
 
 
 def save_predictor(predictor, path: str | Path, train_state: dict[str, Any] | None = None) -> None:
@@ -322,18 +320,3 @@ def _load_failure(exc: Exception) -> str:
         detail = lines[-1].strip() if lines else "not plain data"
         return f"refused to unpickle it, {detail[:120]}"
     return text.splitlines()[0][:160] if text else type(exc).__name__
-
-
-def resolve_checkpoint(run: str | Path) -> Path:
-    """A run folder (its model.pt) or a checkpoint file."""
-    run = Path(run)
-    if run.is_dir():
-        path = run / MODEL_FILE
-        if not path.is_file():
-            raise CheckpointError(
-                f"run folder {run} has no {MODEL_FILE}; train into it first (tsformer train ... --out {run})"
-            )
-        return path
-    if run.is_file():
-        return run
-    raise CheckpointError(f"run {run} not found; give a run folder made by tsformer train")

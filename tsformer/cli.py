@@ -157,8 +157,8 @@ def train(
 
     Example: tsformer train data/sample.csv --target OT --context-len 96 --horizon 24 --out runs/demo
     """
-    from tsformer.api import fit
     from tsformer.config import config_from_flags, given_flags, with_data_path
+    from tsformer.data.loader import read_series
     from tsformer.datasets import resolve_data_path
 
     flags = {
@@ -197,9 +197,13 @@ def train(
                 "(keep --out)"
             )
     cfg = None if resume else config_from_flags(config, flags, overrides)
-    if cfg is not None and cfg.data.path:
+    frame = None
+    if cfg is not None and cfg.data.path:  # read it before torch loads, so a bad CSV is a quick error
         cfg = with_data_path(cfg, resolve_data_path(cfg.data.path, data_dir))
-    predictor = fit(config=cfg, out=out, resume=resume, overwrite=overwrite, progress=not quiet)
+        frame = read_series(cfg.data.path, cfg.data)
+    from tsformer.api import fit
+
+    predictor = fit(frame, config=cfg, out=out, resume=resume, overwrite=overwrite, progress=not quiet)
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
         return
     s = predictor.summary
@@ -223,11 +227,12 @@ def evaluate(
 
     Example: tsformer evaluate runs/demo
     """
+    if split not in ("test", "val"):
+        fail(f"--split must be test or val, got {split!r}")
+    _check_inputs(run, csv)
     from tsformer.evaluate import format_report
     from tsformer.runs import evaluate_run
 
-    if split not in ("test", "val"):
-        fail(f"--split must be test or val, got {split!r}")
     report = evaluate_run(run, csv, split=split)
     typer.echo(format_report(report))
 
@@ -250,6 +255,7 @@ def predict(
 
     Example: tsformer predict runs/demo data/sample.csv --out forecast.csv --plot forecast.png
     """
+    _check_inputs(run, csv, future, static)
     from tsformer.runs import predict_run
 
     forecast = predict_run(run, csv, out=out, plot=plot, future=future, static=static)
@@ -288,6 +294,8 @@ def backtest(
 
     Example: tsformer backtest runs/demo --windows 10 --step 24 --out backtest.csv
     """
+    into_folds = refit and config is not None  # then RUN is a folder for the folds, not a trained run
+    _check_inputs(None if into_folds or run is None else run, csv, config)
     from tsformer.backtest import format_summary
     from tsformer.runs import backtest_run, refit_backtest
 
@@ -322,6 +330,7 @@ def check(
 
     Example: tsformer check runs/demo
     """
+    _check_inputs(run)
     from tsformer.runs import check_run
 
     results, note = check_run(run, csv)
@@ -407,6 +416,18 @@ def datasets_fetch(
     from tsformer.datasets import fetch
 
     typer.echo(f"{name}: {fetch(name, dest)}")
+
+
+def _check_inputs(run: Path | None, *files: Path | None) -> None:
+    """The run folder and the input files exist, checked before the command loads torch (a quick error)."""
+    from tsformer.files import require_file
+    from tsformer.runfolder import resolve_checkpoint
+
+    if run is not None:
+        resolve_checkpoint(run)
+    for path in files:
+        if path is not None:
+            require_file(path)
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from tsformer.errors import ConfigError
+from tsformer.errors import ConfigError, DataError
 
 TEMP_SUFFIX = ".tmp"
 
@@ -60,6 +60,14 @@ def check_output_path(path: str | Path, flag: str = "") -> None:
         raise ConfigError(f"{named} is a folder; give a file path, such as {path / 'forecast.csv'}")
     if not destination(path).parent.is_dir():
         raise ConfigError(f"{named}: folder {path.parent} does not exist; create it or choose another path")
+
+
+def require_file(path: Path) -> None:
+    """A DataError unless `path` is a file (the commands check their inputs so, before they load torch)."""
+    if not path.exists():
+        raise DataError(f"file {path} not found; check the path")
+    if not path.is_file():
+        raise DataError(f"{path} is not a file; give the path of a CSV file")
 
 
 def atomic_write(path: str | Path, write: Callable[[BinaryIO], object]) -> None:

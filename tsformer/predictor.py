@@ -46,6 +46,7 @@ from tsformer.leakage import check_scaler
 from tsformer.model import ForecasterBase
 from tsformer.predict import forecast_after
 from tsformer.results import Forecasts, TrainSummary
+from tsformer.runfolder import resolve_checkpoint
 
 
 @dataclass(frozen=True)
@@ -278,7 +279,7 @@ class Predictor:
 
 def load_predictor(path: str | Path) -> Predictor:
     """The Predictor in a run folder or a checkpoint file; any problem is a CheckpointError."""
-    return Predictor(**checkpoint.read_predictor(checkpoint.resolve_checkpoint(path)))
+    return Predictor(**checkpoint.read_predictor(resolve_checkpoint(path)))
 
 
 def load_train_state(path: str | Path) -> tuple[Predictor, dict]:

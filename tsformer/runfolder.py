@@ -14,10 +14,14 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tsformer.errors import ConfigError
+from tsformer.errors import CheckpointError, ConfigError
 from tsformer.files import remove_temp_files
 
-RUN_MARKERS = ("config.yaml", "model.pt", "last.pt")  # a folder holding one of these is a tsformer run
+MODEL_FILE = "model.pt"  # the predictor, for evaluate/predict/check
+LAST_FILE = "last.pt"  # latest epoch with optimizer and RNG state, for --resume
+CONFIG_FILE = "config.yaml"  # the resolved config
+CALIBRATION_DIR = "calibration"  # the run folder of the model whose errors calibrate the intervals (refit)
+RUN_MARKERS = (CONFIG_FILE, MODEL_FILE, LAST_FILE)  # a folder holding one of these is a tsformer run
 
 
 @dataclass
@@ -156,3 +160,18 @@ def _read_pid(fd: int) -> int:
         return int(os.pread(fd, 32, 0).decode().strip() or 0)
     except (ValueError, UnicodeDecodeError, OSError):
         return 0
+
+
+def resolve_checkpoint(run: str | Path) -> Path:
+    """A run folder (its model.pt) or a checkpoint file."""
+    run = Path(run)
+    if run.is_dir():
+        path = run / MODEL_FILE
+        if not path.is_file():
+            raise CheckpointError(
+                f"run folder {run} has no {MODEL_FILE}; train into it first (tsformer train ... --out {run})"
+            )
+        return path
+    if run.is_file():
+        return run
+    raise CheckpointError(f"run {run} not found; give a run folder made by tsformer train")

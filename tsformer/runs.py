@@ -14,7 +14,6 @@ from pandas.tseries.frequencies import to_offset
 
 from tsformer.backtest import BacktestResult, backtest, origin_rows, score_origins, write_backtest
 from tsformer.check import check_predictor
-from tsformer.checkpoint import resolve_checkpoint
 from tsformer.config import Config
 from tsformer.data import Source, training_data
 from tsformer.errors import DataError
@@ -23,6 +22,7 @@ from tsformer.files import check_output_path
 from tsformer.leakage import CheckResult
 from tsformer.predict import Forecast, forecast_after, write_forecast
 from tsformer.predictor import load_predictor
+from tsformer.runfolder import resolve_checkpoint
 from tsformer.train import resolve, train
 
 

@@ -26,7 +26,7 @@ import torch
 
 from tsformer import distributed, runfolder
 from tsformer.calibration import calibration_config, choose_and_calibrate
-from tsformer.checkpoint import CALIBRATION_DIR, CONFIG_FILE, LAST_FILE, MODEL_FILE, save_predictor
+from tsformer.checkpoint import save_predictor
 from tsformer.config import MAX_SEED, Config, save_config, with_data_path
 from tsformer.data import Prepared, Source, WindowIndex, Windows, training_data
 from tsformer.errors import CheckpointError, ConfigError, DataError, Interrupted, TrainingError
@@ -36,6 +36,7 @@ from tsformer.model import ForecasterBase, build_forecaster
 from tsformer.predictor import Predictor, load_predictor, load_train_state
 from tsformer.progress import Progress
 from tsformer.results import TrainSummary
+from tsformer.runfolder import CALIBRATION_DIR, CONFIG_FILE, LAST_FILE, MODEL_FILE
 from tsformer.schedule import lr_at
 
 

@@ -1,53 +1,49 @@
-"""Reading, validating, splitting, scaling and windowing series."""
+"""Reading, validating, splitting, scaling and windowing series.
 
-from tsformer.data.loader import SeriesFrame, Source, fill_column, read_series
-from tsformer.data.prepare import (
-    Prepared,
-    data_fingerprint,
-    forecast_index,
-    panel_min_history,
-    prepare,
-    resolve_sizes,
-    scale_inputs,
-    training_data,
-)
-from tsformer.data.split import (
-    SPLITS,
-    Scaler,
-    SplitBorders,
-    split_borders,
-    split_window,
-    window_counts,
-    window_target_starts,
-)
-from tsformer.data.static import StaticScale
-from tsformer.data.timestamps import parse_freq
-from tsformer.data.windows import SeriesInputs, Split, WindowIndex, Windows
+The names are imported on first use, so reading a CSV (`tsformer.data.loader`, pandas only) does not
+load torch: a command's input errors come before it.
+"""
 
-__all__ = [
-    "SPLITS",
-    "Prepared",
-    "Scaler",
-    "SeriesFrame",
-    "SeriesInputs",
-    "Source",
-    "Split",
-    "SplitBorders",
-    "StaticScale",
-    "WindowIndex",
-    "Windows",
-    "data_fingerprint",
-    "fill_column",
-    "forecast_index",
-    "panel_min_history",
-    "parse_freq",
-    "prepare",
-    "read_series",
-    "resolve_sizes",
-    "scale_inputs",
-    "split_borders",
-    "split_window",
-    "training_data",
-    "window_counts",
-    "window_target_starts",
-]
+from __future__ import annotations
+
+import importlib
+
+_NAMES = {
+    "tsformer.data.loader": ("SeriesFrame", "Source", "fill_column", "read_series"),
+    "tsformer.data.prepare": (
+        "Prepared",
+        "data_fingerprint",
+        "forecast_index",
+        "panel_min_history",
+        "prepare",
+        "resolve_sizes",
+        "scale_inputs",
+        "training_data",
+    ),
+    "tsformer.data.split": (
+        "SPLITS",
+        "Scaler",
+        "SplitBorders",
+        "split_borders",
+        "split_window",
+        "window_counts",
+        "window_target_starts",
+    ),
+    "tsformer.data.static": ("StaticScale",),
+    "tsformer.data.timestamps": ("parse_freq",),
+    "tsformer.data.windows": ("SeriesInputs", "Split", "WindowIndex", "Windows"),
+}
+_MODULE_OF = {name: module for module, names in _NAMES.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module 'tsformer.data' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_MODULE_OF[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_MODULE_OF))

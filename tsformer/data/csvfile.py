@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from tsformer.errors import DataError
+from tsformer.files import require_file
 
 DELIMITERS = ",;\t|"
 SNIFF_BYTES = 64 * 1024
@@ -47,10 +48,7 @@ def read_table(path: Path) -> tuple[pd.DataFrame, str]:
 
 def _read_head(path: Path) -> tuple[str, bool]:
     """The first SNIFF_BYTES of the file as text, and whether that is the whole file."""
-    if not path.exists():
-        raise DataError(f"file {path} not found; check the path")
-    if not path.is_file():
-        raise DataError(f"{path} is not a file; give the path of a CSV file")
+    require_file(path)
     try:
         with path.open("rb") as handle:
             head = handle.read(SNIFF_BYTES)

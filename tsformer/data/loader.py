@@ -32,7 +32,7 @@ ID_COL_NAMES = ("unique_id", "series_id", "item_id", "ts_id", "id")  # long form
 LONG_TARGET = "y"  # long format's usual target column (neuralforecast, statsforecast)
 NA_TEXT = ("", "nan", "-nan", "na", "n/a", "#n/a", "null", "none")
 FLOAT32_MAX = float(np.finfo(np.float32).max)
-Source = str | Path | pd.DataFrame  # where series come from: a CSV path or a DataFrame
+Source = str | Path | pd.DataFrame  # where series come from: a CSV path or a DataFrame (or a frame read already)
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,10 @@ def training_data(cfg: Config, source: Source | None = None, static: Source | No
     the automatic sizes, prepare."""
     if source is None and not cfg.data.path:
         raise DataError("no data given; pass a CSV path or a DataFrame, or set data.path in the config")
-    frame = read_series(cfg.data.path if source is None else source, cfg.data, static=static)
+    if isinstance(source, SeriesFrame):  # read already (the command line reads before it loads torch)
+        frame = source
+    else:
+        frame = read_series(cfg.data.path if source is None else source, cfg.data, static=static)
     cfg, note = resolve_sizes(cfg, frame)
     return prepare(frame, cfg, frame.notes + ((note,) if note else ()))
 
