@@ -182,7 +182,8 @@ def test_unknown_time_col(tmp_path):
 
 
 def test_no_time_column_found(tmp_path):
-    csv = write_csv(tmp_path / "stamp.csv", hourly_rows(), header="stamp,load,OT")
+    rows = [f"t{i}," + row.split(",", 1)[1] for i, row in enumerate(hourly_rows())]  # labels, not times
+    csv = write_csv(tmp_path / "stamp.csv", rows, header="stamp,load,OT")
     train_error(tmp_path, csv, "no time column found", "'stamp', 'load', 'OT'", "--time-col")
 
 

@@ -142,3 +142,52 @@ def test_missing_cells_of_several_columns_are_one_note(tmp_path):
         "3 missing or infinite cells (2 of 'a', 1 of 'b') are unobserved: masked in the inputs, the loss and the "
         "metrics (or pass --fill ffill or zero)"
     ]
+
+
+def test_integer_epoch_timestamps_are_read_in_the_unit_their_magnitude_says(tmp_path):
+    base = 1167609600  # 2007-01-01 00:00 UTC, in seconds
+    for unit, factor in (("s", 1), ("ms", 10**3), ("us", 10**6), ("ns", 10**9)):
+        frame = pd.DataFrame({"timestamp": (base + 3600 * np.arange(50)) * factor, "y": np.arange(50.0)})
+        series = read_series(write_csv(tmp_path / f"{unit}.csv", frame), DataConfig())
+        assert series.timestamps[0] == pd.Timestamp("2007-01-01") and series.freq == "h", unit
+        assert series.time_notation.kind == "epoch" and series.time_notation.format == unit
+        word = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}[unit]
+        assert f"read the integer time column 'timestamp' as Unix epoch {word} (by their magnitude" in series.notes[0]
+    stated = read_series(tmp_path / "ms.csv", DataConfig(time_unit="ms"))
+    assert stated.time_notation.format == "ms" and not any("epoch" in note for note in stated.notes)
+    years = read_series(
+        write_csv(tmp_path / "years.csv", pd.DataFrame({"year": range(1990, 2040), "y": 1.0 * np.arange(50)})),
+        DataConfig(time_col="year"),
+    )
+    assert years.timestamps[0] == pd.Timestamp("1990-01-01")  # a year stays a year
+
+
+def test_weekday_only_data_with_holidays_are_business_days(tmp_path):
+    days = pd.bdate_range("2023-01-02", periods=300).delete([20, 100, 150])  # three holidays
+    frame = pd.DataFrame({"Date": days.strftime("%Y-%m-%d"), "Close": 100 + np.arange(len(days)) * 0.1})
+    series = read_series(write_csv(tmp_path / "stock.csv", frame), DataConfig())
+    assert series.freq == "B" and series.n_rows == 300 and series.observed.sum() == 297
+    assert series.notes[0].startswith("read as business days (B, season 5): the rows are a day apart but never on")
+    calendar = pd.date_range("2023-01-01", periods=300, freq="D")  # every day: daily, not business days
+    daily = read_series(
+        write_csv(tmp_path / "daily.csv", pd.DataFrame({"date": calendar, "y": 1.0 * np.arange(300)})), DataConfig()
+    )
+    assert daily.freq == "D"
+
+
+@pytest.mark.parametrize("label", ["{y}Q{q}", "{y} Q{q}", "{y}-Q{q}"])
+def test_quarter_labels_are_quarters(tmp_path, label):
+    labels = [label.format(y=1998 + i // 4, q=i % 4 + 1) for i in range(40)]
+    series = read_series(write_csv(tmp_path / "q.csv", pd.DataFrame({"quarter": labels, "gdp": np.arange(40.0)})),
+                         DataConfig())  # fmt: skip
+    assert series.timestamps[1] == pd.Timestamp("1998-04-01") and series.freq.startswith("QS")
+    assert series.time_notation.write(series.timestamps[:2]).tolist() == labels[:2]
+
+
+def test_a_column_that_reads_as_regular_timestamps_is_the_time_column_when_none_is_named_like_one(tmp_path):
+    frame = pd.DataFrame({"month": pd.date_range("2004-01-01", periods=60, freq="MS").strftime("%Y-%m"),
+                          "searches": np.arange(60.0)})  # fmt: skip
+    series = read_series(write_csv(tmp_path / "trends.csv", frame), DataConfig())
+    assert series.time_col == "month" and series.freq == "MS" and series.columns == ("searches",)
+    assert series.notes[0].startswith("took 'month' as the time column: no column is named like one")
+    assert series.time_notation.write(series.timestamps[:1]).tolist() == ["2004-01"]

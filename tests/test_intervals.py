@@ -286,7 +286,7 @@ def test_refit_widths_come_from_a_model_trained_one_validation_and_test_stretch_
     forecast_scaled = (forecast["y"].to_numpy().reshape(3, 4, 1) - mean) / std
     scale, _ = calibration_scale("seasonal", windows.context, windows.context_observed, season_for("h", 16))
     expected = calibrate(torch.from_numpy(forecast_scaled).float(), windows.target, None, (0.5, 0.75), scale, 0.1)
-    torch.testing.assert_close(run.calibration.widths, expected, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(run.calibration.widths, expected, rtol=1e-3, atol=1e-4)  # predict writes 6 digits
 
 
 def test_the_refit_calibration_model_never_reads_its_test_rows_and_the_run_never_its_test_split(tmp_path):

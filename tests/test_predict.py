@@ -69,7 +69,7 @@ def test_forecast_is_the_models_scaled_output_back_in_the_csvs_units(tmp_path):
     scaled = ckpt.model.predict(context)[0].numpy()  # (H, C)
     assert np.abs(scaled).max() < 5  # the model works on standardised values
     point = forecast[["a", "b"]].to_numpy()
-    np.testing.assert_allclose(point, ckpt.scaler.inverse(scaled), rtol=1e-6)  # float32 round-off
+    np.testing.assert_allclose(point, ckpt.scaler.inverse(scaled), rtol=1e-5)  # to 6 significant digits
     assert (values.min(0) <= point).all() and (point <= values.max(0)).all()
     change = np.abs(np.diff(context[0].numpy(), axis=0)).mean(axis=0)  # (C,) the context's scale (season 1 at L 16)
     width = ckpt.calibration.widths[0].numpy() * change * ckpt.scaler.std  # (H, C): the 80 % half-width, CSV units
@@ -104,3 +104,61 @@ def test_predict_matches_evaluate_on_the_first_test_window(run, tmp_path, monkey
     forecast = predict_run(run, cut).frame
     assert list(forecast["date"].dt.strftime("%Y-%m-%d %H:%M:%S")) == list(future["date"])
     np.testing.assert_allclose(forecast[["a", "b"]].to_numpy(), ckpt.scaler.inverse(model_forecast[0]), rtol=1e-5)
+
+
+def _forecast_csv(tmp_path, frame: pd.DataFrame, *flags: str) -> pd.DataFrame:
+    """Train a tiny model on `frame` (horizon 4) and return the CSV `tsformer predict` writes, read as text."""
+    import io
+
+    from helpers import TINY_FLAGS
+    from typer.testing import CliRunner
+
+    from tsformer.cli import app
+
+    csv = write_csv(tmp_path / "data.csv", frame)
+    result = CliRunner().invoke(
+        app, ["train", str(csv), "--out", str(tmp_path / "run"), "--quiet", *TINY_FLAGS, *flags]
+    )
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(app, ["predict", str(tmp_path / "run"), str(csv)])
+    assert result.exit_code == 0, result.output
+    return pd.read_csv(io.StringIO(result.stdout), dtype=str)
+
+
+@pytest.mark.parametrize(
+    ("times", "expected"),
+    [
+        (pd.date_range("2004-01-01", periods=120, freq="MS").strftime("%Y-%m"), ["2014-01", "2014-02"]),
+        ([f"{1990 + i // 4} Q{i % 4 + 1}" for i in range(120)], ["2020 Q1", "2020 Q2"]),
+        ((1167609600 + 3600 * np.arange(120)) * 1000, ["1168041600000", "1168045200000"]),
+        (pd.date_range("2024-01-01", periods=120, freq="D").strftime("%d/%m/%Y"), ["30/04/2024", "01/05/2024"]),
+    ],
+    ids=["months", "quarters", "epoch-ms", "day-first"],
+)
+def test_the_forecast_writes_times_as_the_data_wrote_them(tmp_path, times, expected):
+    frame = pd.DataFrame({"t": times, "y": np.sin(np.arange(120) / 3) + 5}).rename(columns={"t": "time"})
+    forecast = _forecast_csv(tmp_path, frame, "--dayfirst") if "/" in str(times[0]) else _forecast_csv(tmp_path, frame)
+    assert forecast["time"].tolist()[:2] == expected
+
+
+def test_forecast_values_carry_no_float32_noise(tmp_path):
+    frame = make_frame(240, 1)
+    frame["a"] = 5.08  # constant but for the last row: repeat-last forecasts 5.08, which float32 holds as 5.0799999
+    frame.loc[239, "a"] = 5.08
+    frame.loc[::2, "a"] = 5.07
+    forecast = _forecast_csv(tmp_path, frame, "--set", "train.fallback=false")
+    assert all(len(value.split(".")[-1]) <= 6 for value in forecast["a"])  # 6 significant digits at most
+
+
+def test_business_day_forecasts_skip_weekends(tmp_path):
+    days = pd.bdate_range("2023-01-02", periods=200).delete([20, 100])  # holidays
+    frame = pd.DataFrame({"Date": days.strftime("%Y-%m-%d"), "Close": 100 + np.sin(np.arange(len(days)))})
+    forecast = _forecast_csv(tmp_path, frame)
+    stamps = pd.to_datetime(forecast["Date"])
+    assert days[-1] == pd.Timestamp("2023-10-06") and days[-1].dayofweek == 4  # the data end on a Friday
+    assert (stamps.dt.dayofweek < 5).all() and forecast["Date"].tolist() == [
+        "2023-10-09",
+        "2023-10-10",
+        "2023-10-11",
+        "2023-10-12",
+    ]

@@ -22,7 +22,7 @@ import pandas as pd
 import torch
 
 from tsformer.data import Prepared, SeriesFrame
-from tsformer.data.timestamps import as_text
+from tsformer.data.timestamps import TimeNotation
 from tsformer.errors import DataError
 from tsformer.fallback import FORECASTERS
 from tsformer.files import atomic_open
@@ -157,7 +157,7 @@ def score_origins(predictor: Predictor, data: Prepared, rows: np.ndarray) -> Bac
                 scale[keep],
                 None if observed is None else observed[keep],
             )["mean"]
-            summary.append({"origin": _origin_label(cutoffs[keep], frame.timestamps), "forecaster": name, **s})
+            summary.append({"origin": _origin_label(cutoffs[keep], frame.time_notation), "forecaster": name, **s})
     for name in FORECASTERS:
         s = score(forecasts[name].numpy(), truth, mean, std, frame.columns, scale, observed)["mean"]
         summary.append({"origin": "all", "forecaster": name, **s})
@@ -165,10 +165,10 @@ def score_origins(predictor: Predictor, data: Prepared, rows: np.ndarray) -> Bac
     return BacktestResult(table, pd.DataFrame(summary))
 
 
-def _origin_label(cutoffs: pd.DatetimeIndex, like: pd.DatetimeIndex) -> str:
+def _origin_label(cutoffs: pd.DatetimeIndex, notation: TimeNotation) -> str:
     """A fold's origin: the last step its forecasts may read, or the span of those of its series when
-    they differ (series that end at different times); dates alone for daily and longer data (`like`)."""
-    first, last = as_text(pd.DatetimeIndex([cutoffs.min(), cutoffs.max()]), like)
+    they differ (series that end at different times); in the data's time notation."""
+    first, last = (str(t) for t in notation.write(pd.DatetimeIndex([cutoffs.min(), cutoffs.max()])))
     return first if first == last else f"{first} to {last}"
 
 
@@ -177,13 +177,13 @@ def _long_table(predictor, frame, shipped: Forecasts, truth, observed, starts, i
     horizon, n_targets = truth.shape[1], truth.shape[2]
     n = len(starts)
     columns: dict[str, np.ndarray] = {
-        "origin": np.repeat(as_text(cutoffs, frame.timestamps), horizon * n_targets),
+        "origin": np.repeat(frame.time_notation.write(cutoffs), horizon * n_targets),
     }
     key_rows = np.repeat(ids, horizon * n_targets)  # each row's series
     for j, name in enumerate(predictor.id_cols):
         columns[name] = np.array([key[j] for key in frame.keys], dtype=object)[key_rows]
     steps = (starts[:, None] + np.arange(horizon)[None, :]).reshape(-1)  # (N * H,)
-    columns[predictor.time_col] = np.repeat(as_text(frame.timestamps[steps], frame.timestamps), n_targets)
+    columns[predictor.time_col] = np.repeat(frame.time_notation.write(frame.timestamps[steps]), n_targets)
     columns["target"] = np.tile(np.array(frame.columns, dtype=object), n * horizon)
     columns["forecast"] = shipped.units(shipped.point).reshape(-1)
     for level, lower, upper in shipped.bounds():
@@ -191,7 +191,7 @@ def _long_table(predictor, frame, shipped: Forecasts, truth, observed, starts, i
         columns[f"upper_{label(level)}"] = upper.reshape(-1)
     for name in FORECASTERS[1:]:
         columns[name] = shipped.units(shipped.each[name]).reshape(-1)
-    truth_units = shipped.units(truth).reshape(-1)
+    truth_units = shipped.units(truth).reshape(-1)  # the data's values, back from scaled
     if observed is not None:
         truth_units = np.where(observed.reshape(-1), truth_units, np.nan)
     columns["truth"] = truth_units

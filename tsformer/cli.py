@@ -125,7 +125,12 @@ def train(
         None, "--seed", help=f"Random seed (default: {DEFAULTS.train.seed}; exactly reproducible on CPU)."
     ),
     freq: str | None = typer.Option(
-        None, "--freq", help="State the frequency (h, D, 15min, ...) instead of inferring it (the default)."
+        None, "--freq", help="State the frequency (h, D, B, 15min, ...) instead of inferring it (the default)."
+    ),
+    time_unit: str | None = typer.Option(
+        None,
+        "--time-unit",
+        help="The unit of integer (Unix epoch) timestamps: s, ms, us or ns (default: read from their magnitude).",
     ),
     sort: bool = typer.Option(False, "--sort", help="Accept unsorted rows by sorting on the time column."),
     dayfirst: bool = typer.Option(False, "--dayfirst", help="Read ambiguous dates such as 01/02/2024 as day/month."),
@@ -172,6 +177,7 @@ def train(
             "static_covs": list(static_cov) or None,
             "calendar": False if no_calendar else None,
             "freq": freq,
+            "time_unit": time_unit,
             "fill": fill,
             "sort": sort or None,
             "dayfirst": dayfirst or None,

@@ -22,6 +22,7 @@ from tsformer.files import atomic_write_text
 
 FILL_METHODS = ("", "ffill", "zero")
 SCALES = ("std", "seasonal")
+TIME_UNITS = ("", "s", "ms", "us", "ns")  # data.time_unit: the unit of integer (Unix epoch) timestamps
 DEFAULT_SPLIT_RATIOS = (0.7, 0.1, 0.2)  # train, validation, test of a wide file when data.split_ratios is ()
 MAX_SEED = 2**63 - 1  # torch.manual_seed takes a signed 64-bit integer
 MAX_COUNT = 2**31 - 1  # sizes, strides and counts beyond this are typos, not settings
@@ -58,6 +59,7 @@ class DataConfig:
     id_cols: tuple[str, ...] = ()  # long format: the columns naming each series; () finds unique_id/item_id/... by name
     targets: tuple[str, ...] = ()  # () forecasts every numeric column
     freq: str = ""  # pandas offset alias; "" infers it from the timestamps
+    time_unit: str = ""  # integer timestamps' Unix epoch unit: s, ms, us or ns; "" reads it from their magnitude
     future_covs: tuple[str, ...] = ()  # known-future covariates: known up to the end of the forecast
     past_covs: tuple[str, ...] = ()  # past-only covariates: observed with the target, unknown ahead
     # static covariates, one value per series: columns of static_path (all but the ids when none are named),
@@ -84,6 +86,10 @@ class DataConfig:
         )
         _require(self.fill in FILL_METHODS, f"data.fill must be one of {FILL_METHODS[1:]}, got {self.fill!r}")
         _require(self.scale in SCALES, f"data.scale must be one of {SCALES}, got {self.scale!r}")
+        _require(
+            self.time_unit in TIME_UNITS,
+            f"data.time_unit must be one of {', '.join(TIME_UNITS[1:])}, got {self.time_unit!r}",
+        )
         _check_finite(self, "data")
         _require(
             len(self.split_ratios) in (0, 3), "data.split_ratios needs three numbers (train, validation, test), or none"

@@ -50,7 +50,7 @@ class Calibration:
         left = ", ".join(f"{label(level)} %" for level, _ in self.unsupported)
         needs = ", ".join(f"{n} for {label(level)} %" for level, n in self.unsupported)
         highest = math.floor(100 * self.n_errors / (self.n_errors + 1)) / 100  # about the highest level n errors hold
-        lower = f", or a level up to {label(highest)} % (--interval {highest:.2f})" if self.n_errors >= 2 else ""
+        lower = f", or a level up to {label(highest)} % (--interval {highest:g})" if self.n_errors >= 2 else ""
         return (
             f"intervals: {left} left out: split-conformal calibration holds a level only with enough validation "
             f"windows ({needs}), and this run has {self.n_errors}; give more validation rows (data.split_ratios, "

@@ -15,6 +15,7 @@ from pandas.tseries.frequencies import to_offset
 
 from tsformer.data import Scaler, SeriesFrame, Source, forecast_index, read_series
 from tsformer.data.prepare import scale_season
+from tsformer.data.timestamps import TimeNotation
 from tsformer.errors import DataError
 from tsformer.fallback import not_the_model
 from tsformer.files import atomic_open
@@ -34,9 +35,13 @@ class Forecast:
 
     frame: pd.DataFrame
     notes: tuple[str, ...]  # how the data was read (date order, frequency, new series), for the user
+    time_col: str = ""
+    time_notation: TimeNotation = TimeNotation()  # how the data wrote its times: the CSV writes them alike
 
     def to_csv(self) -> str:
-        return self.frame.to_csv(index=False)
+        """The table as CSV, its times in the data's notation (2023-05 stays 2023-05, epochs stay epochs)."""
+        times = self.time_notation.write(pd.DatetimeIndex(self.frame[self.time_col]))
+        return self.frame.assign(**{self.time_col: times}).to_csv(index=False)
 
 
 def forecast_after(
@@ -66,7 +71,7 @@ def forecast_after(
     naive = not_the_model(shipped.chosen, predictor.layout.targets, per_series=bool(predictor.id_cols))
     left_out = "" if predictor.calibration is None else predictor.calibration.note()
     notes += tuple(note for note in (naive, left_out) if note)
-    return Forecast(_table(predictor, frame, shipped, timestamps), notes)
+    return Forecast(_table(predictor, frame, shipped, timestamps), notes, predictor.time_col, frame.time_notation)
 
 
 def write_forecast(

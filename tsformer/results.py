@@ -8,6 +8,15 @@ import numpy as np
 import torch
 
 
+def significant(values: np.ndarray, digits: int = 6) -> np.ndarray:
+    """float64 values rounded to `digits` significant digits (float32's last digit is noise)."""
+    values = values.astype(np.float64)
+    magnitude = np.floor(np.log10(np.abs(values), out=np.zeros_like(values), where=values != 0))
+    factor = 10.0 ** (digits - 1 - magnitude)
+    with np.errstate(invalid="ignore"):  # NaN (an unobserved truth) stays NaN
+        return np.round(values * factor) / factor
+
+
 @dataclass(frozen=True)
 class TrainSummary:
     """What training did and chose, for the user."""
@@ -39,11 +48,12 @@ class Forecasts:
     chosen: np.ndarray  # (N, C) object: the forecaster of each window's column ("model", "repeat_last", ...)
 
     def units(self, scaled: torch.Tensor | np.ndarray) -> np.ndarray:
-        """(N, H, C) or (N, H, C, Q) scaled -> the data's units, float32."""
+        """(N, H, C) or (N, H, C, Q) scaled -> the data's units, to the 6 significant digits float32 holds (so 5.08
+        is written 5.08, not 5.0799994)."""
         values = scaled.numpy() if isinstance(scaled, torch.Tensor) else scaled
         extra = values.ndim - 3  # a trailing quantile axis
         std, mean = (x[:, None].reshape(*x[:, None].shape, *[1] * extra) for x in (self.std, self.mean))
-        return (values * std + mean).astype(np.float32)
+        return significant((values * std + mean).astype(np.float32))
 
     def bounds(self) -> list[tuple[float, np.ndarray, np.ndarray]]:
         """Per level: (level, lower, upper) (N, H, C) in the data's units."""

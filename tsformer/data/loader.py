@@ -19,6 +19,7 @@ from tsformer.config import DataConfig
 from tsformer.data.csvfile import names, read_table, table_from_frame
 from tsformer.data.static import read_static, static_columns
 from tsformer.data.timestamps import (
+    TimeNotation,
     check_order,
     fill_the_grid,
     fill_the_grids,
@@ -59,6 +60,7 @@ class SeriesFrame:
     future: np.ndarray | None = None  # (n_rows, n_future) float32, NaN where missing
     static: pd.DataFrame | None = None  # one row per series (in `keys` order), its static covariates as read
     static_from: str = ""  # where they came from: "table" (one row per series) or "data" (the data's own columns)
+    time_notation: TimeNotation = TimeNotation()  # how the time column was written, to write output alike
     bounds: np.ndarray | None = None  # (n_ids + 1,) row where each series starts, then n_rows; None: one series
 
     def __post_init__(self) -> None:
@@ -138,13 +140,14 @@ def _read(
     static: str | Path | pd.DataFrame | None,
 ) -> SeriesFrame:
     """read_series on a table whose index is the line of the file holding each row."""
-    time_col = find_time_col(table, cfg.time_col, name)
+    time_col, found_notes = find_time_col(table, cfg.time_col, name, cfg)
     if expected_ids is None:  # training: the id columns given, else found by name
         id_cols = _find_id_cols(table, cfg.id_cols, time_col, name)
     else:  # a trained model's (none for a wide file): exactly those, whatever the names of the columns
         id_cols = _find_id_cols(table, expected_ids, time_col, name) if expected_ids else ()
     codes, keys = _series_codes(table, id_cols, check_unique=expected_ids is None)
-    timestamps, time_notes = parse_timestamps(table[time_col], time_col, cfg, sample=codes == 0)
+    timestamps, time_notes, notation = parse_timestamps(table[time_col], time_col, cfg, sample=codes == 0)
+    time_notes = found_notes + time_notes
     static_source = static if static is not None else (cfg.static_path or None)
     in_table = () if static_source is not None else cfg.static_covs  # static columns of the data itself
     past_names, future_names = _pick_covariates(table, cfg, (time_col, *id_cols), name, in_table)
@@ -207,6 +210,7 @@ def _read(
         future=future,
         static=static_table,
         static_from="" if static_table is None else "data" if in_table else "table",
+        time_notation=notation,
     )
 
 

@@ -6,7 +6,9 @@ file (or the row of a DataFrame) and says how to fix it.
 
 from __future__ import annotations
 
+import re
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -18,6 +20,40 @@ from tsformer.data.csvfile import names
 from tsformer.errors import DataError
 
 TIME_COL_NAMES = ("date", "timestamp", "time", "datetime", "ds", "period", "dt")
+EPOCH_UNITS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}  # nanoseconds per unit of a Unix epoch integer
+QUARTER = re.compile(r"^(\d{4})(\s*-?\s*)[Qq]([1-4])$")  # 1998Q1, 1998 Q1, 1998-Q1
+
+
+@dataclass(frozen=True)
+class TimeNotation:
+    """How a time column is written, so that output is written the same way: dates and times in a strftime
+    `format` ("" for pandas' own), Unix epoch integers in a `unit`, or quarter labels with a `separator`."""
+
+    kind: str = "datetime"  # "datetime", "epoch" or "quarter"
+    format: str = ""  # datetime: a strftime format ("%Y-%m" for 2023-05) or ""; epoch: s, ms, us or ns; quarter:
+    # what stands between the year and Q ("", " " or "-")
+
+    def write(self, timestamps: pd.DatetimeIndex) -> np.ndarray:
+        """The timestamps in this notation: text, or epoch integers."""
+        if self.kind == "epoch":
+            return timestamps.as_unit("ns").asi8 // EPOCH_UNITS[self.format]
+        if self.kind == "quarter":
+            return np.array([f"{t.year}{self.format}Q{t.quarter}" for t in timestamps], dtype=object)
+        if self.format:
+            return np.asarray(timestamps.strftime(self.format), dtype=object)
+        return np.array([str(t) for t in timestamps], dtype=object)  # pandas' astype(str) drops a midnight's time
+
+    def to_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "format": self.format}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, str]) -> TimeNotation:
+        notation = cls(str(raw["kind"]), str(raw["format"]))
+        if notation.kind not in ("datetime", "epoch", "quarter") or (
+            notation.kind == "epoch" and notation.format not in EPOCH_UNITS
+        ):
+            raise ValueError(f"time notation {raw} is none tsformer writes")
+        return notation
 
 
 def as_text(timestamps: pd.DatetimeIndex, like: pd.DatetimeIndex | None = None) -> np.ndarray:
@@ -30,35 +66,92 @@ def as_text(timestamps: pd.DatetimeIndex, like: pd.DatetimeIndex | None = None) 
     return np.array([str(t) for t in timestamps], dtype=object)  # pandas' astype(str) drops a midnight's time
 
 
-def find_time_col(table: pd.DataFrame, requested: str, source: str) -> str:
+def find_time_col(table: pd.DataFrame, requested: str, source: str, cfg: DataConfig) -> tuple[str, tuple[str, ...]]:
+    """The time column: as given (--time-col), else the first named like one (TIME_COL_NAMES), else the first
+    whose values all read as increasing timestamps (a `month` column of 2004-01, 2004-02, ...), with a note."""
     if requested:
         if requested not in table.columns:
             raise DataError(f"time column {requested!r} not in {source}; columns are: {names(table.columns)}")
-        return requested
+        return requested, ()
     for column in table.columns:
         if column.lower() in TIME_COL_NAMES:
-            return column
+            return column, ()
+    for column in table.columns:
+        if _reads_as_time(table[column], cfg):
+            return column, (
+                f"took {column!r} as the time column: no column is named like one ({', '.join(TIME_COL_NAMES)}), and "
+                "it is the first whose values read as increasing timestamps (--time-col names another)",
+            )
     raise DataError(
-        f"no time column found in {source} (looked for {', '.join(TIME_COL_NAMES)}; columns are: "
-        f"{names(table.columns)}); name it with --time-col"
+        f"no time column found in {source} (looked for {', '.join(TIME_COL_NAMES)}, and for a column of increasing "
+        f"timestamps; columns are: {names(table.columns)}); name it with --time-col"
     )
+
+
+def _reads_as_time(column: pd.Series, cfg: DataConfig) -> bool:
+    """Whether every value of a column reads as a timestamp, the first of them increasing: a text or datetime
+    column, or integers of Unix-epoch size (plain numbers such as 1, 2, 3 are values, not times)."""
+    if column.isna().any() or pd.api.types.is_bool_dtype(column) or pd.api.types.is_float_dtype(column):
+        return False
+    text = column.astype(str).str.strip()
+    if pd.api.types.is_integer_dtype(column) and _epoch_unit(text, cfg.time_unit) is None:
+        return False
+    head = text.iloc[: min(len(text), 50)]
+    if not (QUARTER.match(head.iloc[0]) or guess_datetime_format(head.iloc[0]) or _epoch_unit(head, cfg.time_unit)):
+        return False
+    try:
+        stamps, _, _ = parse_timestamps(column.iloc[: len(head)], str(column.name), cfg)
+    except DataError:
+        return False
+    return bool((np.diff(stamps.asi8) > 0).all())
+
+
+def _epoch_unit(text: pd.Series, stated: str) -> str | None:
+    """The unit of integer Unix epochs (s, ms, us or ns: `stated`, or by magnitude), or None when the values are
+    not integers of epoch size (at least 1e8: from 1973 in seconds; a year or 20240131 is a date)."""
+    if not text.str.fullmatch(r"-?\d+").all():
+        return None
+    values = text.astype(np.int64).abs()
+    if stated:
+        return stated
+    if values.min() < 10**8:
+        return None
+    typical = float(values.median())
+    return "s" if typical < 1e11 else "ms" if typical < 1e14 else "us" if typical < 1e17 else "ns"
 
 
 def parse_timestamps(
     column: pd.Series, name: str, cfg: DataConfig, sample: np.ndarray | None = None
-) -> tuple[pd.DatetimeIndex, tuple[str, ...]]:
-    """Timestamps and notes on how they were read; numbers are read as text, so 2024 is a year.
+) -> tuple[pd.DatetimeIndex, tuple[str, ...], TimeNotation]:
+    """Timestamps, notes on how they were read, and how they were written (to write output alike).
 
-    A UTC offset is kept (mixed offsets, as across daylight saving, are converted to UTC). Dates
-    whose day and month order is ambiguous (01/02/2024) are read the way that gives regular,
-    increasing timestamps (in the rows of `sample`, one series of a long file), or day-first with
-    `cfg.dayfirst`.
+    Numbers are read as text, so 2024 is a year; integers of Unix-epoch size are epochs, in seconds,
+    milliseconds, microseconds or nanoseconds by their magnitude (or `cfg.time_unit`); quarter labels
+    (1998Q1, 1998 Q1, 1998-Q1) are the quarters' first days. A UTC offset is kept (mixed offsets, as
+    across daylight saving, are converted to UTC). Dates whose day and month order is ambiguous
+    (01/02/2024) are read the way that gives regular, increasing timestamps (in the rows of `sample`,
+    one series of a long file), or day-first with `cfg.dayfirst`.
     """
     missing = column.isna().to_numpy()
     if missing.any():
         line = column.index[missing][0]
         raise DataError(f"empty timestamp in time column {name!r} at line {line}; every row needs a timestamp")
+    if pd.api.types.is_datetime64_any_dtype(column):  # a DataFrame's own timestamps
+        return pd.DatetimeIndex(column), (), TimeNotation()
     text = column.astype(str).str.strip()
+    unit = _epoch_unit(text, cfg.time_unit)
+    if unit is not None:
+        stamps = pd.DatetimeIndex(pd.to_datetime(text.astype(np.int64), unit=unit))
+        seen = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}[unit]
+        note = () if cfg.time_unit else (
+            f"read the integer time column {name!r} as Unix epoch {seen} (by their magnitude; --time-unit states "
+            "the unit)",
+        )  # fmt: skip
+        return stamps, note, TimeNotation("epoch", unit)
+    quarters = text.str.extract(QUARTER)
+    if not quarters.isna().any(axis=None):
+        periods = pd.PeriodIndex.from_fields(year=quarters[0].astype(int), quarter=quarters[2].astype(int), freq="Q")
+        return periods.to_timestamp(), (), TimeNotation("quarter", quarters[1].iloc[0])
     readings = _date_orders(text.iloc[0], cfg.dayfirst)
     parsed = {order: _to_datetime(text, fmt, dayfirst=order == "day-first") for order, fmt in readings.items()}
     sampled = {order: p if p is None or sample is None else p[sample] for order, p in parsed.items()}
@@ -73,7 +166,19 @@ def parse_timestamps(
         )
     if str(timestamps.dt.tz) == "UTC" and not _all_utc(text):
         notes += (f"time column {name!r} mixes UTC offsets (daylight saving?); its times are read and written in UTC",)
-    return pd.DatetimeIndex(timestamps), notes
+    stamps = pd.DatetimeIndex(timestamps)
+    return stamps, notes, _notation(stamps, text, order == "day-first")
+
+
+def _notation(timestamps: pd.DatetimeIndex, text: pd.Series, dayfirst: bool) -> TimeNotation:
+    """The strftime format the text was written in, when writing the timestamps with it gives the text back
+    (2023-05 stays 2023-05, 31/01/2024 stays so); else pandas' own (as for times converted to UTC)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fmt = guess_datetime_format(text.iloc[0], dayfirst=dayfirst)
+    if fmt and (timestamps.strftime(fmt) == text.to_numpy()).all():
+        return TimeNotation("datetime", fmt)
+    return TimeNotation()
 
 
 def _date_orders(sample: str, dayfirst: bool) -> dict[str, str | None]:
@@ -195,6 +300,12 @@ def resolve_freq(
     inferred = _infer_freq(timestamps)
     if inferred is None:
         step = offset or _guess_step(timestamps)
+        if offset is None and _business_days(timestamps, step):
+            return "B", (
+                "read as business days (B, season 5): the rows are a day apart but never on a Saturday or a Sunday, "
+                "so the missing weekdays (holidays) are unobserved steps and the forecast skips weekends (--freq B "
+                "states it)",
+            )
         if _mostly_on_grid(timestamps, step):  # gaps: the missing timestamps become unobserved steps
             return step.freqstr, ()
         if stated:
@@ -205,6 +316,14 @@ def resolve_freq(
     if not _fits(timestamps, offset):
         raise DataError(f"the rows are {inferred.freqstr} apart but {whose} {offset.freqstr} steps; {fix}")
     return offset.freqstr, ()
+
+
+def _business_days(timestamps: pd.DatetimeIndex, step: pd.DateOffset) -> bool:
+    """Daily data that never falls on a weekend, over two weeks or more, on the business-day grid: a market's."""
+    daily = step == to_offset("D") or step == to_offset("B")
+    if not daily or len(timestamps) < 10 or (timestamps.dayofweek >= 5).any():
+        return False
+    return (timestamps == timestamps.normalize()).all() and _mostly_on_grid(timestamps, to_offset("B"))
 
 
 def parse_freq(freq: str, what: str) -> pd.DateOffset:
