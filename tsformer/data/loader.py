@@ -178,21 +178,12 @@ def _read(
     else:
         timestamps, values, bounds, gap_notes = fill_the_grids(timestamps, values, freq, bounds, names, lines)
         first_lines = lines[np.searchsorted(codes, np.arange(len(keys)))]
-    n_targets, n_past = len(targets), len(past_names)
-    past = values[:, n_targets : n_targets + n_past].astype(np.float32) if past_names else None
-    future = values[:, n_targets + n_past :].astype(np.float32) if future_names else None
-    values, observed, value_notes = _complete(values[:, :n_targets], targets, cfg.fill, bounds, first_lines, names)
-    missing = sum(int(np.isnan(block).sum()) for block in (past, future) if block is not None)
-    if missing:
-        value_notes += (
-            f"{missing} covariate cells are missing; the model reads them as unobserved (the training mean)",
-        )
+    past, future, covariate_notes = _covariates(values[:, len(targets) :], len(past_names), len(future_names))
+    values, observed, value_notes = _complete(values[:, : len(targets)], targets, cfg.fill, bounds, first_lines, names)
     if static_source is not None:
         static_table = read_static(static_source, keys, id_cols, cfg.static_covs)
-    elif in_table:
-        static_table = static_columns(table, in_table, codes, names, id_cols)
     else:
-        static_table = None
+        static_table = static_columns(table, in_table, codes, names, id_cols) if in_table else None
     return SeriesFrame(
         timestamps=timestamps,
         values=values,
@@ -200,7 +191,7 @@ def _read(
         time_col=time_col,
         freq=freq,
         observed=observed,
-        notes=time_notes + target_notes + freq_notes + gap_notes + value_notes,
+        notes=time_notes + target_notes + freq_notes + gap_notes + value_notes + covariate_notes,
         id_cols=id_cols,
         keys=keys,
         bounds=bounds,
@@ -404,6 +395,16 @@ def _complete(
             "metrics (or pass --fill ffill or zero)"
         )
     return values.astype(np.float32), observed, (note,)
+
+
+def _covariates(values: np.ndarray, n_past: int, n_future: int) -> tuple[np.ndarray | None, np.ndarray | None, tuple]:
+    """The past-only, then the known-future covariates' columns of `values` (None for a role with none), float32,
+    NaN where missing, and a note counting the missing cells."""
+    past = values[:, :n_past].astype(np.float32) if n_past else None
+    future = values[:, n_past : n_past + n_future].astype(np.float32) if n_future else None
+    missing = int(np.isnan(values).sum())
+    note = f"{missing} covariate cells are missing; the model reads them as unobserved (the training mean)"
+    return past, future, (note,) if missing else ()
 
 
 def _drop_constant(targets: list[str], values: np.ndarray) -> tuple[list[str], np.ndarray, tuple[str, ...]]:
