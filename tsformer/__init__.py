@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-import importlib
+from tsformer.lazy import lazy_names
 
 __version__ = "0.1.0"
 
@@ -30,16 +30,4 @@ _PUBLIC = {
     "LeakageError": "tsformer.errors",
 }
 __all__ = ["__version__", *_PUBLIC]
-
-
-def __getattr__(name: str):
-    """The public names, imported when first used."""
-    if name not in _PUBLIC:
-        raise AttributeError(f"module 'tsformer' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_PUBLIC[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_PUBLIC))
+__getattr__, __dir__ = lazy_names(globals(), _PUBLIC)

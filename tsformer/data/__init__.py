@@ -6,7 +6,7 @@ load torch: a command's input errors come before it.
 
 from __future__ import annotations
 
-import importlib
+from tsformer.lazy import lazy_names
 
 _NAMES = {
     "tsformer.data.loader": ("SeriesFrame", "Source", "fill_column", "read_series"),
@@ -37,13 +37,4 @@ _MODULE_OF = {name: module for module, names in _NAMES.items() for name in names
 __all__ = sorted(_MODULE_OF)
 
 
-def __getattr__(name: str):
-    if name not in _MODULE_OF:
-        raise AttributeError(f"module 'tsformer.data' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_MODULE_OF[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_MODULE_OF))
+__getattr__, __dir__ = lazy_names(globals(), _MODULE_OF)
