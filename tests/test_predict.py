@@ -155,8 +155,8 @@ def test_business_day_forecasts_skip_weekends(tmp_path):
     frame = pd.DataFrame({"Date": days.strftime("%Y-%m-%d"), "Close": 100 + np.sin(np.arange(len(days)))})
     forecast = _forecast_csv(tmp_path, frame)
     stamps = pd.to_datetime(forecast["Date"])
-    assert days[-1] == pd.Timestamp("2023-10-06") and days[-1].dayofweek == 4  # the data end on a Friday
-    assert (stamps.dt.dayofweek < 5).all() and forecast["Date"].tolist() == [
+    assert days[-1] == pd.Timestamp("2023-10-06") and days[-1].day_of_week == 4  # the data end on a Friday
+    assert (stamps.dt.day_of_week < 5).all() and forecast["Date"].tolist() == [
         "2023-10-09",
         "2023-10-10",
         "2023-10-11",

@@ -321,7 +321,7 @@ def resolve_freq(
 def _business_days(timestamps: pd.DatetimeIndex, step: pd.DateOffset) -> bool:
     """Daily data that never falls on a weekend, over two weeks or more, on the business-day grid: a market's."""
     daily = step == to_offset("D") or step == to_offset("B")
-    if not daily or len(timestamps) < 10 or (timestamps.dayofweek >= 5).any():
+    if not daily or len(timestamps) < 10 or (timestamps.day_of_week >= 5).any():
         return False
     return (timestamps == timestamps.normalize()).all() and _mostly_on_grid(timestamps, to_offset("B"))
 
