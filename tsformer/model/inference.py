@@ -58,16 +58,6 @@ class ForecasterBase(nn.Module):
             raise ValueError("this model forecasts no quantiles (train --quantiles)")
         return quantiles
 
-    def quantile_batches(
-        self,
-        contexts: torch.Tensor,
-        observed: torch.Tensor | None = None,
-        covariates: Covariates | None = None,
-        batch_size: int = PREDICT_BATCH,
-    ) -> Iterator[torch.Tensor]:
-        """`predict_quantiles` batch by batch, like `predict_batches`: yields (batch_size, H, C, Q)."""
-        return self._batches(self.predict_quantiles, contexts, observed, covariates, batch_size)
-
     def predict_batches(
         self,
         contexts: torch.Tensor,
