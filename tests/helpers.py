@@ -14,7 +14,7 @@ import pandas as pd
 from tsformer.config import Config, DataConfig, ModelConfig, TrainConfig
 from tsformer.layout import Layout
 
-TINY_FLAGS = [
+TINY_SIZE_FLAGS = [
     "--context-len",
     "16",
     "--horizon",
@@ -34,6 +34,17 @@ TINY_FLAGS = [
     "--set",
     "train.batch_size=32",
 ]
+# the automatic settings given, as the defaults were before they were chosen from the data
+# (tests/test_choices.py covers choosing them)
+PINNED_FLAGS = [
+    "--set",
+    "data.calendar=true",
+    "--set",
+    "train.loss=mse",
+    "--set",
+    "train.interval_calibration=validation",
+]
+TINY_FLAGS = TINY_SIZE_FLAGS + PINNED_FLAGS
 
 
 def make_frame(n_rows: int = 240, n_series: int = 2, freq: str = "h", seed: int = 0) -> pd.DataFrame:
@@ -54,10 +65,18 @@ def write_csv(path: Path, frame: pd.DataFrame) -> Path:
 def tiny_config(csv: Path | str = "", fallback: bool = True, **model) -> Config:
     model_cfg = dict(context_len=16, horizon=4, patch_len=4, d_model=8, n_heads=2, n_layers=1, d_ff=16, dropout=0.0)
     model_cfg.update(model)
-    return Config(
-        data=DataConfig(path=str(csv)),
+    return Config(  # the automatic settings given (tests/test_choices.py covers choosing them)
+        data=DataConfig(path=str(csv), calendar=True),
         model=ModelConfig(**model_cfg),
-        train=TrainConfig(epochs=2, batch_size=32, num_threads=1, patience=5, fallback=fallback),
+        train=TrainConfig(
+            epochs=2,
+            batch_size=32,
+            num_threads=1,
+            patience=5,
+            fallback=fallback,
+            loss="mse",
+            interval_calibration="validation",
+        ),
     )
 
 

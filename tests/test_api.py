@@ -25,6 +25,9 @@ TINY = {
     "train.epochs": 2,
     "train.batch_size": 32,
     "train.seed": 0,
+    "data.calendar": True,  # the automatic settings given, as TINY_FLAGS give them
+    "train.loss": "mse",
+    "train.interval_calibration": "validation",
 }  # the model of TINY_FLAGS
 HORIZON = 4
 

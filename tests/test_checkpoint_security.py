@@ -35,7 +35,7 @@ class RunsCommand:
 def _valid_checkpoint() -> Predictor:
     cfg = load_config(None, ["model.context_len=16", "model.horizon=4", "model.d_model=8", "model.n_heads=2",
                              "model.d_ff=16", "model.patch_len=4", "model.n_layers=1",
-                             "data.calendar=false"])  # fmt: skip
+                             "data.calendar=false", "train.loss=mse"])  # fmt: skip
     layout = Layout(("load", "temp"))
     return Predictor(
         config=cfg, layout=layout, time_col="date", freq="h", id_cols=(), series=((),),

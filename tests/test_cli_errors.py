@@ -10,6 +10,7 @@ import shutil
 import pandas as pd
 import pytest
 import torch
+from helpers import PINNED_FLAGS
 from typer.testing import CliRunner
 
 from tsformer.checkpoint import FORMAT_VERSION
@@ -23,7 +24,7 @@ HEADER = "date,load,OT"
 TINY = [
     "--context-len", "16", "--horizon", "4", "--epochs", "1", "--quiet",
     "--set", "model.d_model=8", "--set", "model.n_heads=2", "--set", "model.d_ff=16",
-    "--set", "model.n_layers=1", "--set", "model.patch_len=4", "--set", "train.batch_size=32",
+    "--set", "model.n_layers=1", "--set", "model.patch_len=4", "--set", "train.batch_size=32", *PINNED_FLAGS,
 ]  # fmt: skip
 
 

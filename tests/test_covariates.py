@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import TINY_FLAGS, layout_of, tiny_config
+from helpers import TINY_FLAGS, TINY_SIZE_FLAGS, layout_of, tiny_config
 from test_cli_errors import assert_error, invoke
 
 from tsformer.data import training_data
@@ -195,7 +195,8 @@ def test_the_cli_takes_covariates_and_a_non_numeric_one_is_an_error(covariate_cs
         left_behind=(tmp_path / "bad_run",),
     )
     assert_error(invoke("train", covariate_csv, "--future-cov", "price", *TINY_FLAGS), "covariate 'price' not in")
-    result = invoke("train", covariate_csv, "--out", tmp_path / "plain", "--no-calendar", *TINY_FLAGS)
+    plain = ["--out", tmp_path / "plain", "--no-calendar", *TINY_SIZE_FLAGS, "--set", "train.loss=mse"]
+    result = invoke("train", covariate_csv, *plain)
     assert result.exit_code == 0 and load_predictor(tmp_path / "plain" / "model.pt").layout.calendar == ()
 
 

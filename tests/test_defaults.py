@@ -13,7 +13,7 @@ from helpers import layout_of
 from typer.testing import CliRunner
 
 from tsformer.cli import app
-from tsformer.config import Config, DataConfig, ModelConfig, load_config, resolve_auto, with_data_path
+from tsformer.config import Config, DataConfig, ModelConfig, TrainConfig, load_config, resolve_auto, with_data_path
 from tsformer.data import training_data
 from tsformer.errors import ConfigError, DataError
 from tsformer.model import Forecaster
@@ -44,7 +44,10 @@ def series_csv(path: Path, n_rows: int, freq: str, start: str = "1949-01-01", pe
 
 
 def auto_config(csv: Path, **model) -> Config:
-    return Config(data=DataConfig(path=str(csv)), model=ModelConfig(**model))
+    """Automatic sizes; the other automatic settings given (tests/test_choices.py covers those)."""
+    return Config(
+        data=DataConfig(path=str(csv), calendar=True), model=ModelConfig(**model), train=TrainConfig(loss="mse")
+    )
 
 
 def invoke(*args):

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import hourly_series, start_tsformer, wait_for
+from helpers import PINNED_FLAGS, hourly_series, start_tsformer, wait_for
 from typer.testing import CliRunner
 
 import tsformer.checkpoint as checkpoint_module
@@ -32,7 +32,7 @@ TINY = [
     "--context-len", "16", "--horizon", "4", "--seed", "7",
     "--set", "model.d_model=8", "--set", "model.n_heads=2", "--set", "model.d_ff=16",
     "--set", "model.patch_len=4", "--set", "model.n_layers=1", "--set", "model.dropout=0.2",
-    "--set", "train.batch_size=16", "--set", "train.patience=100", "--set", "train.num_threads=1",
+    "--set", "train.batch_size=16", "--set", "train.patience=100", "--set", "train.num_threads=1", *PINNED_FLAGS,
 ]  # fmt: skip
 
 
@@ -257,6 +257,8 @@ def test_kill_during_checkpoint_write_keeps_previous_file(tmp_path, monkeypatch)
             "model.n_heads=2",
             "model.d_ff=16",
             "model.patch_len=4",
+            "train.loss=mse",
+            "data.calendar=true",
         ],
     )
     ckpt = _checkpoint_for(cfg)

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import hourly_series, start_tsformer, tiny_config, wait_for, write_csv
+from helpers import PINNED_FLAGS, hourly_series, start_tsformer, tiny_config, wait_for, write_csv
 from typer.testing import CliRunner
 
 import tsformer.files as files_module
@@ -30,7 +30,7 @@ TINY = [
     "--context-len", "16", "--horizon", "4", "--quiet",
     "--set", "model.d_model=8", "--set", "model.n_heads=2", "--set", "model.d_ff=16",
     "--set", "model.patch_len=4", "--set", "model.n_layers=1",
-    "--set", "train.batch_size=16", "--set", "train.num_threads=1",
+    "--set", "train.batch_size=16", "--set", "train.num_threads=1", *PINNED_FLAGS,
 ]  # fmt: skip
 
 

@@ -15,7 +15,8 @@ import numpy as np
 import torch
 
 from tsformer.config import Config
-from tsformer.data import Prepared, WindowIndex, split_borders
+from tsformer.data import Prepared, WindowIndex
+from tsformer.data.prepare import prepare
 from tsformer.errors import ConfigError, DataError, TrainingError
 from tsformer.fallback import Decision, decide
 from tsformer.intervals import (
@@ -87,6 +88,38 @@ def choose_and_calibrate(
     return chosen.replace(calibration=calibration), decision
 
 
+def calibration_plan(data: Prepared) -> tuple[Prepared, Config | None]:
+    """train.interval_calibration resolved: `data` with the choice in its config (and a note saying what auto
+    chose), and the calibration model's config (None: no calibration model trains).
+
+    auto chooses refit where every series with a validation stretch holds exactly one window (the
+    long-format default: one window's errors, taken right after training, understate how far predict
+    forecasts from its training data) and the earlier split has room; otherwise validation.
+    """
+    train = data.config.train
+    choice, note = train.interval_calibration, ""
+    if not train.intervals:
+        choice = "validation" if choice == "auto" else choice
+    elif choice == "auto":
+        borders, horizon = data.borders, data.config.model.horizon
+        val_len = borders.val_end - borders.train_end
+        one_window = bool((val_len[val_len >= horizon] == horizon).all())
+        choice = "refit" if one_window else "validation"
+        if one_window:
+            try:
+                calibration_config(data)
+                note = (
+                    "intervals: calibrated by a second model trained one validation + test stretch earlier, as each "
+                    "series' validation is one window (train.interval_calibration=refit; =validation skips it)"
+                )
+            except ConfigError as exc:
+                choice = "validation"
+                note = f"intervals: calibrated on the validation windows, as a calibration model does not fit: {exc}"
+    config = dataclasses.replace(data.config, train=dataclasses.replace(train, interval_calibration=choice))
+    data = dataclasses.replace(data, config=config, notes=data.notes + ((note,) if note else ()))
+    return data, calibration_config(data) if choice == "refit" and train.intervals else None
+
+
 def calibration_config(data: Prepared) -> Config:
     """The calibration model's config (train.interval_calibration=refit): each series' borders moved back by
     its validation and test lengths, so that model forecasts the run's validation windows from as far after
@@ -109,9 +142,8 @@ def calibration_config(data: Prepared) -> Config:
     ends = (-(a + gap + gap), -(a + gap + t), -(a + t))  # train', val', and the run's validation end, from the end
     train = dataclasses.replace(data.config.train, interval_calibration="validation")
     cfg = dataclasses.replace(data.config, data=dataclasses.replace(data.config.data, split_borders=ends), train=train)
-    model = cfg.model
-    try:  # the calibration model's split must have room, checked before the run trains
-        split_borders(cfg.data, data.frame, model.context_len, model.horizon, min_history=data.min_history("train"))
+    try:  # the calibration model's data must prepare (room in its split, training rows to scale), checked now
+        prepare(data.frame, cfg, ())
     except DataError as exc:
         raise ConfigError(
             f"train.interval_calibration=refit moves the split back by {gap} steps, and then: {exc}; "

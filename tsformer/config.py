@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import math
+import numbers
 import types
 import typing
 from dataclasses import dataclass, field, fields
@@ -27,9 +28,9 @@ DEFAULT_SPLIT_RATIOS = (0.7, 0.1, 0.2)  # train, validation, test of a wide file
 MAX_SEED = 2**63 - 1  # torch.manual_seed takes a signed 64-bit integer
 MAX_COUNT = 2**31 - 1  # sizes, strides and counts beyond this are typos, not settings
 ATTENTIONS = ("fused", "explicit")
-LOSSES = ("mse", "mae")
+LOSSES = ("auto", "mse", "mae")  # auto: mae for a panel, mse for a wide file (tsformer.data.choices)
 INTERVAL_SCALES = ("seasonal", "fixed")  # train.interval_scale (tsformer.intervals)
-INTERVAL_CALIBRATIONS = ("validation", "refit")  # train.interval_calibration (tsformer.train)
+INTERVAL_CALIBRATIONS = ("auto", "validation", "refit")  # train.interval_calibration (tsformer.calibration)
 AUTO_MAX_CONTEXT = 336  # the longest automatic context_len: two weeks of hourly data, the ETTh1 setting
 AUTO_MAX_PATCH = 24  # the longest automatic patch_len: a day of hourly data
 AUTO_PATCH_NO_SEASON = 4  # the automatic patch_len for a frequency with no known season (yearly, 2-day, ...)
@@ -66,7 +67,9 @@ class DataConfig:
     # or columns of the data that hold one value in each series
     static_covs: tuple[str, ...] = ()
     static_path: str = ""  # a CSV with one row per series: its id columns and static covariates
-    calendar: bool = True  # derive known-future calendar features (hour, weekday, ...) from the timestamps
+    # derive known-future calendar features (hour, weekday, ...) from the timestamps; None (auto): where they
+    # help a probe on validation (tsformer.data.choices)
+    calendar: bool | None = None
     sort: bool = False  # accept unsorted rows by sorting them on the time column
     dayfirst: bool = False  # read ambiguous dates such as 01/02/2024 as day/month
     fill: str = ""  # "", ffill or zero: how NaN/inf cells are filled (never from later rows)
@@ -184,7 +187,7 @@ class TrainConfig:
     weight_decay: float = 0.05
     grad_clip: float = 1.0  # max gradient norm; 0 disables clipping
     patience: int = 3  # epochs without validation improvement before stopping
-    loss: str = "mse"
+    loss: str = "auto"  # mse, mae, or auto: mae for a panel (long format), mse for a wide file
     all_positions: bool = True  # train every token to forecast the horizon after it
     train_stride: int = 1  # use every n-th training window (1 = all)
     max_minutes: float = 0.0  # stop after this wall time (0 = no limit); breaks exact reproducibility
@@ -195,8 +198,9 @@ class TrainConfig:
     intervals: tuple[float, ...] = (0.8, 0.95)  # conformal interval levels, calibrated on validation windows
     interval_scale: str = "seasonal"  # seasonal: each interval scales with its context's seasonal change; fixed
     # validation: the run's own validation errors; refit: those of a second model trained without each series'
-    # last validation + test steps, so its errors are measured as far from its training data as predict forecasts
-    interval_calibration: str = "validation"
+    # last validation + test steps, so its errors are measured as far from its training data as predict forecasts;
+    # auto: refit where each series' validation is one window (the long-format default), else validation
+    interval_calibration: str = "auto"
     quantiles: tuple[float, ...] = ()  # also forecast these quantiles (pinball loss), e.g. (0.1, 0.5, 0.9)
 
     def __post_init__(self) -> None:
@@ -416,9 +420,19 @@ def _coerce(value: Any, typ: Any, name: str) -> Any:
         return tuple(_coerce(v, item_type, name) for v in value)
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(typ)
-        if isinstance(value, datetime.date):  # YAML reads 2017-06-01 as a date
+        if type(None) in options:  # an automatic setting: None or "auto" chooses it from the data
+            if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+                return None
+            (given,) = (option for option in options if option is not type(None))
+            try:
+                return _coerce(value, given, name)
+            except ConfigError:
+                raise ConfigError(f"{name} must be of type {given.__name__} or auto, got {value!r}") from None
+        if isinstance(value, datetime.date):  # YAML reads 2017-06-01 as a date (data.split_borders)
             value = value.isoformat()
-        if isinstance(value, bool) or not isinstance(value, options):
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):  # numpy's integers too
+            return int(value)
+        if not isinstance(value, str):
             raise ConfigError(f"{name} entries must be row numbers or dates, got {value!r}")
         return value
     try:

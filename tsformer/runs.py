@@ -121,7 +121,8 @@ def refit_backtest(
             when = first_steps[fold]
             borders = tuple(str(t) for t in (when - val_len * offset, when, when + horizon * offset))
             note = f"trained on the steps before {borders[0]}, validated on those before {borders[1]}"
-        fold_cfg = dataclasses.replace(data.config, data=dataclasses.replace(data.config.data, split_borders=borders))
+        # from the given config: every automatic setting is chosen again from the rows before this fold's origin
+        fold_cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, split_borders=borders))
         run = None if out_dir is None else out_dir / f"fold_{fold + 1}"
         predictor = train(fold_cfg, run, overwrite=True, show_progress=show_progress, source=source, static=static)
         if not (predictor.borders.val_end == rows[:, fold]).all():  # its training and validation end at its origin

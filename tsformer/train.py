@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 
 from tsformer import distributed, runfolder
-from tsformer.calibration import calibration_config, choose_and_calibrate
+from tsformer.calibration import calibration_plan, choose_and_calibrate
 from tsformer.checkpoint import save_predictor
 from tsformer.config import MAX_SEED, Config, save_config, with_data_path
 from tsformer.data import Prepared, Source, WindowIndex, Windows, training_data
@@ -56,7 +56,7 @@ class LoopState:
 
 
 def resolve(cfg: Config) -> Config:
-    """The config as saved in the run: a CSV path made absolute (`resolve_sizes` then chooses automatic sizes)."""
+    """The config as saved in the run: a CSV path made absolute (`data.resolve_from_data` then chooses the rest)."""
     return with_data_path(cfg, Path(cfg.data.path).resolve()) if cfg.data.path else cfg
 
 
@@ -108,9 +108,8 @@ def _train(
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     data = training_data(cfg, source, static)
-    cfg = data.config  # automatic sizes chosen
-    refit = cfg.train.interval_calibration == "refit" and bool(cfg.train.intervals)
-    calibration_cfg = calibration_config(data) if refit else None  # refused now, not after training
+    data, calibration_cfg = calibration_plan(data)  # refused now, not after training
+    cfg = data.config  # every automatic setting chosen
     if ctx.is_main and (folder is not None or show_progress):
         for note in (folder.notes if folder is not None else []) + list(data.notes):
             print(note, file=sys.stderr)

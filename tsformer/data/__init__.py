@@ -9,6 +9,7 @@ from __future__ import annotations
 from tsformer.lazy import lazy_names
 
 _NAMES = {
+    "tsformer.data.choices": ("CalendarGain", "calendar_gain", "resolve_from_data"),
     "tsformer.data.loader": ("SeriesFrame", "Source", "fill_column", "read_series"),
     "tsformer.data.prepare": (
         "Prepared",
@@ -16,7 +17,6 @@ _NAMES = {
         "forecast_index",
         "panel_min_history",
         "prepare",
-        "resolve_sizes",
         "scale_inputs",
         "training_data",
     ),

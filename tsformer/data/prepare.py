@@ -1,6 +1,6 @@
 """From a series frame to scaled inputs by role and split borders: the explicit steps of training's data.
 
-`resolve_sizes` chooses automatic model sizes from the data (the result is stored in the run);
+`choices.resolve_from_data` chooses the automatic settings from the data (the result is stored in the run);
 `prepare` splits each series, fits the train-only scaler and scales (training); `scale_inputs` is the one
 scaling path, used by `prepare`, by a trained predictor reading data (`Predictor.read`), and by
 `forecast_index` for the window after each series' end.
@@ -17,8 +17,9 @@ import pandas as pd
 import torch
 from pandas.tseries.frequencies import to_offset
 
-from tsformer.config import Config, resolve_auto
+from tsformer.config import Config
 from tsformer.data.calendar import calendar_features, calendar_names, cycle_phase
+from tsformer.data.choices import resolve_from_data
 from tsformer.data.loader import SeriesFrame, Source, read_series
 from tsformer.data.split import Scaler, SplitBorders, split_borders, window_counts, window_target_starts
 from tsformer.data.static import StaticScale, encode_static, static_roles
@@ -89,32 +90,23 @@ def panel_min_history(split: str, context_len: int, horizon: int) -> int:
 
 def training_data(cfg: Config, source: Source | None = None, static: Source | None = None) -> Prepared:
     """Training's data in its three steps: read `source` (a path or DataFrame; default cfg.data.path), choose
-    the automatic sizes, prepare."""
+    the automatic settings, prepare."""
     if source is None and not cfg.data.path:
         raise DataError("no data given; pass a CSV path or a DataFrame, or set data.path in the config")
     if isinstance(source, SeriesFrame):  # read already (the command line reads before it loads torch)
         frame = source
     else:
         frame = read_series(cfg.data.path if source is None else source, cfg.data, static=static)
-    cfg, note = resolve_sizes(cfg, frame)
-    return prepare(frame, cfg, frame.notes + ((note,) if note else ()))
-
-
-def resolve_sizes(cfg: Config, frame: SeriesFrame) -> tuple[Config, str]:
-    """The config with automatic (0) model.context_len and model.patch_len chosen from the frame's training
-    rows and frequency (`config.resolve_auto`), and one line saying what was chosen ("" when nothing was)."""
-    if cfg.model.resolved:
-        return cfg, ""
-    train_rows = split_borders(cfg.data, frame, 0, cfg.model.horizon, min_history=1).train_end
-    return resolve_auto(cfg, int(train_rows.max()), season_length(frame.freq), frame.freq)
+    cfg, notes = resolve_from_data(cfg, frame)
+    return prepare(frame, cfg, frame.notes + notes)
 
 
 def prepare(frame: SeriesFrame, cfg: Config, notes: tuple[str, ...] | None = None) -> Prepared:
     """Training: split each series of `frame`, fit the train-only scaler (and the scale of the numeric static
-    covariates), and scale. `cfg` has its sizes resolved (`resolve_sizes`); `notes` are those so far for the
-    user (default: the frame's)."""
-    if not cfg.model.resolved:
-        raise ConfigError("model.context_len and model.patch_len must be chosen first (data.resolve_sizes)")
+    covariates), and scale. `cfg` has its automatic settings chosen (`choices.resolve_from_data`); `notes` are
+    those so far for the user (default: the frame's)."""
+    if not cfg.model.resolved or cfg.data.calendar is None or cfg.train.loss == "auto":
+        raise ConfigError("the automatic settings must be chosen first (data.resolve_from_data)")
     notes = frame.notes if notes is None else notes
     if frame.id_cols and frame.n_ids == 1:  # the field's examples ship one series in long format
         columns = ", ".join(map(repr, frame.id_cols))

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tsformer.config import ModelConfig
+from tsformer.errors import ConfigError
 from tsformer.layout import Layout
 from tsformer.model import normalisation
 from tsformer.model.attention import MultiHeadAttention, attention_mask
@@ -150,6 +151,8 @@ class Forecaster(ForecasterBase):
         self.n_past, self.n_future = n_past, n_features = layout.n_past, layout.n_future  # n_future: not the phase
         if cfg.cycle != layout.cycle:
             raise ValueError(f"model.cycle {cfg.cycle} but the layout gives the phase of a cycle of {layout.cycle}")
+        if loss not in LOSSES:  # "auto" is chosen from the data before training (tsformer.data.choices)
+            raise ConfigError(f"train.loss must be {' or '.join(LOSSES)} when a model is built, got {loss!r}")
         self.loss_fn = LOSSES[loss]
         self.n_tokens = cfg.n_tokens
         self.pad_len = self.n_tokens * cfg.patch_len - cfg.context_len  # left pad to whole patches

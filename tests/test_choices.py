@@ -1,0 +1,145 @@
+"""tsformer.data.choices: the automatic settings chosen from the training and validation rows only."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tsformer.config import Config, DataConfig, ModelConfig, TrainConfig, config_from_dict
+from tsformer.data.choices import CALENDAR_MIN_GAIN, calendar_gain, resolve_from_data
+from tsformer.data.loader import read_series
+from tsformer.data.split import split_borders
+from tsformer.errors import ConfigError
+
+N_ROWS = 24 * 7 * 12  # twelve weeks of hourly data: 70 % train, 10 % validation, 20 % test
+
+
+def hourly(weekday_effect: float, seed: int = 0) -> pd.DataFrame:
+    """A daily cycle and noise, plus a weekend level shift of `weekday_effect`: the one-day change then
+    depends on the weekday, which only the calendar features know."""
+    rng = np.random.default_rng(seed)
+    dates = pd.date_range("2024-01-01", periods=N_ROWS, freq="h")
+    t = np.arange(N_ROWS)
+    weekend = (dates.day_of_week >= 5).astype(float)
+    load = 10 + 3 * np.sin(2 * np.pi * t / 24) + weekday_effect * weekend + rng.normal(0, 0.3, N_ROWS)
+    return pd.DataFrame({"date": dates.strftime("%Y-%m-%d %H:%M:%S"), "load": load})
+
+
+def gain_of(table: pd.DataFrame, data: DataConfig = DataConfig(), horizon: int = 24):
+    frame = read_series(table, data)
+    return calendar_gain(frame, split_borders(data, frame, 0, horizon, min_history=1))
+
+
+def test_a_weekday_effect_is_found_and_a_plain_daily_cycle_is_not():
+    found, plain = gain_of(hourly(weekday_effect=4.0)), gain_of(hourly(weekday_effect=0.0))
+    assert found.helps and found.ratio < 0.8
+    assert not plain.helps and 1 - CALENDAR_MIN_GAIN < plain.ratio < 1.02
+    assert (found.train_rows, found.val_rows) == (round(0.7 * N_ROWS) - 24, round(0.8 * N_ROWS) - round(0.7 * N_ROWS))
+
+
+def test_the_test_split_never_moves_the_choice():
+    table = hourly(weekday_effect=4.0)
+    changed = table.copy()
+    changed.loc[int(0.8 * N_ROWS) + 1 :, "load"] = 1e6  # every test-split value
+    assert gain_of(changed) == gain_of(table)
+
+
+def test_unobserved_cells_are_left_out():
+    table = hourly(weekday_effect=4.0)
+    holes = table.copy()
+    holes.loc[100:130, "load"] = np.nan
+    gain = gain_of(holes, DataConfig(fill="ffill"))
+    assert gain.helps
+    assert gain.train_rows == gain_of(table).train_rows - 31 - 24  # each hole, and the day after it
+
+
+def test_resolve_chooses_calendar_loss_and_sizes_and_says_so():
+    cfg = Config(model=ModelConfig(horizon=24))
+    chosen, notes = resolve_from_data(cfg, read_series(hourly(weekday_effect=4.0), cfg.data))
+    assert (chosen.data.calendar, chosen.train.loss) == (True, "mse")
+    assert chosen.model.resolved
+    assert notes[0].startswith("context_len 336 and patch_len 24 chosen for 1411 training rows")
+    assert notes[1].startswith(
+        "chosen from the data: calendar features used (with them a linear probe's validation error moves -2"
+    )
+    assert notes[1].endswith(
+        "over 202 rows; used from -5 %); train.loss mse (a wide file); "
+        "set with --set data.calendar=true|false, --set train.loss=mse|mae"
+    )
+
+
+def test_a_panel_gets_the_mae_loss():
+    wide = hourly(weekday_effect=0.0)
+    panel = pd.concat([wide.assign(unique_id="a"), wide.assign(unique_id="b", load=wide.load * 2)])
+    cfg = Config(model=ModelConfig(horizon=24))
+    chosen, _ = resolve_from_data(cfg, read_series(panel, cfg.data))
+    assert (chosen.data.calendar, chosen.train.loss) == (False, "mae")
+
+
+def test_given_settings_are_kept_without_a_note():
+    cfg = Config(
+        data=DataConfig(calendar=False),
+        model=ModelConfig(horizon=24, context_len=48, patch_len=24),
+        train=TrainConfig(loss="mae"),
+    )
+    assert resolve_from_data(cfg, read_series(hourly(weekday_effect=4.0), cfg.data)) == (cfg, ())
+
+
+def test_a_frequency_without_calendar_cycles_needs_no_probe():
+    years = pd.DataFrame({"year": [str(y) for y in range(1900, 2000)], "v": np.arange(100.0)})
+    cfg = Config(model=ModelConfig(horizon=4))
+    chosen, notes = resolve_from_data(cfg, read_series(years, cfg.data))
+    assert chosen.data.calendar is False
+    assert notes[1] == "chosen from the data: train.loss mse (a wide file); set with --set train.loss=mse|mae"
+
+
+def test_auto_none_and_bools_are_read_for_the_calendar():
+    read = lambda value: config_from_dict({"data": {"calendar": value}}).data.calendar  # noqa: E731
+    assert (read("auto"), read(None), read(True), read(False)) == (None, None, True, False)
+    with pytest.raises(ConfigError, match="data.calendar must be of type bool or auto, got 'maybe'"):
+        read("maybe")
+
+
+def test_split_borders_take_numpy_integers():
+    cfg = config_from_dict({"data": {"split_borders": [np.int64(10), np.int32(20), "2024-02-01"]}})
+    assert cfg.data.split_borders == (10, 20, "2024-02-01")
+    assert all(type(b) is int for b in cfg.data.split_borders[:2])
+    with pytest.raises(ConfigError, match="row numbers or dates"):
+        config_from_dict({"data": {"split_borders": [1.5, 2, 3]}})
+
+
+def test_prepare_refuses_unresolved_settings():
+    from tsformer.data.prepare import prepare
+
+    cfg = Config(model=ModelConfig(horizon=24, context_len=48, patch_len=24))
+    frame = read_series(hourly(weekday_effect=0.0), cfg.data)
+    with pytest.raises(ConfigError, match="automatic settings must be chosen first"):
+        prepare(frame, cfg)
+    resolved = dataclasses.replace(cfg, data=DataConfig(calendar=False), train=TrainConfig(loss="mse"))
+    assert prepare(frame, resolved).config == resolved
+
+
+def test_a_default_run_stores_what_was_chosen(tmp_path):
+    """`tsformer train` with the automatic settings: the run's config holds the choices, and the user hears them."""
+    import yaml
+    from helpers import TINY_SIZE_FLAGS
+    from test_long_format import long_frame
+    from typer.testing import CliRunner
+
+    from tsformer.cli import app
+
+    csv = tmp_path / "panel.csv"
+    long_frame({"A": 120, "B": 96, "C": 150}).to_csv(csv, index=False)
+    result = CliRunner().invoke(app, ["train", str(csv), "--out", str(tmp_path / "run"), *TINY_SIZE_FLAGS])
+    assert result.exit_code == 0, result.output
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert (saved["data"]["calendar"], saved["train"]["loss"], saved["train"]["interval_calibration"]) == (
+        False,
+        "mae",
+        "refit",
+    )
+    assert "chosen from the data: calendar features left out (with them a linear probe's" in result.stderr
+    assert (tmp_path / "run" / "calibration" / "model.pt").is_file()
