@@ -96,7 +96,8 @@ def test_evaluate_backtest_and_check_return_dataframes(wide_fit):
     frame, predictor = wide_fit
     report = predictor.evaluate()
     fell_back = int((predictor.predict()[["a_forecaster", "b_forecaster"]] != "model").any(axis=None))
-    assert list(report["forecaster"]) == ["model", *["model_alone"] * fell_back, "repeat_last", "seasonal_naive"]
+    candidates = ["repeat_last", "seasonal_naive", "drift", "seasonal_drift"]  # hourly; the context is under a week
+    assert list(report["forecaster"]) == ["model", *["model_alone"] * fell_back, *candidates]
     assert {"mse", "mae", "mase", "smape", "coverage_80", "width_80", "msis_95"} <= set(report.columns)
     assert np.isfinite(report.loc[0, "mse"]) and 0 <= report.loc[0, "coverage_80"] <= 1
     validation = predictor.evaluate(split="val")

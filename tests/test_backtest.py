@@ -44,8 +44,8 @@ def test_backtest_forecasts_equal_evaluates_on_the_windows_they_share(run, monke
     truth = result.forecasts["truth"].to_numpy().reshape(6, 4, 2)
     frame = pd.read_csv(run.parent / "data.csv")
     np.testing.assert_allclose(truth[-1], frame[["a", "b"]].to_numpy()[-4:], rtol=1e-5)
-    assert set(result.summary.forecaster) == {"model", "repeat_last", "seasonal_naive"}
-    assert (result.summary.origin == "all").sum() == 3
+    assert set(result.summary.forecaster) == {"model", "repeat_last", "seasonal_naive", "drift", "seasonal_drift"}
+    assert (result.summary.origin == "all").sum() == 5
 
 
 def test_origins_inside_the_training_data_are_refused_saying_how_many_fit(run):

@@ -59,7 +59,7 @@ def test_evaluate_scores_every_test_window(tiny_csv, tmp_path):
     model = load_predictor(tmp_path / "run" / "model.pt").model
     by_hand = (model.predict(windows.context, None, windows.covariates) - windows.target).square().mean().item()
     assert report.scores["model"]["mean"]["mse"] == pytest.approx(by_hand, rel=1e-5)
-    assert set(report.scores) == {"model", "repeat_last", "seasonal_naive"}
+    assert set(report.scores) == {"model", "repeat_last", "seasonal_naive", "drift", "seasonal_drift"}
     saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert saved["scores"]["model"]["mean"]["mse"] == pytest.approx(report.scores["model"]["mean"]["mse"])
     assert (tmp_path / "run" / "test_windows.png").stat().st_size > 1000

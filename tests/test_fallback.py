@@ -106,7 +106,7 @@ def test_every_forecast_row_names_its_forecaster_and_predict_says_when_it_is_not
         "column names each row's; --no-fallback ships the model everywhere)"
     ) in result.stderr
     report = evaluate_run(run, write=False)  # the model's own row beside the shipped one
-    assert list(report.scores) == ["model", "model_alone", "repeat_last", "seasonal_naive"]
+    assert list(report.scores) == ["model", "model_alone", "repeat_last", "seasonal_naive", "drift", "seasonal_drift"]
     assert report.scores["model_alone"]["mean"]["mse"] > report.scores["model"]["mean"]["mse"]
     (tmp_path / "plain").mkdir()
     plain = _train(tmp_path / "plain", walk, "--no-fallback")[1]

@@ -115,8 +115,8 @@ def test_scaled_intervals_hold_their_coverage_in_calm_and_volatile_stretches():
 def test_interval_widths_read_each_windows_seasonal_change_and_never_its_targets(tiny_csv, tmp_path):
     """Context 48 of hourly data: each test window's half-widths are the calibrated widths times the mean
     |x_t - x_(t - 24)| of its own context, and stay the same after every target value is redrawn."""
+    from tsformer.candidates import season_for
     from tsformer.data import training_data
-    from tsformer.fallback import season_for
 
     cfg = tiny_config(tiny_csv, context_len=48)
     train(cfg, tmp_path / "run", show_progress=False)
@@ -262,8 +262,8 @@ def test_refit_widths_come_from_a_model_trained_one_validation_and_test_stretch_
     the CSV cut at that window) calibrates the run's intervals."""
     from test_long_format import long_frame
 
+    from tsformer.candidates import season_for
     from tsformer.data import training_data
-    from tsformer.fallback import season_for
     from tsformer.runs import predict_run
 
     frame = long_frame({"A": 120, "B": 96, "C": 150})

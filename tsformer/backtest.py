@@ -24,7 +24,6 @@ import torch
 from tsformer.data import Prepared, SeriesFrame
 from tsformer.data.timestamps import TimeNotation
 from tsformer.errors import DataError
-from tsformer.fallback import FORECASTERS
 from tsformer.files import atomic_open
 from tsformer.intervals import label
 from tsformer.metrics import score
@@ -147,7 +146,7 @@ def score_origins(predictor: Predictor, data: Prepared, rows: np.ndarray) -> Bac
     summary = []
     for fold in range(n_origins):
         keep = folds == fold
-        for name in FORECASTERS:
+        for name in forecasts:
             s = score(
                 forecasts[name].numpy()[keep],
                 truth[keep],
@@ -158,7 +157,7 @@ def score_origins(predictor: Predictor, data: Prepared, rows: np.ndarray) -> Bac
                 None if observed is None else observed[keep],
             )["mean"]
             summary.append({"origin": _origin_label(cutoffs[keep], frame.time_notation), "forecaster": name, **s})
-    for name in FORECASTERS:
+    for name in forecasts:
         s = score(forecasts[name].numpy(), truth, mean, std, frame.columns, scale, observed)["mean"]
         summary.append({"origin": "all", "forecaster": name, **s})
     table = _long_table(predictor, frame, shipped, truth, observed, starts, ids, cutoffs)
@@ -189,7 +188,7 @@ def _long_table(predictor, frame, shipped: Forecasts, truth, observed, starts, i
     for level, lower, upper in shipped.bounds():
         columns[f"lower_{label(level)}"] = lower.reshape(-1)
         columns[f"upper_{label(level)}"] = upper.reshape(-1)
-    for name in FORECASTERS[1:]:
+    for name in predictor.candidates:
         columns[name] = shipped.units(shipped.each[name]).reshape(-1)
     truth_units = shipped.units(truth).reshape(-1)  # the data's values, back from scaled
     if observed is not None:

@@ -24,11 +24,11 @@ import pandas as pd
 import torch
 
 from tsformer import __version__
+from tsformer.candidates import candidate_names
 from tsformer.config import config_from_dict, save_config, to_dict
 from tsformer.data import Scaler, SplitBorders, StaticScale, parse_freq
 from tsformer.data.calendar import calendar_names
 from tsformer.errors import CheckpointError, TsformerError
-from tsformer.fallback import FORECASTERS
 from tsformer.files import atomic_write
 from tsformer.intervals import Calibration, quantile_pairs
 from tsformer.layout import Layout
@@ -226,11 +226,12 @@ def _validate(p: SimpleNamespace) -> None:
     fingerprint = p.data_fingerprint
     if not isinstance(fingerprint, dict) or set(fingerprint) != {"rows", "first", "last", "sha256"}:
         raise ValueError("data fingerprint must hold rows, first, last and sha256")
+    forecasters = ("model", *candidate_names(p.freq, p.config.model.context_len))  # what this run has
     if p.fallback and (
         len(p.fallback) != len(series)
-        or any(len(row) != len(columns) or not set(row) <= set(FORECASTERS) for row in p.fallback)
+        or any(len(row) != len(columns) or not set(row) <= set(forecasters) for row in p.fallback)
     ):
-        raise ValueError(f"fallback must name one of {', '.join(FORECASTERS)} per series and column")
+        raise ValueError(f"fallback must name one of {', '.join(forecasters)} per series and column")
     if layout.static:
         table = p.static
         if table is None or list(table.columns) != list(layout.static) or len(table) != len(series):

@@ -1,11 +1,11 @@
-"""Never worse than naive on validation: per series and column, the forecast is the model's or a naive
-forecaster's.
+"""Never worse than a classical forecaster on validation: per series and column, the forecast is the
+model's or a candidate's (`tsformer.candidates`: repeat-last, seasonal naive, drift, ...).
 
-At the end of training the model and the naive forecasters (repeat-last, seasonal naive) are scored
-on the validation windows only; each column of each series (one series for a wide file) keeps the
-forecaster with the lowest MSE there (the model on a tie, or without a validation window). The choice
-is stored in the Predictor, whose forecasts apply it (`Predictor.forecast`). The test split is never
-used for it.
+At the end of training the model and the candidates are scored on the validation windows only; each
+column of each series (one series for a wide file) keeps the forecaster with the lowest MSE there (the
+model on a tie, or without a validation window; among candidates, the first in CANDIDATES order). The
+choice is stored in the Predictor, whose forecasts apply it (`Predictor.forecast`). The test split is
+never used for it.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tsformer.metrics import forward_fill, repeat_last, season_length, seasonal_naive, usable_season
+from tsformer.candidates import CANDIDATES, LABELS
 
-FORECASTERS = ("model", "repeat_last", "seasonal_naive")  # in order of preference on a tie
-LABELS = {"model": "the model", "repeat_last": "repeat-last", "seasonal_naive": "seasonal naive"}
+FORECASTERS = ("model", *CANDIDATES)  # in order of preference on a tie
 
 
 @dataclass(frozen=True)
@@ -27,17 +26,22 @@ class Decision:
     choice: tuple[tuple[str, ...], ...]  # per series, per column: one of FORECASTERS (one series for a wide file)
     val_mse: dict[str, np.ndarray]  # forecaster -> (n_series, C) validation MSE (NaN: no validation window)
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The forecasters scored, the model first."""
+        return tuple(self.val_mse)
+
     def lines(self) -> list[str]:
         """One line per column: what each scored on validation and what is used (per series: how often)."""
         out = []
         for j, column in enumerate(self.columns):
-            mse = {name: _mean_observed(self.val_mse[name][:, j]) for name in FORECASTERS}
-            best_naive = min(FORECASTERS[1:], key=lambda name: mse[name])
+            mse = {name: _mean_observed(self.val_mse[name][:, j]) for name in self.names}
+            best_naive = min(self.names[1:], key=lambda name: mse[name])
             scores = f"{column}: model {mse['model']:.4g} vs {LABELS[best_naive]} {mse[best_naive]:.4g} on validation"
             if len(self.choice) == 1:
                 out.append(f"{scores}: using {LABELS[self.choice[0][j]]}")
                 continue
-            counts = {name: sum(row[j] == name for row in self.choice) for name in FORECASTERS}
+            counts = {name: sum(row[j] == name for row in self.choice) for name in self.names}
             used = ", ".join(f"{LABELS[name]} in {n}" for name, n in counts.items() if n)
             out.append(f"{scores} (mean over series); chosen per series: {used} of {len(self.choice)} series")
         return out
@@ -49,19 +53,6 @@ def _mean_observed(values: np.ndarray) -> float:
     return float(seen.mean()) if len(seen) else float("nan")
 
 
-def season_for(freq: str, context_len: int) -> int:
-    """The seasonal-naive period: the frequency's season if the context reaches one season back, else 1."""
-    return usable_season(season_length(freq), context_len)
-
-
-def naive_forecasts(
-    contexts: torch.Tensor, observed: torch.Tensor | None, horizon: int, season: int
-) -> dict[str, torch.Tensor]:
-    """The naive forecasts (N, H, C) of contexts (N, L, C), repeating the last observed values."""
-    history = forward_fill(contexts, observed)
-    return {"repeat_last": repeat_last(history, horizon), "seasonal_naive": seasonal_naive(history, horizon, season)}
-
-
 def decide(
     forecasts: dict[str, torch.Tensor],
     truth: torch.Tensor,
@@ -71,17 +62,18 @@ def decide(
     ids: np.ndarray | None = None,
     n_ids: int = 1,
 ) -> Decision:
-    """Per series and column, the forecaster of `forecasts` (each (N, H, C)) with the lowest MSE on `truth`
-    over that series' windows (`ids` (N,) names each window's series; None: one series). A series without
-    a validation window keeps the model."""
+    """Per series and column, the forecaster of `forecasts` (each (N, H, C), "model" and some candidates) with
+    the lowest MSE on `truth` over that series' windows (`ids` (N,) names each window's series; None: one
+    series). A series without a validation window keeps the model."""
     ids_t = torch.zeros(len(truth), dtype=torch.long) if ids is None else torch.as_tensor(ids, dtype=torch.long)
     n, h, c = truth.shape
     observed_steps = (
         torch.full((n, c), float(h)) if truth_observed is None else truth_observed.sum(1).to(truth.dtype)
     )  # (N, C)
     count = torch.zeros(n_ids, c, dtype=torch.float64).index_add_(0, ids_t, observed_steps.double())
+    names = tuple(name for name in FORECASTERS if name in forecasts)
     val_mse = {}
-    for name in FORECASTERS:
+    for name in names:
         error = (forecasts[name] - truth).square_()  # (N, H, C), one forecaster at a time
         if truth_observed is not None:
             error = error.masked_fill_(~truth_observed, 0.0)
@@ -90,7 +82,7 @@ def decide(
         val_mse[name] = torch.where(count > 0, total / count.clamp(min=1.0), torch.nan).numpy()  # (n_ids, C)
     choice = tuple(
         tuple(
-            min(FORECASTERS, key=lambda name: (val_mse[name][i, j], FORECASTERS.index(name)))
+            min(names, key=lambda name: (val_mse[name][i, j], FORECASTERS.index(name)))
             if enabled and count[i, j] > 0
             else "model"
             for j in range(len(columns))
@@ -118,7 +110,7 @@ def not_the_model(names: np.ndarray, columns: tuple[str, ...], per_series: bool)
         if not per_series:
             parts.append(f"{column} by {LABELS[naive[0]]}")
             continue
-        counts = ", ".join(f"{LABELS[name]} in {naive.count(name)}" for name in FORECASTERS[1:] if name in naive)
+        counts = ", ".join(f"{LABELS[name]} in {naive.count(name)}" for name in CANDIDATES if name in naive)
         parts.append(f"{column} in {len(naive)} of {len(names)} series ({counts})")
     if not parts:
         return ""
@@ -140,6 +132,7 @@ def apply(
     index = torch.tensor([[FORECASTERS.index(name) for name in row] for row in choice] + [[0] * n_columns])
     picked = index[0].expand(len(forecasts["model"]), -1) if ids is None else index[torch.as_tensor(ids)]  # (N, C)
     shipped = forecasts["model"]
-    for k, name in enumerate(FORECASTERS[1:], start=1):  # one (N, H, C) at a time, not all stacked
-        shipped = torch.where((picked == k).unsqueeze(1), forecasts[name], shipped)
+    for name in FORECASTERS[1:]:  # one (N, H, C) at a time, not all stacked
+        if name in forecasts:
+            shipped = torch.where((picked == FORECASTERS.index(name)).unsqueeze(1), forecasts[name], shipped)
     return shipped

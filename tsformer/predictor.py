@@ -24,6 +24,7 @@ import tsformer.backtest as backtests
 import tsformer.checkpoint as checkpoint
 import tsformer.evaluate as evaluation
 from tsformer import __version__
+from tsformer.candidates import candidate_forecasts, candidate_names, season_for, week_for
 from tsformer.check import check_predictor
 from tsformer.config import Config
 from tsformer.data import (
@@ -39,7 +40,7 @@ from tsformer.data import (
 )
 from tsformer.data.prepare import data_fingerprint, scale_season, series_difference
 from tsformer.errors import DataError
-from tsformer.fallback import apply, chosen, naive_forecasts, season_for
+from tsformer.fallback import apply, chosen
 from tsformer.intervals import Calibration, adjust_quantiles, quantile_pairs
 from tsformer.layout import Layout
 from tsformer.leakage import check_scaler
@@ -86,6 +87,16 @@ class Predictor:
         return season_for(self.freq, self.context_len)
 
     @property
+    def week(self) -> int:
+        """The weekly candidates' period (168 for hourly data), 0 where there are none."""
+        return week_for(self.freq, self.context_len)
+
+    @property
+    def candidates(self) -> tuple[str, ...]:
+        """The classical candidates beside the model (`tsformer.candidates`)."""
+        return candidate_names(self.freq, self.context_len)
+
+    @property
     def interval_levels(self) -> tuple[float, ...]:
         return () if self.calibration is None else self.calibration.levels
 
@@ -108,7 +119,7 @@ class Predictor:
         outputs = list(self.model.output_batches(windows.context, windows.context_observed, windows.covariates))
         point = torch.cat([p for p, _ in outputs]).cpu()
         quantiles = None if outputs and outputs[0][1] is None else torch.cat([q for _, q in outputs]).cpu()
-        naive = naive_forecasts(windows.context, windows.context_observed, self.horizon, self.season)
+        naive = candidate_forecasts(windows.context, windows.context_observed, self.horizon, self.season, self.week)
         return {"model": point, **naive}, quantiles
 
     def ship(

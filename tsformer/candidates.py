@@ -1,0 +1,103 @@
+"""The classical candidates beside the model: forecasts made from each window's context alone.
+
+Each reads only its window's context (the last observed values, forward-filled, never a later row), so
+it forecasts from any origin exactly as it would after the data's end:
+
+- repeat_last: the last observed value;
+- seasonal_naive: the last full season, repeated (the frequency's season: 24 hourly, 7 daily, ...);
+- drift: the last value plus the context's mean change per step (from its first observed value to its
+  last), times the steps ahead;
+- seasonal_drift: seasonal naive plus the seasonal drift: the change per step from the context's first
+  season to its last, measured between their means, so a season with no trend has none (the endpoints
+  of a seasonal series sit at different phases);
+- weekly_naive, weekly_drift: the same at one week, for data below a day (168 hourly), where the
+  context reaches a week back.
+
+The drift is added per step ahead rather than per season back (the distance from the repeated value),
+which won on M4 Hourly's validation windows (benchmarks/NOTES.md, "Classical candidates").
+"""
+
+from __future__ import annotations
+
+import torch
+from pandas.tseries.frequencies import to_offset
+
+from tsformer.metrics import forward_fill, repeat_last, season_length, seasonal_naive, usable_season
+
+CANDIDATES = ("repeat_last", "seasonal_naive", "drift", "seasonal_drift", "weekly_naive", "weekly_drift")
+WEEKLY = ("weekly_naive", "weekly_drift")  # only where the context reaches a week back, below a day
+LABELS = {
+    "model": "the model",
+    "repeat_last": "repeat-last",
+    "seasonal_naive": "seasonal naive",
+    "drift": "drift",
+    "seasonal_drift": "seasonal naive with drift",
+    "weekly_naive": "weekly seasonal naive",
+    "weekly_drift": "weekly seasonal naive with drift",
+}
+DAY_NS = 24 * 3600 * 10**9
+
+
+def season_for(freq: str, context_len: int) -> int:
+    """The seasonal-naive period: the frequency's season if the context reaches one season back, else 1."""
+    return usable_season(season_length(freq), context_len)
+
+
+def week_for(freq: str, context_len: int) -> int:
+    """Steps per week for data below a day whose context reaches a week back (168 hourly); 0 otherwise."""
+    try:
+        step = to_offset(freq).nanos
+    except ValueError:  # calendar offsets (months, business days): a day or longer
+        return 0
+    week = 7 * DAY_NS // step if step < DAY_NS and (7 * DAY_NS) % step == 0 else 0
+    return week if 0 < week <= context_len else 0
+
+
+def candidate_names(freq: str, context_len: int) -> tuple[str, ...]:
+    """The candidates a run with this frequency and context has, in CANDIDATES order."""
+    weekly = week_for(freq, context_len) > 0
+    return tuple(name for name in CANDIDATES if weekly or name not in WEEKLY)
+
+
+def candidate_forecasts(
+    contexts: torch.Tensor, observed: torch.Tensor | None, horizon: int, season: int, week: int = 0
+) -> dict[str, torch.Tensor]:
+    """Every candidate's forecast (N, H, C) of contexts (N, L, C); the weekly ones only when `week` > 0."""
+    history = forward_fill(contexts, observed)
+    first = first_observed(history, observed)
+    steps_ahead = torch.arange(1, horizon + 1, dtype=history.dtype, device=history.device).view(1, -1, 1)
+    last = repeat_last(history, horizon)
+    seasonal = seasonal_naive(history, horizon, season)
+    out = {
+        "repeat_last": last,
+        "seasonal_naive": seasonal,
+        "drift": last + steps_ahead * drift_per_step(history, first, 1),  # (N, H, C) each
+        "seasonal_drift": seasonal + steps_ahead * drift_per_step(history, first, season),
+    }
+    if week:
+        weekly = seasonal_naive(history, horizon, week)
+        out |= {"weekly_naive": weekly, "weekly_drift": weekly + steps_ahead * drift_per_step(history, first, week)}
+    return out
+
+
+def first_observed(history: torch.Tensor, observed: torch.Tensor | None) -> torch.Tensor:
+    """(N, 1, C) int64: each column's first observed step in its context (N, L, C); L - 1 when none is."""
+    length = history.shape[1]
+    if observed is None:
+        return torch.zeros_like(history[:, :1], dtype=torch.long)
+    steps = torch.arange(length, device=history.device).view(1, -1, 1)  # (1, L, 1)
+    first = torch.where(observed, steps, torch.full_like(steps, length)).min(dim=1, keepdim=True).values
+    return first.clamp(max=length - 1)
+
+
+def drift_per_step(history: torch.Tensor, first: torch.Tensor, season: int = 1) -> torch.Tensor:
+    """(N, 1, C): the mean change per step of forward-filled contexts (N, L, C) from the mean of the first
+    `season` steps after `first` (N, 1, C) to the mean of the last `season` (season 1: first value to last);
+    0 where those stretches overlap or touch."""
+    length = history.shape[1]
+    prefix = torch.cat([torch.zeros_like(history[:, :1]), history.cumsum(dim=1)], dim=1)  # (N, L + 1, C)
+    start = first.clamp(max=max(length - season, 0))
+    opening = (prefix.gather(1, start + season) - prefix.gather(1, start)) / season  # (N, 1, C)
+    closing = (prefix[:, -1:] - prefix[:, -season - 1 : -season]) / season
+    span = (length - season - start).to(history.dtype)  # steps between the two stretches' starts
+    return torch.where(span > 0, (closing - opening) / span.clamp(min=1), torch.zeros_like(closing))
