@@ -150,9 +150,10 @@ def main() -> None:
     model = m4_scores(forecast, train, test)
     naive = m4_scores(seasonal_naive(train), train, test)
     intervals = m4_interval_scores(forecast, train, test)
+    sets = [f"--set {o}" for o in args.overrides]
     command = (
         f"tsformer.fit({train_csv.name!r}, horizon={HORIZON}, config={config!r}, out={str(run)!r}) "
-        f"(= tsformer train {train_csv.name} --horizon {HORIZON} {' '.join(f'--set {o}' for o in args.overrides)})"
+        f"(= {' '.join(['tsformer train', train_csv.name, '--horizon', str(HORIZON), *sets])})"
     )
     result = {
         "name": args.name,

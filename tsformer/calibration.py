@@ -97,27 +97,28 @@ def calibration_plan(data: Prepared) -> tuple[Prepared, Config | None]:
     forecasts from its training data) and the earlier split has room; otherwise validation.
     """
     train = data.config.train
-    choice, note = train.interval_calibration, ""
-    if not train.intervals:
-        choice = "validation" if choice == "auto" else choice
-    elif choice == "auto":
-        borders, horizon = data.borders, data.config.model.horizon
-        val_len = borders.val_end - borders.train_end
-        one_window = bool((val_len[val_len >= horizon] == horizon).all())
-        choice = "refit" if one_window else "validation"
-        if one_window:
-            try:
-                calibration_config(data)
-                note = (
-                    "intervals: calibrated by a second model trained one validation + test stretch earlier, as each "
-                    "series' validation is one window (train.interval_calibration=refit; =validation skips it)"
-                )
-            except ConfigError as exc:
-                choice = "validation"
-                note = f"intervals: calibrated on the validation windows, as a calibration model does not fit: {exc}"
+    choice, note, calibration_cfg = train.interval_calibration, "", None
+    if train.intervals and choice == "refit":
+        calibration_cfg = calibration_config(data)  # refused now, not after training
+    elif train.intervals and choice == "auto" and _one_validation_window(data):
+        try:
+            calibration_cfg, choice = calibration_config(data), "refit"
+            note = (
+                "intervals: calibrated by a second model trained one validation + test stretch earlier, as each "
+                "series' validation is one window (train.interval_calibration=refit; =validation skips it)"
+            )
+        except ConfigError as exc:
+            note = f"intervals: calibrated on the validation windows, as a calibration model does not fit: {exc}"
+    choice = "validation" if choice == "auto" else choice
     config = dataclasses.replace(data.config, train=dataclasses.replace(train, interval_calibration=choice))
-    data = dataclasses.replace(data, config=config, notes=data.notes + ((note,) if note else ()))
-    return data, calibration_config(data) if choice == "refit" and train.intervals else None
+    return dataclasses.replace(data, config=config, notes=data.notes + ((note,) if note else ())), calibration_cfg
+
+
+def _one_validation_window(data: Prepared) -> bool:
+    """Whether every series with a validation window has exactly one."""
+    val_len = data.borders.val_end - data.borders.train_end
+    horizon = data.config.model.horizon
+    return bool((val_len[val_len >= horizon] == horizon).all())
 
 
 def calibration_config(data: Prepared) -> Config:
