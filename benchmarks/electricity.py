@@ -35,8 +35,8 @@ TEST_DAYS = 7
 COVARIATES = ("Exogenous1", "Exogenous2")
 RUNS = {  # name -> what the run is given besides the defaults (as `tsformer train` flags would say it)
     "no covariates": {"config": {"data.calendar": False}},
-    "calendar only": {},
-    "calendar + Exogenous1/2": {"future_covs": list(COVARIATES)},
+    "calendar only": {"config": {"data.calendar": True}},
+    "calendar + Exogenous1/2": {"config": {"data.calendar": True}, "future_covs": list(COVARIATES)},
 }
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from tsformer.checkpoint import FORMAT_VERSION, save_predictor
+from tsformer.checkpoint import FORMAT_VERSION, READS_FORMATS, save_predictor
 from tsformer.cli import app
 from tsformer.config import load_config
 from tsformer.data import Scaler, SplitBorders
@@ -117,7 +117,7 @@ def test_load_predictor_refuses_code_without_running_it(tmp_path):
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("version", [FORMAT_VERSION - 1, FORMAT_VERSION + 1])
+@pytest.mark.parametrize("version", [READS_FORMATS[0] - 1, FORMAT_VERSION + 1])
 def test_other_format_versions_are_refused_naming_both(tmp_path, version):
     payload = _payload(tmp_path)
     payload["format_version"] = version
@@ -127,7 +127,7 @@ def test_other_format_versions_are_refused_naming_both(tmp_path, version):
     expected = f"has checkpoint format {version} but this tsformer"
     with pytest.raises(CheckpointError, match=expected) as caught:
         load_predictor(run / MODEL_FILE)
-    assert f"reads format {FORMAT_VERSION}" in str(caught.value)
+    assert "reads format 7 or 8" in str(caught.value)
     result = CliRunner().invoke(app, ["evaluate", str(run)])
     assert result.exit_code == 2
     assert result.output.startswith(f"Error: {run / MODEL_FILE} {expected}")
@@ -140,3 +140,11 @@ def test_genuine_checkpoint_round_trips(tmp_path):
     assert loaded.config == ckpt.config and loaded.layout.targets == ckpt.layout.targets
     for key, tensor in ckpt.model.state_dict().items():
         assert torch.equal(tensor, loaded.model.state_dict()[key])
+
+
+def test_a_format_7_checkpoint_still_loads(tmp_path):
+    """Format 8 only widened the fallback's names, so a run saved before the candidates reads as it was."""
+    payload = _payload(tmp_path)
+    payload["format_version"] = 7
+    torch.save(payload, tmp_path / "old.pt")
+    assert load_predictor(tmp_path / "old.pt").config == _valid_checkpoint().config

@@ -79,6 +79,18 @@ def test_a_panel_gets_the_mae_loss():
     assert (chosen.data.calendar, chosen.train.loss) == (False, "mae")
 
 
+def test_one_series_in_long_format_gets_the_loss_of_one_series():
+    one = hourly(weekday_effect=0.0).assign(unique_id="only")
+    cfg = Config(model=ModelConfig(horizon=24))
+    chosen, notes = resolve_from_data(cfg, read_series(one, DataConfig(id_cols=("unique_id",))))
+    assert chosen.train.loss == "mse" and "train.loss mse (one series)" in notes[-1]
+
+
+def test_a_calendar_that_is_not_a_bool_is_refused_when_the_config_is_built():
+    with pytest.raises(ConfigError, match="data.calendar must be true, false or auto, got 'false'"):
+        DataConfig(calendar="false")
+
+
 def test_given_settings_are_kept_without_a_note():
     cfg = Config(
         data=DataConfig(calendar=False),

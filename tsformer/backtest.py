@@ -211,7 +211,8 @@ def write_backtest(result: BacktestResult, out: Path | None, plot: Path | None) 
 
 
 def format_summary(result: BacktestResult) -> str:
-    """Per origin: the model's MAE (CSV units), sMAPE and MASE beside the naive forecasters'; then overall."""
+    """Per origin: the model's MAE (CSV units) and MASE beside repeat-last's and seasonal naive's MASE (every
+    candidate's scores are in the summary table); then overall."""
     table = result.summary.pivot_table(index="origin", columns="forecaster", values="mase", sort=False)
     mae = result.summary.pivot_table(index="origin", columns="forecaster", values="mae_original", sort=False)
     width = max(26, *(len(origin) + 2 for origin in table.index))  # a span of origins is longer than one date

@@ -93,7 +93,7 @@ def first_observed(history: torch.Tensor, observed: torch.Tensor | None) -> torc
 def drift_per_step(history: torch.Tensor, first: torch.Tensor, season: int = 1) -> torch.Tensor:
     """(N, 1, C): the mean change per step of forward-filled contexts (N, L, C) from the mean of the first
     `season` steps after `first` (N, 1, C) to the mean of the last `season` (season 1: first value to last);
-    0 where those stretches overlap or touch."""
+    0 where the two stretches start at the same step."""
     length = history.shape[1]
     prefix = torch.cat([torch.zeros_like(history[:, :1]), history.cumsum(dim=1)], dim=1)  # (N, L + 1, C)
     start = first.clamp(max=max(length - season, 0))

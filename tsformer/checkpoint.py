@@ -37,10 +37,12 @@ from tsformer.results import TrainSummary
 from tsformer.runfolder import CONFIG_FILE, MODEL_FILE
 
 FORMAT_NAME = "tsformer-checkpoint"
-FORMAT_VERSION = 7  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
+FORMAT_VERSION = 8  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
 # 5: interval widths per unit of each window's scale. 6: a Predictor: the layout by name, static covariates,
 # the calibration (with the refit model's borders) and the training summary. 7: the calibration's error count
-# and the interval levels it left out; what stopped training
+# and the interval levels it left out; what stopped training. 8: the fallback may name the classical candidates
+# (drift, seasonal and weekly naive with drift); a format 7 file still reads, as its names are among them.
+READS_FORMATS = (7, 8)
 
 
 def save_predictor(predictor, path: str | Path, train_state: dict[str, Any] | None = None) -> None:
@@ -132,10 +134,10 @@ def _load(path: Path) -> tuple[dict[str, Any], Path]:
     if not isinstance(payload, dict) or payload.get("format") != FORMAT_NAME:
         raise CheckpointError(f"{path} is not a tsformer checkpoint; give the model.pt of a tsformer run")
     version = payload.get("format_version")
-    if version != FORMAT_VERSION:
+    if version not in READS_FORMATS:
         raise CheckpointError(
             f"{path} has checkpoint format {version} but this tsformer ({__version__}) reads format "
-            f"{FORMAT_VERSION}; use a matching tsformer version or retrain"
+            f"{' or '.join(map(str, READS_FORMATS))}; use a matching tsformer version or retrain"
         )
     return payload, path
 

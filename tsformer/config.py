@@ -90,6 +90,10 @@ class DataConfig:
         _require(self.fill in FILL_METHODS, f"data.fill must be one of {FILL_METHODS[1:]}, got {self.fill!r}")
         _require(self.scale in SCALES, f"data.scale must be one of {SCALES}, got {self.scale!r}")
         _require(
+            self.calendar is None or isinstance(self.calendar, bool),
+            f"data.calendar must be true, false or auto, got {self.calendar!r}",
+        )
+        _require(
             self.time_unit in TIME_UNITS,
             f"data.time_unit must be one of {', '.join(TIME_UNITS[1:])}, got {self.time_unit!r}",
         )

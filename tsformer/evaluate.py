@@ -45,7 +45,7 @@ class EvalReport:
     season: int
     columns: tuple[str, ...]
     # "model" (with its fallback: what predict ships), "model_alone" (the model everywhere; only when the fallback
-    # chose a naive forecaster somewhere), "repeat_last", "seasonal_naive" -> score()
+    # chose a naive forecaster somewhere), then each candidate ("repeat_last", "seasonal_naive", ...) -> score()
     scores: dict[str, dict]
     fallback: tuple[tuple[str, ...], ...] = ()  # per series and column, the forecaster chosen on validation
     intervals: dict[str, dict] = dataclasses.field(default_factory=dict)  # level label -> coverage, width, MSIS

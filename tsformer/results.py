@@ -37,7 +37,7 @@ class Forecasts:
     """N windows' forecasts, scaled: every forecaster's, and the shipped one with its quantiles and interval
     half-widths; `units` turns any of them into the data's units."""
 
-    each: dict[str, torch.Tensor]  # "model", "repeat_last", "seasonal_naive" -> (N, H, C)
+    each: dict[str, torch.Tensor]  # "model" and each candidate (`tsformer.candidates`) -> (N, H, C)
     point: torch.Tensor  # (N, H, C): the forecaster chosen on validation for each window's series and column
     quantiles: torch.Tensor | None  # (N, H, C, Q) moved with the shipped point and conformally adjusted; None
     half_widths: np.ndarray | None  # (n_levels, N or 1, H, C); None for a run without intervals

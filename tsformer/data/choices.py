@@ -3,8 +3,8 @@
 - model.context_len and model.patch_len: from the training rows and the frequency (`config.resolve_auto`);
 - data.calendar: calendar features are used where a cheap probe shows the calendar explains what the season
   does not (`calendar_gain`), measured on validation rows;
-- train.loss: mae for a panel (long format: many series, judged by MAE, MASE and sMAPE, where each series
-  should weigh by its own absolute errors), mse for a wide file (one clock, judged by MSE).
+- train.loss: mae for a panel (long format with many series, judged by MAE, MASE and sMAPE, where each
+  series should weigh by its own absolute errors), mse for a wide file or a single series (judged by MSE).
 
 Only rows before the end of validation are read: the test split never chooses a setting. The resolved
 config (every value concrete) is what a run stores.
@@ -13,6 +13,7 @@ config (every value concrete) is what a run stores.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,9 +61,11 @@ def resolve_from_data(cfg: Config, frame: SeriesFrame) -> tuple[Config, tuple[st
             chosen.append(f"calendar features {'used' if calendar else 'left out'} ({why})")
             flags.append("data.calendar=true|false")
     if cfg.train.loss == "auto":
-        loss = "mae" if frame.id_cols else "mse"
+        panel = bool(frame.id_cols) and frame.n_ids > 1  # one series in long format is read as one series
+        loss = "mae" if panel else "mse"
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, loss=loss))
-        chosen.append(f"train.loss {loss} ({'a panel' if frame.id_cols else 'a wide file'})")
+        what = "a panel" if panel else "one series" if frame.id_cols else "a wide file"
+        chosen.append(f"train.loss {loss} ({what})")
         flags.append("train.loss=mse|mae")
     if chosen:
         notes.append(f"chosen from the data: {'; '.join(chosen)}; set with {', '.join('--set ' + f for f in flags)}")
@@ -75,7 +78,7 @@ def _choose_calendar(frame: SeriesFrame, borders: SplitBorders) -> tuple[bool, s
         return False, ""
     gain = calendar_gain(frame, borders)
     if gain is None:
-        return False, "no observed validation rows to measure them on"
+        return False, "no validation rows, or too few training rows, to measure them on"
     return gain.helps, (
         f"with them a linear probe's validation error moves {100 * (gain.ratio - 1):+.1f} % over {gain.val_rows} "
         f"rows; used from -{100 * CALENDAR_MIN_GAIN:g} %"
@@ -83,17 +86,20 @@ def _choose_calendar(frame: SeriesFrame, borders: SplitBorders) -> tuple[bool, s
 
 
 def calendar_gain(frame: SeriesFrame, borders: SplitBorders) -> CalendarGain | None:
-    """How much the calendar explains beyond the season, on validation; None without validation rows.
+    """How much the calendar explains beyond the season, on validation; None when there is nothing to fit
+    or score (no series with more than a season of training rows, or no observed validation cell).
 
     Each series' one-season change r(t) = v(t) - v(t - season), in its training standard deviations, is fit
     by least squares on the calendar features (and an intercept) over the training rows of every series and
     column pooled, then scored on the validation rows, against the intercept alone. Unobserved cells are
-    left out. Reads only rows before each series' validation end.
+    left out. Reads only rows before each series' validation end. The fit adds up the normal equations
+    series by series and column by column, so its memory does not grow with the number of columns.
     """
     season = season_length(frame.freq)
     features = calendar_features(frame.timestamps, frame.freq).astype(np.float64)  # (n_rows, F)
-    design = {"train": [], "val": []}
-    change = {"train": [], "val": []}
+    width = features.shape[1] + 1  # the intercept, then the features
+    gram, moment, n_fit = np.zeros((width, width)), np.zeros(width), 0  # X'X, X'r over the training rows
+    scored = []  # per series and column: the validation design (n, 1 + F) and changes (n,)
     for i in range(frame.n_ids):
         rows = frame.rows_of(i)
         train_end, val_end = int(borders.train_end[i]), int(borders.val_end[i])
@@ -101,28 +107,29 @@ def calendar_gain(frame: SeriesFrame, borders: SplitBorders) -> CalendarGain | N
             continue
         values = frame.values[rows][:val_end].astype(np.float64)  # (val_end, C)
         observed = frame.observed[rows][:val_end]
-        train = np.where(observed[:train_end], values[:train_end], np.nan)
-        scale = np.nanstd(train, axis=0)
+        with warnings.catch_warnings():  # a column with no observed training cell: NaN, left out below
+            warnings.simplefilter("ignore", RuntimeWarning)
+            scale = np.nanstd(np.where(observed[:train_end], values[:train_end], np.nan), axis=0)
         diff = (values[season:] - values[:-season]) / np.where(scale > 0, scale, np.nan)  # (val_end - season, C)
         diff[~(observed[season:] & observed[:-season])] = np.nan
-        cal = features[rows][season:val_end]
-        for split, part in (("train", slice(0, train_end - season)), ("val", slice(train_end - season, None))):
-            for column in range(diff.shape[1]):
-                design[split].append(cal[part])
-                change[split].append(diff[part, column])
-    fit, score = (_stacked(design[s], change[s]) for s in ("train", "val"))
-    if len(fit[1]) <= fit[0].shape[1] or not len(score[1]):
+        design = np.column_stack([np.ones(val_end - season), features[rows][season:val_end]])
+        cut = train_end - season  # changes before it are training rows', from it on validation rows'
+        for column in range(diff.shape[1]):
+            keep = np.isfinite(diff[:, column])
+            fit = keep.copy()
+            fit[cut:] = False
+            x, r = design[fit], diff[fit, column]
+            gram += x.T @ x
+            moment += x.T @ r
+            n_fit += len(r)
+            keep[:cut] = False
+            if keep.any():
+                scored.append((design[keep], diff[keep, column]))
+    if n_fit <= width or not scored:
         return None
-    weights, *_ = np.linalg.lstsq(fit[0], fit[1], rcond=None)
-    with_calendar = float(np.mean((score[1] - score[0] @ weights) ** 2))
-    without = float(np.mean((score[1] - fit[1].mean()) ** 2))
-    return CalendarGain(with_calendar, without, len(fit[1]), len(score[1]))
-
-
-def _stacked(design: list[np.ndarray], change: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """The pooled rows with a finite change: (n, 1 + F) design with its intercept column, and (n,) changes."""
-    if not change:
-        return np.zeros((0, 1)), np.zeros(0)
-    x, y = np.concatenate(design), np.concatenate(change)
-    keep = np.isfinite(y)
-    return np.column_stack([np.ones(int(keep.sum())), x[keep]]), y[keep]
+    weights = np.linalg.lstsq(gram, moment, rcond=None)[0]
+    mean = moment[0] / n_fit  # the intercept alone: the training changes' mean
+    with_calendar = sum(float(np.sum((r - x @ weights) ** 2)) for x, r in scored)
+    without = sum(float(np.sum((r - mean) ** 2)) for _, r in scored)
+    n_val = sum(len(r) for _, r in scored)
+    return CalendarGain(with_calendar / n_val, without / n_val, n_fit, n_val)
