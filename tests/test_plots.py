@@ -69,3 +69,14 @@ def test_the_backtest_plot_draws_the_model_on_top(figures):
         x.get_zorder() for x in lines[:-1]
     )
     np.testing.assert_array_equal(lines[-1].get_ydata(), [1.0, 1.5])
+
+
+def test_a_forecaster_that_some_backtest_folds_lack_is_drawn_at_its_own_origins(figures):
+    summary = pd.DataFrame({
+        "origin": ["o1", "o1", "o2", "o2", "o2"],
+        "forecaster": ["model", "repeat_last", "model", "repeat_last", "weekly_naive"],  # o1's context: under a week
+        "mase": [1.0, 2.0, 1.5, 2.5, 0.5],
+    })  # fmt: skip
+    plots.plot_backtest(summary, "unused.png")
+    weekly = next(line for line in figures[-1].axes[0].get_lines() if line.get_label() == "weekly_naive")
+    np.testing.assert_array_equal(weekly.get_xdata(), [1])  # o2, not o1

@@ -83,12 +83,17 @@ def plot_backtest(summary: pd.DataFrame, path: Path | BinaryIO) -> None:
     """MASE of each forecaster at each backtest origin (summary: origin, forecaster, mase rows)."""
     fig, ax = plt.subplots(figsize=(8, 3.5), constrained_layout=True)
     groups = dict(tuple(summary.groupby("forecaster", sort=False)))
+    origins = summary["origin"].drop_duplicates().tolist()
+    position = {origin: k for k, origin in enumerate(origins)}  # a forecaster some folds lack keeps its origins
     for name, rows in groups.items():  # the naive ones first, dashed; the model last, on top (it may equal one)
         if name != "model":
-            ax.plot(range(len(rows)), rows["mase"], marker=".", linestyle="--", linewidth=1, label=name)
+            x = rows["origin"].map(position)
+            ax.plot(x, rows["mase"], marker=".", linestyle="--", linewidth=1, label=name)
     rows = groups["model"]
-    ax.plot(range(len(rows)), rows["mase"], marker="o", color="black", linewidth=2, label="model (shipped)", zorder=3)
-    origins = summary["origin"].drop_duplicates().tolist()
+    ax.plot(
+        rows["origin"].map(position), rows["mase"], marker="o", color="black", linewidth=2, label="model (shipped)",
+        zorder=3,
+    )  # fmt: skip
     labels = [" to ".join(part[:16] for part in o.split(" to ")) for o in origins]  # minutes, or a span of them
     ax.set_xticks(range(len(origins)), labels, rotation=45, ha="right", fontsize=7)
     ax.set_ylabel("MASE")

@@ -131,7 +131,11 @@ def refit_backtest(
         notes.append(f"fold {fold + 1}: {note}")
     forecasts = pd.concat([r.forecasts for r in results], ignore_index=True)
     per_origin = pd.concat([r.summary[r.summary.origin != "all"] for r in results], ignore_index=True)
-    overall = per_origin.groupby("forecaster", sort=False).mean(numeric_only=True).reset_index()
+    # overall: the forecasters every fold has (a fold whose context is under a week has no weekly candidates)
+    shared = set.intersection(*(set(r.summary.forecaster) for r in results))
+    overall = (
+        per_origin[per_origin.forecaster.isin(shared)].groupby("forecaster", sort=False).mean(numeric_only=True)
+    ).reset_index()
     summary = pd.concat([per_origin, overall.assign(origin="all")], ignore_index=True)
     result = BacktestResult(forecasts, summary, tuple(notes))
     write_backtest(result, out, plot)
