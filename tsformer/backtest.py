@@ -188,8 +188,9 @@ def _long_table(predictor, frame, shipped: Forecasts, truth, observed, starts, i
     for level, lower, upper in shipped.bounds():
         columns[f"lower_{label(level)}"] = lower.reshape(-1)
         columns[f"upper_{label(level)}"] = upper.reshape(-1)
-    for name in predictor.candidates:
-        columns[name] = shipped.units(shipped.each[name]).reshape(-1)
+    for name, forecast in shipped.each.items():
+        if name != "model":
+            columns[name] = shipped.units(forecast).reshape(-1)
     truth_units = shipped.units(truth).reshape(-1)  # the data's values, back from scaled
     if observed is not None:
         truth_units = np.where(observed.reshape(-1), truth_units, np.nan)

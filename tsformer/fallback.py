@@ -126,13 +126,14 @@ def apply(
     """(N, H, C): each window's columns from the forecaster chosen for its series (`ids` (N,) index `choice`;
     -1: a series with no choice, which the model forecasts; None: the first series' choice for every
     window), the model's where `choice` is empty."""
-    if not choice or all(name == "model" for row in choice for name in row):
+    used = {name for row in choice for name in row}
+    if used <= {"model"}:
         return forecasts["model"]
     n_columns = len(choice[0])
     index = torch.tensor([[FORECASTERS.index(name) for name in row] for row in choice] + [[0] * n_columns])
     picked = index[0].expand(len(forecasts["model"]), -1) if ids is None else index[torch.as_tensor(ids)]  # (N, C)
     shipped = forecasts["model"]
-    for name in FORECASTERS[1:]:  # one (N, H, C) at a time, not all stacked
-        if name in forecasts:
+    for name in FORECASTERS[1:]:  # one (N, H, C) at a time, not all stacked; only those some series chose
+        if name in used:
             shipped = torch.where((picked == FORECASTERS.index(name)).unsqueeze(1), forecasts[name], shipped)
     return shipped

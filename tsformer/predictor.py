@@ -24,7 +24,7 @@ import tsformer.backtest as backtests
 import tsformer.checkpoint as checkpoint
 import tsformer.evaluate as evaluation
 from tsformer import __version__
-from tsformer.candidates import candidate_forecasts, candidate_names, season_for, week_for
+from tsformer.candidates import candidate_forecasts, season_for, week_for
 from tsformer.check import check_predictor
 from tsformer.config import Config
 from tsformer.data import (
@@ -90,11 +90,6 @@ class Predictor:
     def week(self) -> int:
         """The weekly candidates' period (168 for hourly data), 0 where there are none."""
         return week_for(self.freq, self.context_len)
-
-    @property
-    def candidates(self) -> tuple[str, ...]:
-        """The classical candidates beside the model (`tsformer.candidates`)."""
-        return candidate_names(self.freq, self.context_len)
 
     @property
     def interval_levels(self) -> tuple[float, ...]:
