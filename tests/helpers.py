@@ -34,11 +34,15 @@ TINY_SIZE_FLAGS = [
     "--set",
     "train.batch_size=32",
 ]
-# the automatic settings given, as the defaults were before they were chosen from the data
-# (tests/test_choices.py covers choosing them)
+# the automatic settings given, as the defaults were before they were chosen from the data (tests/test_choices.py
+# covers choosing them), one validation horizon in long format and no final fit (tests/test_final.py covers both)
 PINNED_FLAGS = [
     "--set",
     "data.calendar=true",
+    "--set",
+    "data.val_horizons=1",
+    "--set",
+    "train.final_fit=false",
     "--set",
     "train.loss=mse",
     "--set",
@@ -66,7 +70,7 @@ def tiny_config(csv: Path | str = "", fallback: bool = True, **model) -> Config:
     model_cfg = dict(context_len=16, horizon=4, patch_len=4, d_model=8, n_heads=2, n_layers=1, d_ff=16, dropout=0.0)
     model_cfg.update(model)
     return Config(  # the automatic settings given (tests/test_choices.py covers choosing them)
-        data=DataConfig(path=str(csv), calendar=True),
+        data=DataConfig(path=str(csv), calendar=True, val_horizons=1),
         model=ModelConfig(**model_cfg),
         train=TrainConfig(
             epochs=2,
@@ -76,6 +80,7 @@ def tiny_config(csv: Path | str = "", fallback: bool = True, **model) -> Config:
             fallback=fallback,
             loss="mse",
             interval_calibration="validation",
+            final_fit=False,
         ),
     )
 

@@ -148,10 +148,13 @@ def test_a_default_run_stores_what_was_chosen(tmp_path):
     result = CliRunner().invoke(app, ["train", str(csv), "--out", str(tmp_path / "run"), *TINY_SIZE_FLAGS])
     assert result.exit_code == 0, result.output
     saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
-    assert (saved["data"]["calendar"], saved["train"]["loss"], saved["train"]["interval_calibration"]) == (
+    chosen = ("calendar", "val_horizons"), ("loss", "interval_calibration", "final_fit")
+    assert [saved["data"][key] for key in chosen[0]] + [saved["train"][key] for key in chosen[1]] == [
         False,
+        3,  # 3 horizons of validation per series: many origins, so no calibration model is needed
         "mae",
-        "refit",
-    )
+        "validation",
+        True,
+    ]
     assert "chosen from the data: calendar features left out (with them a linear probe's" in result.stderr
-    assert (tmp_path / "run" / "calibration" / "model.pt").is_file()
+    assert not (tmp_path / "run" / "calibration").exists()

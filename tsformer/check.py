@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+import torch
+
 from tsformer.data import Prepared
+from tsformer.final import last_timestamps
 from tsformer.leakage import CheckResult, check_calibration_model, check_data, check_intervals, check_model
 
 if TYPE_CHECKING:
@@ -24,4 +28,43 @@ def check_predictor(predictor: Predictor, data: Prepared | None, n_checks: int =
     results.append(
         check_calibration_model(predictor.borders, None if calibration is None else calibration.refit_borders)
     )
+    results.append(check_final(predictor, data))
     return results + ([] if data is None else check_data(data, predictor.config))
+
+
+PROBE_WINDOWS = 16  # test windows the scoring path is probed on
+
+
+def check_final(predictor: Predictor, data: Prepared | None) -> CheckResult:
+    """Which model read which rows: the held-out model scores (evaluate and backtest forecast test windows with
+    it, never with the final model, which trained on them), and the final model read exactly the rows of each
+    series up to its end (so predict's origins lie after them). Without `data` only the first can be said."""
+    final = predictor.final
+    if final is None:
+        return CheckResult("final/rows", True, 0.0, "no final model: every command uses the held-out model")
+    if data is None:
+        return CheckResult("final/rows", True, 0.0, "final model present; data checks skipped, so its rows unproven")
+    windows = data.split_windows("test")
+    if not len(windows):
+        return CheckResult("final/rows", False, float("inf"), "no test window to probe the scoring path on")
+    picked = windows.subset(torch.linspace(0, len(windows) - 1, min(PROBE_WINDOWS, len(windows))).long())
+    cut, ids = picked.split(predictor.context_len), picked.series()
+    scored = predictor.forecast(cut, ids).each["model"]  # what evaluate and backtest score
+
+    def own(model) -> torch.Tensor:
+        return torch.cat(list(model.predict_batches(cut.context, cut.context_observed, cut.covariates))).cpu()
+
+    change = float((scored - own(predictor.model)).abs().max())
+    distinct = bool((own(final.model) - own(predictor.model)).abs().max() > 0)
+    until_ok = bool(np.array_equal(final.until, last_timestamps(data.frame)))
+    predicts_final = predictor.for_origins(data.frame)[0].model is final.model
+    passed = change == 0.0 and distinct and until_ok and predicts_final
+    return CheckResult(
+        "final/rows",
+        passed,
+        change,
+        f"test windows scored by the held-out model ({len(ids)} probed; the final model forecasts them "
+        f"{'differently' if distinct else 'IDENTICALLY'}); the final model read each series to its "
+        f"{'last row' if until_ok else 'rows NOT matching this data'}; predict "
+        f"{'uses it' if predicts_final else 'does NOT use it'}",
+    )

@@ -30,6 +30,7 @@ from tsformer.data import Scaler, SplitBorders, StaticScale, parse_freq
 from tsformer.data.calendar import calendar_names
 from tsformer.errors import CheckpointError, TsformerError
 from tsformer.files import atomic_write
+from tsformer.final import FinalFit
 from tsformer.intervals import Calibration, quantile_pairs
 from tsformer.layout import Layout
 from tsformer.model import build_forecaster
@@ -37,12 +38,13 @@ from tsformer.results import TrainSummary
 from tsformer.runfolder import CONFIG_FILE, MODEL_FILE
 
 FORMAT_NAME = "tsformer-checkpoint"
-FORMAT_VERSION = 8  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
+FORMAT_VERSION = 9  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
 # 5: interval widths per unit of each window's scale. 6: a Predictor: the layout by name, static covariates,
 # the calibration (with the refit model's borders) and the training summary. 7: the calibration's error count
 # and the interval levels it left out; what stopped training. 8: the fallback may name the classical candidates
 # (drift, seasonal and weekly naive with drift); a format 7 file still reads, as its names are among them.
-READS_FORMATS = (7, 8)
+# 9: the final model fit on every row (`tsformer.final`); a format 7 or 8 file reads as a run without one.
+READS_FORMATS = (7, 8, 9)
 
 
 def save_predictor(predictor, path: str | Path, train_state: dict[str, Any] | None = None) -> None:
@@ -71,7 +73,8 @@ def save_predictor(predictor, path: str | Path, train_state: dict[str, Any] | No
         "fallback": [list(row) for row in p.fallback],
         "calibration": None if p.calibration is None else _calibration_to_dict(p.calibration),
         "summary": None if p.summary is None else {**dataclasses.asdict(p.summary), "lines": list(p.summary.lines)},
-        "model_state": {k: v.detach().cpu() for k, v in p.model.state_dict().items()},
+        "model_state": _weights(p.model),
+        "final": None if p.final is None else _final_to_dict(p.final),
         "train_state": train_state,
     }
     buffer = io.BytesIO()
@@ -137,7 +140,7 @@ def _load(path: Path) -> tuple[dict[str, Any], Path]:
     if version not in READS_FORMATS:
         raise CheckpointError(
             f"{path} has checkpoint format {version} but this tsformer ({__version__}) reads format "
-            f"{' or '.join(map(str, READS_FORMATS))}; use a matching tsformer version or retrain"
+            f"{', '.join(map(str, READS_FORMATS[:-1]))} or {READS_FORMATS[-1]}; use a matching tsformer version or retrain"
         )
     return payload, path
 
@@ -148,15 +151,8 @@ def _fields(payload: dict[str, Any], path: Path) -> dict[str, Any]:
         config = config_from_dict(payload["config"])
         layout = Layout.from_dict(payload["layout"])
         _check_layout(layout, config, payload["freq"])
-        model = build_forecaster(config.model, layout, config.train.loss, config.train.quantiles)
-        state = payload["model_state"]
-        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-            raise ValueError("model weights must be a mapping of names to tensors")
-        try:
-            model.load_state_dict(state)
-        except RuntimeError as exc:
-            raise ValueError(f"its weights do not fit its own config ({str(exc).splitlines()[0]})") from None
-        model.eval()
+        model = _model(payload["model_state"], config, layout)
+        final = payload.get("final")
         summary = payload.get("summary")
         fields = dict(
             config=config,
@@ -172,6 +168,7 @@ def _fields(payload: dict[str, Any], path: Path) -> dict[str, Any]:
             static_scale=None if payload["static_scale"] is None else StaticScale.from_dict(payload["static_scale"]),
             static_from=str(payload["static_from"]),
             fallback=tuple(tuple(row) for row in payload["fallback"]),  # () = the model everywhere
+            final=None if final is None else _final_from_dict(final, config, layout, len(payload["series"])),
             calibration=None if payload["calibration"] is None else _calibration_from_dict(payload["calibration"]),
             data_fingerprint=payload["data_fingerprint"],
             summary=None if summary is None else TrainSummary(**{**summary, "lines": tuple(summary["lines"])}),
@@ -184,6 +181,40 @@ def _fields(payload: dict[str, Any], path: Path) -> dict[str, Any]:
             f"{path} is a damaged tsformer checkpoint ({detail}); retrain or use the original file"
         ) from None
     return fields
+
+
+def _weights(model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+
+def _model(state: Any, config, layout: Layout):
+    """The forecaster of a config and layout with the stored weights, in eval mode; ValueError if they do not fit."""
+    model = build_forecaster(config.model, layout, config.train.loss, config.train.quantiles)
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError("model weights must be a mapping of names to tensors")
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as exc:
+        raise ValueError(f"its weights do not fit its own config ({str(exc).splitlines()[0]})") from None
+    return model.eval()
+
+
+def _final_to_dict(final: FinalFit) -> dict[str, Any]:
+    return {
+        "model_state": _weights(final.model),
+        "until": final.until.tolist(),
+        "steps": final.steps,
+        "n_windows": final.n_windows,
+        "seconds": final.seconds,
+    }
+
+
+def _final_from_dict(raw: dict[str, Any], config, layout: Layout, n_series: int) -> FinalFit:
+    until = np.asarray(raw["until"])
+    if until.shape != (n_series,) or until.dtype.kind != "i":
+        raise ValueError("the final model must name one last timestamp per series")
+    model = _model(raw["model_state"], config, layout)
+    return FinalFit(model, until.astype(np.int64), int(raw["steps"]), int(raw["n_windows"]), float(raw["seconds"]))
 
 
 def _check_layout(layout: Layout, config, freq: Any) -> None:

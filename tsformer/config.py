@@ -25,6 +25,7 @@ FILL_METHODS = ("", "ffill", "zero")
 SCALES = ("std", "seasonal")
 TIME_UNITS = ("", "s", "ms", "us", "ns")  # data.time_unit: the unit of integer (Unix epoch) timestamps
 DEFAULT_SPLIT_RATIOS = (0.7, 0.1, 0.2)  # train, validation, test of a wide file when data.split_ratios is ()
+MAX_VAL_HORIZONS = 3  # the most horizons of validation an automatic data.val_horizons gives each series
 MAX_SEED = 2**63 - 1  # torch.manual_seed takes a signed 64-bit integer
 MAX_COUNT = 2**31 - 1  # sizes, strides and counts beyond this are typos, not settings
 ATTENTIONS = ("fused", "explicit")
@@ -77,8 +78,12 @@ class DataConfig:
     # (MASE's denominator), which weighs smooth, regular series more in the loss
     scale: str = "std"
     # train, validation, test shares of each series; () = DEFAULT_SPLIT_RATIOS for a wide file, and for
-    # long format (many series) the last `horizon` steps of each series as test, the `horizon` before as validation
+    # long format (many series) the last `horizon` steps of each series as test, `val_horizons` x horizon before
+    # them as validation
     split_ratios: tuple[float, ...] = ()
+    # long format's default split: validation steps per series in horizons, each series' stretch scored at every
+    # origin in it; None (auto): up to MAX_VAL_HORIZONS while the median series keeps half its rows for training
+    val_horizons: int | None = None
     # ends of train, val, test: row numbers within each series (negative: counted back from its end) or dates
     split_borders: tuple[int | str, ...] = ()
 
@@ -98,6 +103,10 @@ class DataConfig:
             f"data.time_unit must be one of {', '.join(TIME_UNITS[1:])}, got {self.time_unit!r}",
         )
         _check_finite(self, "data")
+        _require(
+            self.val_horizons is None or self.val_horizons >= 1,
+            f"data.val_horizons must be at least 1 (or auto), got {self.val_horizons}",
+        )
         _require(
             len(self.split_ratios) in (0, 3), "data.split_ratios needs three numbers (train, validation, test), or none"
         )
@@ -206,6 +215,9 @@ class TrainConfig:
     # auto: refit where each series' validation is one window (the long-format default), else validation
     interval_calibration: str = "auto"
     quantiles: tuple[float, ...] = ()  # also forecast these quantiles (pinball loss), e.g. (0.1, 0.5, 0.9)
+    # after every choice is made on the held-out model, train the final model on every row with its recipe
+    # (its optimiser steps up to the best epoch); predict forecasts with it (`tsformer.final`)
+    final_fit: bool = True
 
     def __post_init__(self) -> None:
         _check_finite(self, "train")

@@ -67,10 +67,11 @@ def forecast_after(
     )
     known = {key: i for i, key in enumerate(predictor.series)}
     ids = np.array([known.get(key, -1) for key in frame.keys])  # -1: not trained on, the model forecasts it
-    shipped = predictor.forecast(index.split(predictor.context_len), ids, window_scaler=scaler)
+    forecaster, passed_over = predictor.for_origins(frame)  # the final model, unless the data end before its rows
+    shipped = forecaster.forecast(index.split(predictor.context_len), ids, window_scaler=scaler)
     naive = not_the_model(shipped.chosen, predictor.layout.targets, per_series=bool(predictor.id_cols))
     left_out = "" if predictor.calibration is None else predictor.calibration.note()
-    notes += tuple(note for note in (naive, left_out) if note)
+    notes += tuple(note for note in (passed_over, naive, left_out) if note)
     return Forecast(_table(predictor, frame, shipped, timestamps), notes, predictor.time_col, frame.time_notation)
 
 

@@ -41,6 +41,7 @@ from tsformer.data import (
 from tsformer.data.prepare import data_fingerprint, scale_season, series_difference
 from tsformer.errors import DataError
 from tsformer.fallback import apply, chosen
+from tsformer.final import FinalFit, ends_early
 from tsformer.intervals import Calibration, adjust_quantiles, quantile_pairs
 from tsformer.layout import Layout
 from tsformer.leakage import check_scaler
@@ -67,6 +68,7 @@ class Predictor:
     static_scale: StaticScale | None = None
     static_from: str = ""  # "data": its own columns (read again from the data), "table": a table given to train
     fallback: tuple[tuple[str, ...], ...] = ()  # per series and column, the forecaster chosen on validation
+    final: FinalFit | None = None  # the model refit on every row (`tsformer.final`): predict's; None: `model`'s
     calibration: Calibration | None = None  # the conformal intervals and quantile adjustments; None: uncalibrated
     data_fingerprint: dict[str, str | int] = field(default_factory=dict)  # the data it was trained on
     summary: TrainSummary | None = None
@@ -99,6 +101,22 @@ class Predictor:
         return dataclasses.replace(self, **changes)
 
     # --- forecasting ------------------------------------------------------------------------------
+
+    def for_origins(self, frame: SeriesFrame) -> tuple[Predictor, str]:
+        """The predictor that forecasts after the end of `frame`'s series: with the final model as its model when
+        every trained series' data reach as far as the final model read (so no origin lies inside what it
+        trained on), else with the held-out one; and a note when the final model was passed over."""
+        if self.final is None:
+            return self, ""
+        early = ends_early(self.final.until, self.series, frame)
+        if not early:
+            return self.replace(model=self.final.model, final=None), ""
+        more = f" and {len(early) - 1} more" if len(early) > 1 else ""
+        which = f"series {early[0]!r}{more}" if self.id_cols else "the data"
+        return self.replace(final=None), (
+            f"{which} end before the rows the final model trained on, so the held-out model (trained on the rows "
+            "before validation) forecasts, and no forecast comes from a model that read the steps it forecasts"
+        )
 
     def forecast(self, windows: Split, ids: np.ndarray, window_scaler: Scaler | None = None) -> Forecasts:
         """The shipped forecast of `windows`: the model's and the naive forecasts, the forecaster chosen for each

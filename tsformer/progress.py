@@ -13,7 +13,15 @@ def _clock(seconds: float) -> str:
 
 
 class Progress:
-    def __init__(self, total_epochs: int, steps_per_epoch: int, stream: TextIO | None = None, enabled: bool = True):
+    def __init__(
+        self,
+        total_epochs: int,
+        steps_per_epoch: int,
+        stream: TextIO | None = None,
+        enabled: bool = True,
+        label: str = "",
+    ):
+        self.label = label  # before each line, e.g. "final fit: "
         self.total_epochs = total_epochs
         self.steps_per_epoch = steps_per_epoch
         self.stream = stream or sys.stderr
@@ -30,12 +38,13 @@ class Progress:
         remaining = self.total_epochs * self.steps_per_epoch - self.steps_done
         eta = elapsed / self.steps_done * remaining
         self.stream.write(
-            f"\repoch {epoch}/{self.total_epochs}  step {step}/{self.steps_per_epoch}  "
+            f"\r{self.label}epoch {epoch}/{self.total_epochs}  step {step}/{self.steps_per_epoch}  "
             f"train {train_loss:.4f}  elapsed {_clock(elapsed)}  eta {_clock(eta)}   "
         )
         self.stream.flush()
 
-    def epoch(self, epoch: int, train_loss: float, val_loss: float, lr: float, best: bool) -> None:
+    def epoch(self, epoch: int, train_loss: float, val_loss: float | None, lr: float, best: bool = False) -> None:
+        """One line per epoch; `val_loss` None: an epoch without validation (the final fit)."""
         if not self.enabled:
             return
         elapsed = time.monotonic() - self.started
@@ -43,7 +52,8 @@ class Progress:
         prefix = "\r" if self.live else ""
         mark = "  *best" if best else ""
         self.stream.write(
-            f"{prefix}epoch {epoch}/{self.total_epochs}  train {train_loss:.4f}  val {val_loss:.4f}  "
+            f"{prefix}{self.label}epoch {epoch}/{self.total_epochs}  train {train_loss:.4f}  "
+            f"{'' if val_loss is None else f'val {val_loss:.4f}  '}"
             f"lr {lr:.2e}  elapsed {_clock(elapsed)}  eta {_clock(left)}{mark}\n"
         )
         self.stream.flush()

@@ -31,6 +31,7 @@ from tsformer.config import MAX_SEED, Config, save_config, with_data_path
 from tsformer.data import Prepared, Source, WindowIndex, Windows, training_data
 from tsformer.errors import CheckpointError, ConfigError, DataError, Interrupted, TrainingError
 from tsformer.files import atomic_write_text
+from tsformer.final import FinalFit, every_row, last_timestamps
 from tsformer.leakage import check_data, check_model, require_passed
 from tsformer.model import ForecasterBase, build_forecaster
 from tsformer.predictor import Predictor, load_predictor, load_train_state
@@ -136,6 +137,9 @@ def _train(
         where = None if out_dir is None else out_dir / CALIBRATION_DIR
         calibration_model = _train_calibration_model(calibration_cfg, where, source, static, show_progress)
     predictor, decision = choose_and_calibrate(runner.predictor(model), val_windows, data, calibration_model)
+    final = None
+    if cfg.train.final_fit:
+        final = _final_fit(cfg, data, ctx, len(train_windows), state.best_epoch, out_dir, show_progress)
     summary = TrainSummary(
         state.best_epoch,
         state.best_val,
@@ -144,10 +148,12 @@ def _train(
         sum(p.numel() for p in model.parameters()),
         len(train_windows),
         len(val_windows),
-        tuple(decision.lines()) + ((predictor.calibration.note(),) if predictor.calibration.note() else ()),
+        tuple(decision.lines())
+        + ((predictor.calibration.note(),) if predictor.calibration.note() else ())
+        + ((_final_line(final, state.best_epoch),) if final is not None else ()),
         _stopped(state, cfg),
     )
-    predictor = predictor.replace(summary=summary, data=data)
+    predictor = predictor.replace(summary=summary, data=data, final=final)
     if folder is not None:
         from tsformer.plots import plot_history
 
@@ -156,6 +162,46 @@ def _train(
         plot_history(history, folder.path / "loss.png")
         save_predictor(predictor, folder.path / MODEL_FILE)
     return predictor
+
+
+def _final_fit(
+    cfg: Config,
+    data: Prepared,
+    ctx: distributed.Dist,
+    n_held_out_windows: int,
+    best_epoch: int,
+    out_dir: Path | None,
+    show_progress: bool,
+) -> FinalFit:
+    """The final model: from the held-out model's initial weights and recipe, its optimiser steps up to its best
+    epoch (the same learning rate at each step, as many windows per epoch) on windows drawn from every row."""
+    all_rows = every_row(data)
+    windows = all_rows.split_windows("train", cfg.train.train_stride)
+    torch.manual_seed(cfg.train.seed)  # the held-out model's initial weights
+    model = build_forecaster(cfg.model, data.layout, cfg.train.loss, cfg.train.quantiles).to(ctx.device)
+    runner = _Runner(cfg, all_rows, model, _optimizer(model, cfg), None, None, ctx, show_progress)
+    steps_per_epoch = math.ceil(math.ceil(n_held_out_windows / ctx.world_size) / cfg.train.batch_size)
+    started = time.monotonic()
+    try:
+        runner.fit_steps(windows, best_epoch, steps_per_epoch, cfg.train.epochs * steps_per_epoch)
+    except KeyboardInterrupt:
+        kept = (
+            "in memory: nothing kept"
+            if out_dir is None
+            else f"the held-out model is saved; resume with: tsformer train --resume --out {out_dir}"
+        )
+        raise Interrupted(f"training stopped during the final fit on every row ({kept})") from None
+    model.eval()
+    steps, seconds = best_epoch * steps_per_epoch, time.monotonic() - started
+    return FinalFit(model, last_timestamps(data.frame), steps, len(windows), seconds)
+
+
+def _final_line(final: FinalFit, best_epoch: int) -> str:
+    return (
+        f"final model: the held-out run's {final.steps} optimiser steps (to its best epoch, {best_epoch}) on "
+        f"{final.n_windows} windows from every row, validation and test included, in {final.seconds:.0f} s; predict "
+        "forecasts with it, evaluate, backtest and check score the held-out model (train.final_fit=false skips it)"
+    )
 
 
 def _stopped(state: LoopState, cfg: Config) -> str:
@@ -305,10 +351,27 @@ class _Runner:
                 f"Resume with: tsformer train --resume --out {self.out_dir}"
             ) from None
 
+    def fit_steps(self, windows: WindowIndex, epochs: int, steps_per_epoch: int, total_steps: int) -> None:
+        """`epochs` epochs of `steps_per_epoch` steps each, no validation, on the schedule of `total_steps` (the
+        final fit: the held-out run's steps, its windows drawn from every row)."""
+        progress = Progress(epochs, steps_per_epoch, enabled=self.show_progress, label="final fit: ")
+        state, started = LoopState(), time.monotonic()
+        while state.epoch < epochs and not state.finished:
+            train_loss, lr = self._train_epoch(state, windows, total_steps, started, progress, steps_per_epoch)
+            state.epoch += 1
+            progress.epoch(state.epoch, train_loss, None, lr)
+
     def _train_epoch(
-        self, state: LoopState, train_windows: WindowIndex, total_steps: int, started: float, progress: Progress
+        self,
+        state: LoopState,
+        train_windows: WindowIndex,
+        total_steps: int,
+        started: float,
+        progress: Progress,
+        max_steps: int = 0,
     ) -> tuple[float, float]:
-        """One pass over this rank's share of the windows, in an order fixed by (seed, epoch).
+        """One pass over this rank's share of the windows (or its first `max_steps` batches), in an order fixed by
+        (seed, epoch).
 
         Under torchrun the order is padded by wrapping around (as torch's DistributedSampler does), so
         every rank takes the same number of steps and their gradient all-reduces pair up; each rank's
@@ -325,6 +388,8 @@ class _Runner:
         self.model.train()
         losses, lr = [], tc.lr
         for i, start in enumerate(range(0, len(order), tc.batch_size), start=1):
+            if max_steps and i > max_steps:
+                break
             batch = train_windows.take(order[start : start + tc.batch_size], self.ctx.device)
             lr = lr_at(state.step, total_steps, tc.lr, tc.warmup_frac, tc.min_lr_ratio)
             losses.append(self._step(batch, lr, epoch, i))

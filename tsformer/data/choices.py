@@ -21,7 +21,7 @@ import numpy as np
 from tsformer.config import Config, resolve_auto
 from tsformer.data.calendar import calendar_features, calendar_names
 from tsformer.data.loader import SeriesFrame
-from tsformer.data.split import SplitBorders, split_borders
+from tsformer.data.split import SplitBorders, split_borders, val_horizons
 from tsformer.metrics import season_length
 
 CALENDAR_MIN_GAIN = 0.05  # the calendar is used when it cuts the probe's validation MSE by at least this share
@@ -48,6 +48,9 @@ class CalendarGain:
 def resolve_from_data(cfg: Config, frame: SeriesFrame) -> tuple[Config, tuple[str, ...]]:
     """The config with every automatic setting chosen from `frame`, and a line for the sizes and one for the
     other choices (none when nothing was automatic)."""
+    if cfg.data.val_horizons is None and _default_panel_split(cfg, frame):
+        k = val_horizons(cfg.data, frame.lengths, cfg.model.horizon)
+        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, val_horizons=k))  # `prepare` says it
     # a given context_len is checked for room here as training will check it (0: automatic, chosen to fit)
     borders = split_borders(cfg.data, frame, cfg.model.context_len, cfg.model.horizon, min_history=1)
     notes, chosen, flags = [], [], []
@@ -70,6 +73,11 @@ def resolve_from_data(cfg: Config, frame: SeriesFrame) -> tuple[Config, tuple[st
     if chosen:
         notes.append(f"chosen from the data: {'; '.join(chosen)}; set with {', '.join('--set ' + f for f in flags)}")
     return cfg, tuple(notes)
+
+
+def _default_panel_split(cfg: Config, frame: SeriesFrame) -> bool:
+    """Whether the split is long format's default (test and validation counted back from each series' end)."""
+    return bool(frame.id_cols) and frame.n_ids > 1 and not cfg.data.split_borders and not cfg.data.split_ratios
 
 
 def _choose_calendar(frame: SeriesFrame, borders: SplitBorders) -> tuple[bool, str]:

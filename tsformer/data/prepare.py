@@ -21,7 +21,14 @@ from tsformer.config import Config
 from tsformer.data.calendar import calendar_features, calendar_names, cycle_phase
 from tsformer.data.choices import resolve_from_data
 from tsformer.data.loader import SeriesFrame, Source, read_series
-from tsformer.data.split import Scaler, SplitBorders, split_borders, window_counts, window_target_starts
+from tsformer.data.split import (
+    Scaler,
+    SplitBorders,
+    split_borders,
+    val_horizons,
+    window_counts,
+    window_target_starts,
+)
 from tsformer.data.static import StaticScale, encode_static, static_roles
 from tsformer.data.windows import SeriesInputs, WindowIndex
 from tsformer.errors import ConfigError, DataError
@@ -268,7 +275,10 @@ def _split_note(cfg: Config, frame: SeriesFrame, borders: SplitBorders, train_hi
     elif cfg.data.split_ratios:
         rule = f"by data.split_ratios {'/'.join(f'{r:g}' for r in cfg.data.split_ratios)}"
     else:
-        rule = f"its last {horizon} steps are test, the {horizon} before them validation, the rest training"
+        k = val_horizons(cfg.data, frame.lengths, horizon)
+        origins = f"{k} horizon{'s' * (k > 1)}: {(k - 1) * horizon + 1} forecast origins, data.val_horizons"
+        rule = f"its last {horizon} steps are test, the {k * horizon} before them validation ({origins}), the rest"
+        rule += " training"
     line = f"{frame.n_ids} series, split one by one ({rule}); statistics from training steps only"
     no_window = window_counts("train", borders, train_history, horizon) == 0
     if no_window.any():

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tsformer.config import DEFAULT_SPLIT_RATIOS, DataConfig, ModelConfig
+from tsformer.config import DEFAULT_SPLIT_RATIOS, MAX_VAL_HORIZONS, DataConfig, ModelConfig
 from tsformer.data.loader import SeriesFrame
 from tsformer.errors import DataError
 from tsformer.metrics import season_length
@@ -51,7 +51,8 @@ def split_borders(
     cfg: DataConfig, frame: SeriesFrame, context_len: int, horizon: int, min_history: int | None = None
 ) -> SplitBorders:
     """Each series' borders from explicit rows/dates, from ratios, or (long format, no ratios given) its
-    last `horizon` steps as test and the `horizon` before as validation (the M4 convention).
+    last `horizon` steps as test and `val_horizons` x `horizon` before them as validation (M4's convention,
+    with several validation origins: `val_horizons`).
 
     One series (a wide file) must leave a window of `context_len` in every split; in a panel, each
     split needs a window in some series, with at least `min_history` steps before the target.
@@ -82,13 +83,24 @@ def split_borders(
                 "into train, validation and test; provide more rows"
             )
     else:
-        ends = np.stack([np.maximum(lengths - 2 * horizon, 0), np.maximum(lengths - horizon, 0), lengths], axis=1)
+        val_len = val_horizons(cfg, lengths, horizon) * horizon
+        ends = np.stack([np.maximum(lengths - horizon - val_len, 0), np.maximum(lengths - horizon, 0), lengths], axis=1)
     borders = SplitBorders(*(ends[:, k].astype(np.int64) for k in range(3)))
     if frame.n_ids == 1 and not frame.id_cols:
         _check_room(borders, context_len, horizon, frame.freq)
     else:
         _check_panel_room(borders, frame, min_history if min_history is not None else context_len, horizon)
     return borders
+
+
+def val_horizons(cfg: DataConfig, lengths: np.ndarray, horizon: int) -> int:
+    """Long format's default split: horizons of validation per series, data.val_horizons or (auto) the most,
+    up to MAX_VAL_HORIZONS, that leave the median series at least half its rows for training (at least 1)."""
+    if cfg.val_horizons is not None:
+        return cfg.val_horizons
+    median = float(np.median(lengths)) if len(lengths) else 0.0
+    fits = [k for k in range(1, MAX_VAL_HORIZONS + 1) if (k + 1) * horizon <= median / 2]
+    return max(fits, default=1)
 
 
 def _border_rows(border: int | str, frame: SeriesFrame) -> np.ndarray:

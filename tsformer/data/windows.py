@@ -183,6 +183,10 @@ class WindowIndex:
         """Every `stride`-th window."""
         return dataclasses.replace(self, starts=self.starts[::stride], floors=self.floors[::stride])
 
+    def subset(self, index: torch.Tensor) -> WindowIndex:
+        """The windows at `index`, still lazy."""
+        return dataclasses.replace(self, starts=self.starts[index], floors=self.floors[index])
+
     def series(self) -> np.ndarray:
         """(n_windows,) the index of each window's series."""
         return self.inputs.series_of(self.floors).numpy()

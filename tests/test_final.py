@@ -1,0 +1,121 @@
+"""Rolling validation origins and the final fit on every row (tsformer.final): which model reads which rows."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from helpers import tiny_config
+from test_long_format import long_frame
+
+from tsformer.api import fit
+from tsformer.check import check_final
+from tsformer.config import DataConfig
+from tsformer.data import training_data
+from tsformer.data.split import val_horizons
+from tsformer.evaluate import evaluate
+from tsformer.final import last_timestamps
+from tsformer.predict import forecast_after
+from tsformer.predictor import Predictor, load_predictor
+from tsformer.train import train
+
+
+def config(val_horizons: int | None = None, final_fit: bool = True, epochs: int = 2, fallback: bool = True):
+    cfg = tiny_config(fallback=fallback)
+    return dataclasses.replace(
+        cfg,
+        data=dataclasses.replace(cfg.data, val_horizons=val_horizons),
+        train=dataclasses.replace(cfg.train, final_fit=final_fit, epochs=epochs),
+    )
+
+
+def test_long_format_validates_each_series_on_several_horizons_at_every_origin():
+    data = training_data(config(), long_frame({"A": 200, "B": 160, "C": 120}))
+    # auto: 3 horizons of 4 steps, as 4 x 4 steps leave the median series (160 rows) more than half its rows
+    assert data.config.data.val_horizons == 3
+    assert (data.borders.val_end - data.borders.train_end).tolist() == [12, 12, 12]
+    counts = np.bincount(data.split_windows("val").series(), minlength=3)
+    assert counts.tolist() == [9, 9, 9]  # every stride-1 origin of the 12 steps: 12 - 4 + 1
+    assert any("the 12 before them validation (3 horizons: 9 forecast origins" in note for note in data.notes)
+
+
+def test_short_series_keep_one_validation_horizon_and_a_stated_count_is_kept():
+    lengths = np.array([30, 20, 20])  # the median series, 20 rows, keeps half of them with 1 horizon, not with 2
+    assert [val_horizons(DataConfig(), lengths[:k], 4) for k in (1, 3)] == [2, 1]
+    data = training_data(config(val_horizons=2), long_frame({"A": 200, "B": 160}))
+    assert (data.borders.val_end - data.borders.train_end).tolist() == [8, 8]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    frame = long_frame({"A": 160, "B": 140, "C": 120})
+    folder = tmp_path_factory.mktemp("final") / "run"
+    predictor = train(config(fallback=False), folder, show_progress=False, source=frame)  # the model ships
+    return frame, predictor, folder
+
+
+def test_predict_forecasts_with_the_final_model_and_evaluate_scores_the_held_out_one(run):
+    frame, predictor, folder = run
+    final = predictor.final
+    held_out_steps = predictor.summary.best_epoch * -(-predictor.summary.n_train_windows // 32)
+    assert final is not None and final.steps == held_out_steps
+    assert final.n_windows > predictor.summary.n_train_windows  # windows from every row, validation and test too
+    data = predictor.read()
+    assert np.array_equal(final.until, last_timestamps(data.frame))
+    weights = [p.detach() for p in final.model.parameters()]
+    assert any((a != b).any() for a, b in zip(weights, predictor.model.parameters(), strict=True))
+    forecast = forecast_after(predictor, data.frame).frame
+    as_final = forecast_after(predictor.replace(model=final.model, final=None), data.frame).frame
+    as_held_out = forecast_after(predictor.replace(final=None), data.frame).frame
+    assert forecast.equals(as_final) and not forecast.equals(as_held_out)
+    # evaluate: the held-out model's forecast of the test windows, whatever the final model says
+    report = evaluate(predictor, data)
+    assert report.scores == evaluate(predictor.replace(final=None), data).scores
+    loaded = load_predictor(folder)
+    assert loaded.final is not None and loaded.final.steps == final.steps
+    for a, b in zip(loaded.final.model.parameters(), final.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert forecast_after(loaded, data.frame).frame.equals(forecast)
+    assert check_final(predictor, data).passed
+
+
+def test_data_ending_before_the_final_models_rows_are_forecast_by_the_held_out_model(run):
+    frame, predictor, _ = run
+    shorter = frame.groupby("unique_id", sort=False).head(-5)  # every series 5 steps short of what it trained on
+    forecast = forecast_after(predictor, shorter)
+    held_out = forecast_after(predictor.replace(final=None), shorter)
+    assert forecast.frame.equals(held_out.frame)
+    assert any("end before the rows the final model trained on" in note for note in forecast.notes)
+
+
+def test_check_fails_when_the_scoring_path_uses_the_final_model(run, monkeypatch):
+    _, predictor, _ = run
+    data = predictor.read()
+    original = Predictor.forecast
+
+    def leaky(self, windows, ids, window_scaler=None):  # a deliberate break: evaluate scoring the final model
+        swapped = self.replace(model=self.final.model) if self.final is not None else self
+        return original(swapped, windows, ids, window_scaler)
+
+    monkeypatch.setattr(Predictor, "forecast", leaky)
+    result = check_final(predictor, data)
+    assert not result.passed and result.max_change > 0
+
+
+def test_test_rows_replaced_by_noise_change_no_choice_only_the_final_model():
+    frame = long_frame({"A": 160, "B": 140, "C": 120})
+    noisy = frame.copy()
+    rng = np.random.default_rng(1)
+    test_rows = noisy.groupby("unique_id", sort=False).cumcount(ascending=False) < 4  # each series' last 4 (test)
+    noisy.loc[test_rows, "y"] = rng.normal(size=int(test_rows.sum())) * 100
+    first = fit(frame, horizon=4, config=config())
+    second = fit(noisy, horizon=4, config=config())
+    for a, b in zip(first.model.parameters(), second.model.parameters(), strict=True):
+        assert torch.equal(a, b)  # the held-out model, and every choice made with it
+    assert first.fallback == second.fallback and first.config == second.config
+    assert torch.equal(first.calibration.widths, second.calibration.widths)
+    assert first.summary.lines[:-1] == second.summary.lines[:-1]
+    final_a, final_b = first.final.model.parameters(), second.final.model.parameters()
+    assert any(not torch.equal(a, b) for a, b in zip(final_a, final_b, strict=True))  # it is meant to read them
