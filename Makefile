@@ -15,7 +15,7 @@ CONFIGS ?= configs/etth1.yaml
 HORIZONS ?= 96
 RUN_FLAGS ?=
 
-.PHONY: install demo test lint runs bench bench-m4 bench-electricity perf fuzz clean
+.PHONY: install demo test lint runs bench bench-m4 bench-electricity bench-single perf fuzz clean
 
 install: $(STAMP)
 
@@ -60,6 +60,18 @@ bench-m4: install
 # Day-ahead electricity prices, 4 markets, with and without covariates -> benchmarks/results/electricity.md
 bench-electricity: install
 	$(BIN)/python benchmarks/electricity.py $(BENCH_FLAGS)
+
+# Ten real single series, last horizon hidden, against AutoETS / AutoTheta -> benchmarks/results/single_series.md.
+# The peers (statsforecast, with statsmodels' bundled datasets) live in their own environment, outside `make test`.
+PEERS := benchmarks/peers/.venv
+$(PEERS)/.installed: benchmarks/peers/requirements.txt
+	test -x $(PEERS)/bin/python || $(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/pip install -q --disable-pip-version-check -r benchmarks/peers/requirements.txt
+	touch $@
+
+bench-single: install $(PEERS)/.installed
+	$(PEERS)/bin/python benchmarks/peers/single_series.py --out runs/bench/single_data
+	$(BIN)/python benchmarks/single_series.py --series runs/bench/single_data $(BENCH_FLAGS)
 
 # Thousands of random CSVs through the loader and the CLI (make test runs a few hundred).
 fuzz: install

@@ -85,3 +85,21 @@ def test_a_seasonal_series_with_a_trend_picks_seasonal_naive_with_drift_over_rep
     assert mse["seasonal_drift"] < mse["seasonal_naive"] / 4 and mse["seasonal_naive"] < mse["repeat_last"]
     assert decision.names == ("model", "repeat_last", "seasonal_naive", "drift", "seasonal_drift")
     assert not math.isnan(decision.val_mse["drift"][0, 0])
+
+
+def test_train_candidates_limits_what_the_fallback_scores(tmp_path):
+    from helpers import make_frame, tiny_config
+
+    from tsformer.config import CANDIDATE_NAMES, apply_overrides
+    from tsformer.errors import ConfigError
+    from tsformer.train import train
+
+    assert CANDIDATE_NAMES == CANDIDATES  # the config's copy of the names (it loads no torch)
+    with pytest.raises(ConfigError, match="train.candidates must be distinct names among repeat_last"):
+        apply_overrides(tiny_config(), ["train.candidates=ets"])
+    cfg = apply_overrides(tiny_config(), ["train.candidates=seasonal_naive,seasonal_drift"])
+    assert candidate_names("h", 168, cfg.train.candidates) == ("seasonal_naive", "seasonal_drift")
+    predictor = train(cfg, tmp_path / "run", show_progress=False, source=make_frame(240))
+    windows = predictor.read().split_windows("val").split(predictor.context_len)
+    assert tuple(predictor.forecasters(windows)[0]) == ("model", "seasonal_naive", "seasonal_drift")
+    assert {name for row in predictor.fallback for name in row} <= {"model", "seasonal_naive", "seasonal_drift"}

@@ -149,3 +149,20 @@ def test_long_format_shards_windows_of_every_series_across_the_ranks(tmp_path):
         assert ranks[0] | ranks[1] == set(range(n_windows)) and len(ranks[0] & ranks[1]) == 2 * shard - n_windows
     assert all(torch.equal(tensor, rank1["state"][key]) for key, tensor in rank0["state"].items())
     assert load_predictor(tmp_path / "run" / MODEL_FILE).series == (("A",), ("B",), ("C",))
+
+
+def test_the_final_fit_on_two_ranks_takes_the_held_out_runs_steps_with_synchronised_gradients(tiny_csv, tmp_path):
+    """With train.final_fit the last model trained is the final one: both ranks hold its weights, the run saves
+    them, and it took the held-out run's steps up to its best epoch (after the held-out run's own)."""
+    run = tmp_path / "run"
+    _, (rank0, rank1) = _probe(tiny_csv, run, tmp_path / "dump", flags=("--set", "train.final_fit=true"))
+    final = load_predictor(run / MODEL_FILE).final
+    held_out = 2 * 75  # contexts: 2 epochs of 149 windows padded to 150, 75 a rank, in 3 batches of 32
+    # the final fit: per epoch up to its best, the held-out run's 3 steps, now full batches of 32 windows a rank
+    # (every row's 221 windows, 111 a rank)
+    best_epoch = load_predictor(run / MODEL_FILE).summary.best_epoch
+    assert final is not None and final.steps == best_epoch * 3 and final.n_windows == 240 - 16 - 4 + 1
+    assert len(rank0["contexts"]) == len(rank1["contexts"]) == held_out + best_epoch * 3 * 32
+    assert all(torch.equal(tensor, rank1["state"][key]) for key, tensor in rank0["state"].items())
+    saved = final.model.state_dict()
+    assert all(torch.equal(saved[key], tensor) for key, tensor in rank0["state"].items())

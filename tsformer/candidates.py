@@ -53,10 +53,11 @@ def week_for(freq: str, context_len: int) -> int:
     return week if 0 < week <= context_len else 0
 
 
-def candidate_names(freq: str, context_len: int) -> tuple[str, ...]:
-    """The candidates a run with this frequency and context has, in CANDIDATES order."""
+def candidate_names(freq: str, context_len: int, allowed: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The candidates a run with this frequency and context has, in CANDIDATES order; only those `allowed`
+    (train.candidates) when it names any."""
     weekly = week_for(freq, context_len) > 0
-    return tuple(name for name in CANDIDATES if weekly or name not in WEEKLY)
+    return tuple(name for name in CANDIDATES if (weekly or name not in WEEKLY) and (not allowed or name in allowed))
 
 
 def candidate_forecasts(

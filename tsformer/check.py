@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -28,11 +29,40 @@ def check_predictor(predictor: Predictor, data: Prepared | None, n_checks: int =
     results.append(
         check_calibration_model(predictor.borders, None if calibration is None else calibration.refit_borders)
     )
+    results.append(check_forecasters(predictor, data))
     results.append(check_final(predictor, data))
     return results + ([] if data is None else check_data(data, predictor.config))
 
 
 PROBE_WINDOWS = 16  # test windows the scoring path is probed on
+
+
+def check_forecasters(predictor: Predictor, data: Prepared | None) -> CheckResult:
+    """Every forecaster the fallback may ship (the model and each classical candidate) forecasts validation
+    windows through the path that scores and ships them (`Predictor.forecasters`) exactly as before after every
+    target after the origin is redrawn with large random values: none reads a row after its origin."""
+    if data is None:
+        return CheckResult("forecasters/future", True, 0.0, "data checks skipped: no windows to probe")
+    windows = data.split_windows("val")
+    if not len(windows):
+        return CheckResult("forecasters/future", True, 0.0, "no validation window to probe")
+    picked = windows.subset(torch.linspace(0, len(windows) - 1, min(PROBE_WINDOWS, len(windows))).long()).all()
+    context_len = predictor.context_len
+    generator = torch.Generator().manual_seed(0)
+    redrawn = picked.target.clone()
+    redrawn[:, context_len:] = 1e3 * torch.randn(redrawn[:, context_len:].shape, generator=generator)
+    before, _ = predictor.forecasters(picked.split(context_len))
+    after, _ = predictor.forecasters(dataclasses.replace(picked, target=redrawn).split(context_len))
+    change = {name: float((after[name] - before[name]).abs().max()) for name in before}
+    worst = max(change.values())
+    moved = [name for name, value in change.items() if value > 0]
+    return CheckResult(
+        "forecasters/future",
+        worst == 0.0,
+        worst,
+        f"forecasts of {len(picked)} validation windows by the model and {len(before) - 1} candidates after "
+        f"redrawing every target after the origin{': ' + ', '.join(moved) + ' moved' if moved else ''}",
+    )
 
 
 def check_final(predictor: Predictor, data: Prepared | None) -> CheckResult:

@@ -259,7 +259,7 @@ def _validate(p: SimpleNamespace) -> None:
     fingerprint = p.data_fingerprint
     if not isinstance(fingerprint, dict) or set(fingerprint) != {"rows", "first", "last", "sha256"}:
         raise ValueError("data fingerprint must hold rows, first, last and sha256")
-    forecasters = ("model", *candidate_names(p.freq, p.config.model.context_len))  # what this run has
+    forecasters = ("model", *candidate_names(p.freq, p.config.model.context_len, p.config.train.candidates))
     if p.fallback and (
         len(p.fallback) != len(series)
         or any(len(row) != len(columns) or not set(row) <= set(forecasters) for row in p.fallback)

@@ -157,6 +157,12 @@ def train(
     quantiles: str | None = typer.Option(
         None, "--quantiles", help="Also forecast these quantiles, e.g. 0.1,0.5,0.9 (pinball loss; default: none)."
     ),
+    candidates: str | None = typer.Option(
+        None,
+        "--candidates",
+        help="The classical candidates the fallback scores, e.g. seasonal_naive,seasonal_drift (default: all of "
+        "repeat_last, seasonal_naive, drift, seasonal_drift, weekly_naive, weekly_drift the data have).",
+    ),
 ) -> None:
     """Train a model on a CSV into a run folder.
 
@@ -190,6 +196,7 @@ def train(
             "fallback": False if no_fallback else None,
             "intervals": list(interval) or None,
             "quantiles": quantiles,
+            "candidates": candidates,
         },
     }
     if resume:

@@ -32,6 +32,8 @@ ATTENTIONS = ("fused", "explicit")
 LOSSES = ("auto", "mse", "mae")  # auto: mae for a panel, mse for a wide file (tsformer.data.choices)
 INTERVAL_SCALES = ("seasonal", "fixed")  # train.interval_scale (tsformer.intervals)
 INTERVAL_CALIBRATIONS = ("auto", "validation", "refit")  # train.interval_calibration (tsformer.calibration)
+# train.candidates' names (tsformer.candidates.CANDIDATES, which a test keeps equal; that module imports torch)
+CANDIDATE_NAMES = ("repeat_last", "seasonal_naive", "drift", "seasonal_drift", "weekly_naive", "weekly_drift")
 AUTO_MAX_CONTEXT = 336  # the longest automatic context_len: two weeks of hourly data, the ETTh1 setting
 AUTO_MAX_PATCH = 24  # the longest automatic patch_len: a day of hourly data
 AUTO_PATCH_NO_SEASON = 4  # the automatic patch_len for a frequency with no known season (yearly, 2-day, ...)
@@ -208,6 +210,8 @@ class TrainConfig:
     num_threads: int = 0  # torch CPU threads (0 = torch's default)
     device: str = "cpu"  # cpu, cuda or auto
     fallback: bool = True  # per column, forecast with a naive forecaster that beat the model on validation
+    # the classical candidates the fallback scores (`tsformer.candidates.CANDIDATES`); () = every one the data have
+    candidates: tuple[str, ...] = ()
     intervals: tuple[float, ...] = (0.8, 0.95)  # conformal interval levels, calibrated on validation windows
     interval_scale: str = "seasonal"  # seasonal: each interval scales with its context's seasonal change; fixed
     # validation: the run's own validation errors; refit: those of a second model trained without each series'
@@ -250,6 +254,10 @@ class TrainConfig:
         _require(self.max_minutes >= 0, f"train.max_minutes must be >= 0, got {self.max_minutes}")
         _require(
             0 <= self.num_threads <= MAX_COUNT, f"train.num_threads must be in 0..{MAX_COUNT}, got {self.num_threads}"
+        )
+        _require(
+            set(self.candidates) <= set(CANDIDATE_NAMES) and len(set(self.candidates)) == len(self.candidates),
+            f"train.candidates must be distinct names among {', '.join(CANDIDATE_NAMES)}, got {list(self.candidates)}",
         )
         _require(self.device in ("cpu", "cuda", "auto"), f"train.device must be cpu, cuda or auto, got {self.device!r}")
 

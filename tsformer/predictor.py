@@ -24,7 +24,7 @@ import tsformer.backtest as backtests
 import tsformer.checkpoint as checkpoint
 import tsformer.evaluate as evaluation
 from tsformer import __version__
-from tsformer.candidates import candidate_forecasts, season_for, week_for
+from tsformer.candidates import candidate_forecasts, candidate_names, season_for, week_for
 from tsformer.check import check_predictor
 from tsformer.config import Config
 from tsformer.data import (
@@ -133,7 +133,8 @@ class Predictor:
         point = torch.cat([p for p, _ in outputs]).cpu()
         quantiles = None if outputs and outputs[0][1] is None else torch.cat([q for _, q in outputs]).cpu()
         naive = candidate_forecasts(windows.context, windows.context_observed, self.horizon, self.season, self.week)
-        return {"model": point, **naive}, quantiles
+        allowed = candidate_names(self.freq, self.context_len, self.config.train.candidates)
+        return {"model": point, **{name: naive[name] for name in allowed}}, quantiles
 
     def ship(
         self,

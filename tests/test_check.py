@@ -1,0 +1,38 @@
+"""tsformer.check: the checks on a trained predictor that need it whole (its forecasters, its two models)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import make_frame, tiny_config
+
+from tsformer.candidates import candidate_forecasts
+from tsformer.check import check_forecasters, check_predictor
+from tsformer.predictor import Predictor
+from tsformer.train import train
+
+
+@pytest.fixture(scope="module")
+def predictor():
+    return train(tiny_config(), show_progress=False, source=make_frame(240))
+
+
+def test_every_forecaster_reads_only_rows_before_its_origin(predictor):
+    result = check_forecasters(predictor, predictor.read())
+    assert result.passed and result.max_change == 0.0
+    assert "by the model and 4 candidates" in result.detail  # hourly data, a 16-step context: no weekly ones
+
+
+def test_a_candidate_reading_the_next_row_is_caught(predictor, monkeypatch):
+    original = Predictor.forecasters
+
+    def peeking(self, windows):  # a deliberate break: repeat-last reads the first step after the origin
+        each, quantiles = original(self, windows)
+        shifted = torch.cat([windows.context[:, 1:], windows.target[:, :1]], dim=1)
+        each["repeat_last"] = candidate_forecasts(shifted, None, self.horizon, self.season)["repeat_last"]
+        return each, quantiles
+
+    monkeypatch.setattr(Predictor, "forecasters", peeking)
+    result = check_forecasters(predictor, predictor.read())
+    assert not result.passed and result.max_change > 1.0 and "repeat_last moved" in result.detail
+    assert any(r.name == "forecasters/future" and not r.passed for r in check_predictor(predictor, predictor.read()))
