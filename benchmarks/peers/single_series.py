@@ -13,7 +13,7 @@ whose bundled datasets are most of the series, and matplotlib's sample stock pri
 | realgdp, unemp | statsmodels macrodata | quarterly | 8 |
 | rate | statsmodels interest_inflation, R | quarterly | 8 |
 | elnino | statsmodels elnino (sea temperature, months of each year) | monthly | 18 |
-| sp500 | matplotlib's Stocks.csv, ^GSPC | monthly | 18 |
+| sp500 | matplotlib's Stocks.csv, ^GSPC (month starts) | monthly | 18 |
 | goog | matplotlib's goog.npz, close | business days | 14 |
 
 Writes into --out: `<name>.csv` (the visible rows: date, value), `<name>_truth.csv` (the hidden horizon) and
@@ -62,7 +62,7 @@ def series(data_dir: Path) -> dict[str, tuple[pd.Series, str]]:
     out["elnino"] = (pd.Series(months, index=pd.date_range(start, periods=len(months), freq="MS")), "MS")
     sample = Path(matplotlib.cbook._get_data_path("sample_data"))
     stocks = pd.read_csv(sample / "Stocks.csv", comment="#", parse_dates=["Date"]).set_index("Date")["^GSPC"]
-    out["sp500"] = (stocks.dropna(), "MS")
+    out["sp500"] = (stocks[stocks.index.day == 1].dropna(), "MS")  # month starts (its last row is a mid-month close)
     goog = np.load(sample / "goog.npz")["price_data"]
     out["goog"] = (pd.Series(goog["close"], index=pd.DatetimeIndex(goog["date"])), "B")
     return out
