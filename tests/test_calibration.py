@@ -54,3 +54,30 @@ def test_explicit_choices_are_kept():
     assert (data.config.train.interval_calibration, calibration_cfg) == ("validation", None)
     data, calibration_cfg = planned(make_frame(), calibration="refit")
     assert data.config.train.interval_calibration == "refit" and calibration_cfg is not None
+
+
+def test_each_window_is_calibrated_by_the_choice_made_on_the_other_half_of_its_series_origins():
+    """A candidate lucky on a series' earlier origins and poor on its later ones: the run keeps the model, but the
+    later windows' calibration errors are the candidate's (chosen on the earlier half), as an unlucky choice's
+    would be; the same-window errors would all be the model's."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import torch
+
+    from tsformer.calibration import _cross_fitted
+    from tsformer.data import Split
+    from tsformer.fallback import decide
+
+    truth = torch.zeros(4, 2, 1)
+    candidate = torch.tensor([0.1, 0.1, 3.0, 3.0]).view(4, 1, 1).expand(4, 2, 1)
+    each = {"model": truth + 1.0, "repeat_last": candidate}
+    ids = np.zeros(4, dtype=np.int64)
+    decision = decide(each, truth, None, ("y",), ids=ids, n_ids=1)
+    assert decision.choice == (("model",),)
+    data = SimpleNamespace(
+        frame=SimpleNamespace(n_ids=1), config=tiny_config(), layout=SimpleNamespace(targets=("y",))
+    )
+    windows = Split(torch.zeros(4, 3, 1), truth, None, None, None)
+    point, quantiles = _cross_fitted((each, None), windows, ids, decision, data)
+    assert point[:, 0, 0].tolist() == pytest.approx([1.0, 1.0, 3.0, 3.0]) and quantiles is None

@@ -83,7 +83,8 @@ def test_a_seasonal_series_with_a_trend_picks_seasonal_naive_with_drift_over_rep
     assert decision.choice == (("seasonal_drift",),)
     mse = {name: decision.val_mse[name][0, 0] for name in decision.names}
     assert mse["seasonal_drift"] < mse["seasonal_naive"] / 4 and mse["seasonal_naive"] < mse["repeat_last"]
-    assert decision.names == ("model", "repeat_last", "seasonal_naive", "drift", "seasonal_drift")
+    singles = ("repeat_last", "seasonal_naive", "drift", "seasonal_drift")
+    assert decision.names == ("model", *singles, *(f"blend_{name}" for name in singles))  # and their blends
     assert not math.isnan(decision.val_mse["drift"][0, 0])
 
 

@@ -102,7 +102,8 @@ def test_every_forecast_row_names_its_forecaster_and_predict_says_when_it_is_not
     forecast = pd.read_csv(io.StringIO(result.stdout))
     assert list(forecast.columns)[-1] == "forecaster" and (forecast["forecaster"] == "repeat_last").all()
     assert (
-        "forecast by a naive forecaster, which beat the model on validation: y by repeat-last (the forecaster "
+        "forecast by a classical candidate, or the model blended with one, which beat the model on validation: y by "
+        "repeat-last (the forecaster "
         "column names each row's; --no-fallback ships the model everywhere)"
     ) in result.stderr
     report = evaluate_run(run, write=False)  # the model's own row beside the shipped one
@@ -125,3 +126,14 @@ def test_several_targets_and_series_name_their_forecaster_per_column():
     line = not_the_model(names, ("a", "b"), per_series=True)
     assert "a in 1 of 3 series (seasonal naive in 1); b in 1 of 3 series (repeat-last in 1)" in line
     assert not_the_model(chosen((), np.array([0]), 2), ("a", "b"), per_series=False) == ""
+
+
+def test_a_blend_wins_where_the_model_and_a_candidate_err_on_opposite_sides():
+    truth = torch.zeros(6, 4, 1)
+    forecasts = {"model": truth + 1.0, "repeat_last": truth + 3.0, "seasonal_naive": truth - 1.2}
+    decision = decide(forecasts, truth, None, ("y",), ids=np.repeat([0, 1], 3), n_ids=2)
+    assert decision.choice == (("blend_seasonal_naive",), ("blend_seasonal_naive",))
+    assert decision.val_mse["blend_seasonal_naive"][0, 0] == pytest.approx(0.01)  # (1 - 1.2) / 2, squared
+    shipped = apply(decision.choice, forecasts, np.repeat([0, 1], 3))
+    assert torch.allclose(shipped, torch.full((6, 4, 1), -0.1))
+    assert "the model blended with seasonal naive in 2 of 2 series" in decision.lines()[0]

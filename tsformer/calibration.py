@@ -2,7 +2,8 @@
 
 The trained model and the naive forecasters are scored on the validation windows; each column of each
 series keeps the best (`tsformer.fallback`). The intervals and quantile pairs are then calibrated on the
-errors of the chosen forecast there (`tsformer.intervals`), or, with `train.interval_calibration=refit`,
+errors there of the forecast chosen on the other half of each series' validation origins (cross-fitted,
+`_cross_fitted`; `tsformer.intervals`), or, with `train.interval_calibration=refit`,
 on those of a calibration model trained one validation + test stretch earlier, so its errors are
 measured as far after its training data as a forecast after the data's end is after the run's.
 """
@@ -15,10 +16,10 @@ import numpy as np
 import torch
 
 from tsformer.config import Config
-from tsformer.data import Prepared, WindowIndex
+from tsformer.data import Prepared, Split, WindowIndex
 from tsformer.data.prepare import prepare
 from tsformer.errors import ConfigError, DataError, TrainingError
-from tsformer.fallback import Decision, decide
+from tsformer.fallback import Decision, apply, decide
 from tsformer.intervals import (
     SCALE_FLOOR,
     Calibration,
@@ -54,8 +55,7 @@ def choose_and_calibrate(
     )
     chosen = predictor.replace(fallback=decision.choice, calibration=None)
     if refit is None:  # the forecasts (N, H, C) and quantiles (N, H, C, Q) whose errors calibrate
-        shipped = chosen.ship(forecasts, windows, ids)
-        point, quantiles = shipped.point, shipped.quantiles
+        point, quantiles = _cross_fitted(forecasts, windows, ids, decision, data)
     else:
         point, quantiles = _refit_forecasts(refit, data, val_windows)
     season = predictor.season
@@ -86,6 +86,44 @@ def choose_and_calibrate(
         unsupported=unsupported,
     )
     return chosen.replace(calibration=calibration), decision
+
+
+def _cross_fitted(
+    forecasts: tuple[dict[str, torch.Tensor], torch.Tensor | None],
+    windows: Split,
+    ids: np.ndarray,
+    decision: Decision,
+    data: Prepared,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The forecast (N, H, C) and quantiles (N, H, C, Q) or None whose errors calibrate: each validation window
+    forecast by what its series and column chose on the other half of the series' validation origins (the
+    earlier half's windows by the choice made on the later half, and back), so no error calibrates a choice it
+    helped make; a choice made on the same windows ships its luckiest forecaster there, and its intervals would
+    cover less than they state. A series with one validation window keeps the run's choice."""
+    each, model_quantiles = forecasts
+    n_ids, cfg = data.frame.n_ids, data.config
+    counts = np.bincount(ids, minlength=n_ids)
+    order = np.argsort(ids, kind="stable")  # series by series, each in time order
+    rank = np.empty(len(ids), dtype=np.int64)
+    rank[order] = np.arange(len(ids)) - np.repeat(np.cumsum(counts) - counts, counts)
+    later = rank >= counts[ids] // 2  # (N,) the window is in its series' later half of origins
+
+    def choice_on(half: np.ndarray) -> tuple[tuple[str, ...], ...]:
+        observed = None if windows.target_observed is None else windows.target_observed[half]
+        picked = {name: forecast[half] for name, forecast in each.items()}
+        columns, enabled = data.layout.targets, cfg.train.fallback
+        return decide(picked, windows.target[half], observed, columns, enabled, ids[half], n_ids).choice
+
+    on_earlier, on_later = choice_on(~later), choice_on(later)
+    one_window = counts < 2
+    table = tuple(  # rows 0..n-1 for the earlier windows (chosen on the later), then n..2n-1 for the later ones
+        run if alone else other
+        for rows in (on_later, on_earlier)
+        for run, other, alone in zip(decision.choice, rows, one_window, strict=True)
+    )
+    point = apply(table, each, ids + n_ids * later)
+    quantiles = None if model_quantiles is None else model_quantiles + (point - each["model"]).unsqueeze(-1)
+    return point, quantiles
 
 
 def calibration_plan(data: Prepared) -> tuple[Prepared, Config | None]:

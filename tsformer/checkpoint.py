@@ -29,6 +29,7 @@ from tsformer.config import config_from_dict, save_config, to_dict
 from tsformer.data import Scaler, SplitBorders, StaticScale, parse_freq
 from tsformer.data.calendar import calendar_names
 from tsformer.errors import CheckpointError, TsformerError
+from tsformer.fallback import BLENDS
 from tsformer.files import atomic_write
 from tsformer.final import FinalFit
 from tsformer.intervals import Calibration, quantile_pairs
@@ -43,7 +44,8 @@ FORMAT_VERSION = 9  # 2: data fingerprint, renamed weights. 3: many series, cova
 # the calibration (with the refit model's borders) and the training summary. 7: the calibration's error count
 # and the interval levels it left out; what stopped training. 8: the fallback may name the classical candidates
 # (drift, seasonal and weekly naive with drift); a format 7 file still reads, as its names are among them.
-# 9: the final model fit on every row (`tsformer.final`); a format 7 or 8 file reads as a run without one.
+# 9: the final model fit on every row (`tsformer.final`), and the fallback may name blends of the model and a
+# candidate; a format 7 or 8 file reads as a run without a final model.
 READS_FORMATS = (7, 8, 9)
 
 
@@ -140,7 +142,8 @@ def _load(path: Path) -> tuple[dict[str, Any], Path]:
     if version not in READS_FORMATS:
         raise CheckpointError(
             f"{path} has checkpoint format {version} but this tsformer ({__version__}) reads format "
-            f"{', '.join(map(str, READS_FORMATS[:-1]))} or {READS_FORMATS[-1]}; use a matching tsformer version or retrain"
+            f"{', '.join(map(str, READS_FORMATS[:-1]))} or {READS_FORMATS[-1]}; use a matching tsformer version or "
+            "retrain"
         )
     return payload, path
 
@@ -259,7 +262,8 @@ def _validate(p: SimpleNamespace) -> None:
     fingerprint = p.data_fingerprint
     if not isinstance(fingerprint, dict) or set(fingerprint) != {"rows", "first", "last", "sha256"}:
         raise ValueError("data fingerprint must hold rows, first, last and sha256")
-    forecasters = ("model", *candidate_names(p.freq, p.config.model.context_len, p.config.train.candidates))
+    candidates = candidate_names(p.freq, p.config.model.context_len, p.config.train.candidates)
+    forecasters = ("model", *candidates, *(blend for blend, c in BLENDS.items() if c in candidates))  # this run's
     if p.fallback and (
         len(p.fallback) != len(series)
         or any(len(row) != len(columns) or not set(row) <= set(forecasters) for row in p.fallback)

@@ -331,7 +331,7 @@ def format_report(report: EvalReport) -> str:
         if naive and len(names) == 1:
             fallen_back.append(f"{column} uses {names[0]}")
         elif naive:
-            fallen_back.append(f"{column} uses a naive forecaster in {naive} of {len(names)} series")
+            fallen_back.append(f"{column} uses a candidate or a blend in {naive} of {len(names)} series")
     if fallen_back:
         lines.append(f"model row with the fallback chosen on validation: {', '.join(fallen_back)}")
     points = "test points" if report.split == "test" else "validation points (those it was calibrated on)"

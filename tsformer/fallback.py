@@ -1,11 +1,15 @@
 """Never worse than a classical forecaster on validation: per series and column, the forecast is the
-model's or a candidate's (`tsformer.candidates`: repeat-last, seasonal naive, drift, ...).
+model's, a candidate's (`tsformer.candidates`: repeat-last, seasonal naive, drift, ...), or a blend: the
+mean of the model's forecast and a candidate's.
 
-At the end of training the model and the candidates are scored on the validation windows only; each
-column of each series (one series for a wide file) keeps the forecaster with the lowest MSE there (the
-model on a tie, or without a validation window; among candidates, the first in CANDIDATES order). The
-choice is stored in the Predictor, whose forecasts apply it (`Predictor.forecast`). The test split is
-never used for it.
+At the end of training the model, the candidates and the blends are scored on the validation windows
+only; each column of each series (one series for a wide file) keeps the forecaster with the lowest MSE
+there (the model on a tie, or without a validation window; then the first in FORECASTERS order). MSE on
+each series' standardised values: the forecasters are compared within a series, so its scale cancels.
+The choice is stored in the Predictor, whose forecasts apply it (`Predictor.forecast`). The test split
+is never used for it. The blends were adopted, and MSE kept over MAE (MASE up to each series' constant),
+on validation alone: choosing on M4 Hourly's first two thirds of validation origins and scoring the
+last third (benchmarks/NOTES.md, "Blends").
 """
 
 from __future__ import annotations
@@ -15,9 +19,25 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tsformer.candidates import CANDIDATES, LABELS
+from tsformer.candidates import CANDIDATES
+from tsformer.candidates import LABELS as CANDIDATE_LABELS
 
-FORECASTERS = ("model", *CANDIDATES)  # in order of preference on a tie
+BLENDS = {f"blend_{name}": name for name in CANDIDATES}  # the blend -> its candidate, blended with the model
+FORECASTERS = ("model", *CANDIDATES, *BLENDS)  # in order of preference on a tie
+LABELS = {**CANDIDATE_LABELS, **{blend: f"the model blended with {CANDIDATE_LABELS[c]}" for blend, c in BLENDS.items()}}
+
+
+def forecast_of(name: str, forecasts: dict[str, torch.Tensor]) -> torch.Tensor:
+    """(N, H, C) the forecast of `name`: one of `forecasts` (the model's and the candidates'), or a blend: the
+    mean of the model's and its candidate's."""
+    if name in BLENDS:
+        return 0.5 * (forecasts["model"] + forecasts[BLENDS[name]])
+    return forecasts[name]
+
+
+def scored_names(forecasts: dict[str, torch.Tensor]) -> tuple[str, ...]:
+    """The forecasters the fallback chooses among, given the model's and some candidates' forecasts."""
+    return tuple(name for name in FORECASTERS if name in forecasts or BLENDS.get(name) in forecasts)
 
 
 @dataclass(frozen=True)
@@ -36,7 +56,8 @@ class Decision:
         out = []
         for j, column in enumerate(self.columns):
             mse = {name: _mean_observed(self.val_mse[name][:, j]) for name in self.names}
-            best_naive = min(self.names[1:], key=lambda name: mse[name])
+            others = [name for name in self.names[1:] if name not in BLENDS] or self.names[1:]
+            best_naive = min(others, key=lambda name: mse[name])
             scores = f"{column}: model {mse['model']:.4g} vs {LABELS[best_naive]} {mse[best_naive]:.4g} on validation"
             if len(self.choice) == 1:
                 out.append(f"{scores}: using {LABELS[self.choice[0][j]]}")
@@ -62,19 +83,19 @@ def decide(
     ids: np.ndarray | None = None,
     n_ids: int = 1,
 ) -> Decision:
-    """Per series and column, the forecaster of `forecasts` (each (N, H, C), "model" and some candidates) with
-    the lowest MSE on `truth` over that series' windows (`ids` (N,) names each window's series; None: one
-    series). A series without a validation window keeps the model."""
+    """Per series and column, the forecaster (of `forecasts`, each (N, H, C), "model" and some candidates, and
+    their blends) with the lowest MSE on `truth` over that series' windows (`ids` (N,) names each window's
+    series; None: one series). A series without a validation window keeps the model."""
     ids_t = torch.zeros(len(truth), dtype=torch.long) if ids is None else torch.as_tensor(ids, dtype=torch.long)
     n, h, c = truth.shape
     observed_steps = (
         torch.full((n, c), float(h)) if truth_observed is None else truth_observed.sum(1).to(truth.dtype)
     )  # (N, C)
     count = torch.zeros(n_ids, c, dtype=torch.float64).index_add_(0, ids_t, observed_steps.double())
-    names = tuple(name for name in FORECASTERS if name in forecasts)
+    names = scored_names(forecasts)
     val_mse = {}
     for name in names:
-        error = (forecasts[name] - truth).square_()  # (N, H, C), one forecaster at a time
+        error = (forecast_of(name, forecasts) - truth).square_()  # (N, H, C), one forecaster at a time
         if truth_observed is not None:
             error = error.masked_fill_(~truth_observed, 0.0)
         squared = error.sum(dim=1).double()  # (N, C)
@@ -110,12 +131,13 @@ def not_the_model(names: np.ndarray, columns: tuple[str, ...], per_series: bool)
         if not per_series:
             parts.append(f"{column} by {LABELS[naive[0]]}")
             continue
-        counts = ", ".join(f"{LABELS[name]} in {naive.count(name)}" for name in CANDIDATES if name in naive)
+        counts = ", ".join(f"{LABELS[name]} in {naive.count(name)}" for name in FORECASTERS[1:] if name in naive)
         parts.append(f"{column} in {len(naive)} of {len(names)} series ({counts})")
     if not parts:
         return ""
     return (
-        f"forecast by a naive forecaster, which beat the model on validation: {'; '.join(parts)} (the forecaster "
+        f"forecast by a classical candidate, or the model blended with one, which beat the model on validation: "
+        f"{'; '.join(parts)} (the forecaster "
         "column names each row's; --no-fallback ships the model everywhere)"
     )
 
@@ -135,5 +157,6 @@ def apply(
     shipped = forecasts["model"]
     for name in FORECASTERS[1:]:  # one (N, H, C) at a time, not all stacked; only those some series chose
         if name in used:
-            shipped = torch.where((picked == FORECASTERS.index(name)).unsqueeze(1), forecasts[name], shipped)
+            chosen_here = (picked == FORECASTERS.index(name)).unsqueeze(1)
+            shipped = torch.where(chosen_here, forecast_of(name, forecasts), shipped)
     return shipped
