@@ -45,8 +45,6 @@ PINNED_FLAGS = [
     "train.final_fit=false",
     "--set",
     "train.loss=mse",
-    "--set",
-    "train.interval_calibration=validation",
 ]
 TINY_FLAGS = TINY_SIZE_FLAGS + PINNED_FLAGS
 
@@ -79,7 +77,6 @@ def tiny_config(csv: Path | str = "", fallback: bool = True, **model) -> Config:
             patience=5,
             fallback=fallback,
             loss="mse",
-            interval_calibration="validation",
             final_fit=False,
         ),
     )

@@ -27,7 +27,8 @@ TINY = {
     "train.seed": 0,
     "data.calendar": True,  # the automatic settings given, as TINY_FLAGS give them
     "train.loss": "mse",
-    "train.interval_calibration": "validation",
+    "data.val_horizons": 1,
+    "train.final_fit": False,
 }  # the model of TINY_FLAGS
 HORIZON = 4
 

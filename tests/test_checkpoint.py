@@ -71,3 +71,18 @@ def test_a_full_disk_while_saving_is_an_os_error_naming_the_checkpoint(trained_r
         save_predictor(ckpt, path)
     assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(path)
     assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["m.pt"]
+
+
+def test_a_format_8_run_calibrated_by_a_calibration_model_still_reads(trained_run, tmp_path):
+    """Format 8 stored train.interval_calibration and whose errors calibrated the intervals; both are dropped on
+    reading (the intervals hold as calibrated), and the run has no final model."""
+    run, csv = trained_run
+    payload = torch.load(run / "model.pt", weights_only=True)
+    payload["format_version"] = 8
+    payload["config"]["train"]["interval_calibration"] = "refit"
+    payload["calibration"] |= {"method": "refit", "refit_borders": payload["borders"]}
+    del payload["final"]
+    torch.save(payload, tmp_path / "old.pt")
+    old = load_predictor(tmp_path / "old.pt")
+    assert old.final is None and torch.equal(old.calibration.widths, load_predictor(run).calibration.widths)
+    assert predict_run(tmp_path / "old.pt", csv).frame.equals(predict_run(run, csv).frame)

@@ -148,12 +148,11 @@ def test_a_default_run_stores_what_was_chosen(tmp_path):
     result = CliRunner().invoke(app, ["train", str(csv), "--out", str(tmp_path / "run"), *TINY_SIZE_FLAGS])
     assert result.exit_code == 0, result.output
     saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
-    chosen = ("calendar", "val_horizons"), ("loss", "interval_calibration", "final_fit")
+    chosen = ("calendar", "val_horizons"), ("loss", "final_fit")
     assert [saved["data"][key] for key in chosen[0]] + [saved["train"][key] for key in chosen[1]] == [
         False,
-        3,  # 3 horizons of validation per series: many origins, so no calibration model is needed
+        3,  # 3 horizons of validation per series
         "mae",
-        "validation",
         True,
     ]
     assert "chosen from the data: calendar features left out (with them a linear probe's" in result.stderr

@@ -548,28 +548,6 @@ def test_a_frequency_that_does_not_move_forward_is_refused(tmp_path, freq):
     train_error(tmp_path, csv, f"--freq {freq!r} does not move time forward", extra=("--freq", freq))
 
 
-def test_refit_calibration_is_refused_before_training_when_validation_lengths_differ(tmp_path):
-    """Shares of series of 120, 96 and 150 steps give validation stretches of 12, 10 and 15 steps, which no
-    single calibration model can mirror."""
-    from test_long_format import long_frame
-
-    csv = tmp_path / "long.csv"
-    long_frame({"A": 120, "B": 96, "C": 150}).to_csv(csv, index=False)
-    extra = ("--set", "train.interval_calibration=refit", "--set", "data.split_ratios=[0.7, 0.1, 0.2]")
-    needs = "train.interval_calibration=refit needs the same validation and test lengths"
-    train_error(tmp_path, csv, needs, extra=extra)
-
-
-def test_refit_calibration_without_room_is_refused_before_training(tmp_path):
-    """240 rows split 40/20/40 %: moved back by 144 steps, the calibration model's split has no rows left."""
-    csv = tmp_path / "wide.csv"
-    from helpers import make_frame
-
-    make_frame().to_csv(csv, index=False)
-    extra = ("--set", "train.interval_calibration=refit", "--set", "data.split_ratios=[0.4, 0.2, 0.4]")
-    train_error(tmp_path, csv, "train.interval_calibration=refit moves the split back by 144 steps", extra=extra)
-
-
 def test_a_single_row_blames_the_row_count_not_split_borders(tmp_path):
     csv = write_csv(tmp_path / "one.csv", hourly_rows(1))
     message = train_error(tmp_path, csv, "too few rows: 1 row cannot be split 0.7/0.1/0.2", extra=("--freq", "h"))

@@ -49,7 +49,7 @@ def test_overrides_are_typed():
         ("model.dropout=1.5", "model.dropout must be in"),
         ("train.loss=l3", "train.loss must be one of"),
         ("train.interval_scale=local", "train.interval_scale must be one of seasonal, fixed"),
-        ("train.interval_calibration=test", "train.interval_calibration must be one of auto, validation, refit"),
+        ("train.interval_calibration=refit", "train.interval_calibration: the calibration model was removed"),
         ("data.fill=mean", "data.fill must be one of"),
         ("data.split_ratios=[0.8, 0.2, 0.2]", "sum to at most 1"),
         ("model.patch_len=1000", "must not exceed model.context_len"),

@@ -10,7 +10,7 @@ import torch
 
 from tsformer.data import Prepared
 from tsformer.final import last_timestamps
-from tsformer.leakage import CheckResult, check_calibration_model, check_data, check_intervals, check_model
+from tsformer.leakage import CheckResult, check_data, check_intervals, check_model
 
 if TYPE_CHECKING:
     from tsformer.predictor import Predictor
@@ -26,9 +26,6 @@ def check_predictor(predictor: Predictor, data: Prepared | None, n_checks: int =
 
     results = check_model(predictor.model, n_checks=n_checks)
     results.append(check_intervals(half_widths, cfg.context_len, cfg.horizon, predictor.layout.n_targets))
-    results.append(
-        check_calibration_model(predictor.borders, None if calibration is None else calibration.refit_borders)
-    )
     results.append(check_forecasters(predictor, data))
     results.append(check_final(predictor, data))
     return results + ([] if data is None else check_data(data, predictor.config))

@@ -45,7 +45,8 @@ FORMAT_VERSION = 9  # 2: data fingerprint, renamed weights. 3: many series, cova
 # and the interval levels it left out; what stopped training. 8: the fallback may name the classical candidates
 # (drift, seasonal and weekly naive with drift); a format 7 file still reads, as its names are among them.
 # 9: the final model fit on every row (`tsformer.final`), and the fallback may name blends of the model and a
-# candidate; a format 7 or 8 file reads as a run without a final model.
+# candidate, and the calibration no longer names a calibration model (train.interval_calibration is gone); a
+# format 7 or 8 file reads as a run without a final model, its intervals as they were calibrated.
 READS_FORMATS = (7, 8, 9)
 
 
@@ -151,7 +152,7 @@ def _load(path: Path) -> tuple[dict[str, Any], Path]:
 def _fields(payload: dict[str, Any], path: Path) -> dict[str, Any]:
     """A Predictor's fields from a payload, every field checked against the others."""
     try:
-        config = config_from_dict(payload["config"])
+        config = config_from_dict(_current_keys(payload["config"]))
         layout = Layout.from_dict(payload["layout"])
         _check_layout(layout, config, payload["freq"])
         model = _model(payload["model_state"], config, layout)
@@ -184,6 +185,14 @@ def _fields(payload: dict[str, Any], path: Path) -> dict[str, Any]:
             f"{path} is a damaged tsformer checkpoint ({detail}); retrain or use the original file"
         ) from None
     return fields
+
+
+def _current_keys(raw: Any) -> Any:
+    """A stored config without the keys an earlier format had and this one dropped (format 7 and 8 runs stored
+    train.interval_calibration, removed with the calibration model)."""
+    if isinstance(raw, dict) and isinstance(raw.get("train"), dict) and "interval_calibration" in raw["train"]:
+        return {**raw, "train": {k: v for k, v in raw["train"].items() if k != "interval_calibration"}}
+    return raw
 
 
 def _weights(model) -> dict[str, torch.Tensor]:
@@ -296,12 +305,6 @@ def _validate_calibration(calibration: Calibration | None, config, n_columns: in
         isinstance(adjust, torch.Tensor) and adjust.shape == (len(pairs), horizon, n_columns)
     ):
         raise ValueError(f"quantile adjustments must be (pairs, horizon, columns) for the pairs {pairs}")
-    if calibration.method not in ("validation", "refit") or (calibration.refit_borders is None) != (
-        calibration.method == "validation"
-    ):
-        raise ValueError("the calibration must say whose errors it used, with the refit model's borders for refit")
-    if calibration.refit_borders is not None and calibration.refit_borders.train_end.shape != (n_series,):
-        raise ValueError("the refit model's borders must be one set per series")
 
 
 def _calibration_to_dict(c: Calibration) -> dict[str, Any]:
@@ -311,23 +314,19 @@ def _calibration_to_dict(c: Calibration) -> dict[str, Any]:
         "typical": c.typical,
         "season": c.season,
         "quantile_adjust": c.quantile_adjust,
-        "method": c.method,
-        "refit_borders": None if c.refit_borders is None else c.refit_borders.to_list(),
         "n_errors": c.n_errors,
         "unsupported": [[level, n] for level, n in c.unsupported],
     }
 
 
 def _calibration_from_dict(raw: dict[str, Any]) -> Calibration:
-    borders = raw["refit_borders"]
+    """A stored calibration (a format 7 or 8 file's may also name whose errors it used: its intervals hold)."""
     return Calibration(
         levels=tuple(float(level) for level in raw["levels"]),
         widths=raw["widths"],
         typical=raw["typical"],
         season=int(raw["season"]),
         quantile_adjust=raw["quantile_adjust"],
-        method=str(raw["method"]),
-        refit_borders=None if borders is None else SplitBorders.from_list(borders),
         n_errors=int(raw["n_errors"]),
         unsupported=tuple((float(level), int(n)) for level, n in raw["unsupported"]),
     )

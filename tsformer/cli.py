@@ -222,7 +222,8 @@ def train(
     s = predictor.summary
     typer.echo(
         f"trained {s.n_parameters:,} parameters on {s.n_train_windows} windows in {s.train_seconds:.0f} s; best "
-        f"validation MSE {s.best_val_loss:.4f} at epoch {s.best_epoch} of {s.epochs_run}; {s.stopped_by}"
+        f"validation MSE {s.best_val_loss:.4f} at epoch {s.best_epoch} of {s.epochs_run} over {s.n_val_windows} "
+        f"validation windows, on which every choice below was made; {s.stopped_by}"
         f"\nrun folder: {out}"
     )
     for line in s.lines:

@@ -31,7 +31,11 @@ MAX_COUNT = 2**31 - 1  # sizes, strides and counts beyond this are typos, not se
 ATTENTIONS = ("fused", "explicit")
 LOSSES = ("auto", "mse", "mae")  # auto: mae for a panel, mse for a wide file (tsformer.data.choices)
 INTERVAL_SCALES = ("seasonal", "fixed")  # train.interval_scale (tsformer.intervals)
-INTERVAL_CALIBRATIONS = ("auto", "validation", "refit")  # train.interval_calibration (tsformer.calibration)
+# keys no longer in the config: what to do instead (a stored run's are dropped when it is read: tsformer.checkpoint)
+REMOVED_KEYS = {
+    "train.interval_calibration": "the calibration model was removed: with the final fit (train.final_fit) predict "
+    "forecasts from where its model's training ends, as validation does; drop the key",
+}
 # train.candidates' names (tsformer.candidates.CANDIDATES, which a test keeps equal; that module imports torch)
 CANDIDATE_NAMES = ("repeat_last", "seasonal_naive", "drift", "seasonal_drift", "weekly_naive", "weekly_drift")
 AUTO_MAX_CONTEXT = 336  # the longest automatic context_len: two weeks of hourly data, the ETTh1 setting
@@ -214,10 +218,6 @@ class TrainConfig:
     candidates: tuple[str, ...] = ()
     intervals: tuple[float, ...] = (0.8, 0.95)  # conformal interval levels, calibrated on validation windows
     interval_scale: str = "seasonal"  # seasonal: each interval scales with its context's seasonal change; fixed
-    # validation: the run's own validation errors; refit: those of a second model trained without each series'
-    # last validation + test steps, so its errors are measured as far from its training data as predict forecasts;
-    # auto: refit where each series' validation is one window (the long-format default), else validation
-    interval_calibration: str = "auto"
     quantiles: tuple[float, ...] = ()  # also forecast these quantiles (pinball loss), e.g. (0.1, 0.5, 0.9)
     # after every choice is made on the held-out model, train the final model on every row with its recipe
     # (its optimiser steps up to the best epoch); predict forecasts with it (`tsformer.final`)
@@ -232,11 +232,6 @@ class TrainConfig:
         _require(
             self.interval_scale in INTERVAL_SCALES,
             f"train.interval_scale must be one of {', '.join(INTERVAL_SCALES)}, got {self.interval_scale!r}",
-        )
-        _require(
-            self.interval_calibration in INTERVAL_CALIBRATIONS,
-            f"train.interval_calibration must be one of {', '.join(INTERVAL_CALIBRATIONS)}, "
-            f"got {self.interval_calibration!r}",
         )
         _require(
             all(0 < q < 1 for q in self.quantiles) and len(set(self.quantiles)) == len(self.quantiles),
@@ -359,6 +354,8 @@ def config_from_dict(raw: dict[str, Any] | None, base: Config | None = None) -> 
         valid = [f.name for f in fields(cls)]
         changes = {}
         for key, value in values.items():
+            if f"{name}.{key}" in REMOVED_KEYS:
+                raise ConfigError(f"{name}.{key}: {REMOVED_KEYS[f'{name}.{key}']}")
             if key not in valid:
                 raise ConfigError(f"unknown key {name}.{key}; valid keys in {name}: {', '.join(valid)}")
             changes[key] = _coerce(value, _field_types(cls)[key], f"{name}.{key}")

@@ -19,7 +19,7 @@ import torch
 from tsformer.data import Prepared, SeriesFrame
 from tsformer.data.timestamps import as_text
 from tsformer.files import atomic_write_text
-from tsformer.intervals import CALIBRATIONS, coverage, interval_quantiles, label, msis, quantile_loss, quantile_pairs
+from tsformer.intervals import coverage, interval_quantiles, label, msis, quantile_loss, quantile_pairs
 from tsformer.metrics import score, score_by_series
 from tsformer.results import Forecasts
 
@@ -97,8 +97,7 @@ def evaluate(predictor: Predictor, data: Prepared, split: str = "test") -> EvalR
     }
     levels = predictor.interval_levels
     naive_widths = seasonal_naive_widths(data, season, horizon, levels)[:, ids]  # (levels, N, H, C)
-    method = "validation" if predictor.calibration is None else predictor.calibration.method
-    intervals = _interval_scores(columns, levels, method, shipped.half_widths, forecasts, truth, truth_observed,
+    intervals = _interval_scores(columns, levels, shipped.half_widths, forecasts, truth, truth_observed,
                                  stats, naive_widths)  # fmt: skip
     by_series = None
     if predictor.id_cols:
@@ -191,7 +190,6 @@ def seasonal_naive_widths(data: Prepared, season: int, horizon: int, levels: tup
 def _interval_scores(
     columns: tuple[str, ...],
     levels: tuple[float, ...],
-    method: str,
     widths: np.ndarray | None,
     forecasts: dict[str, torch.Tensor],
     truth: torch.Tensor,
@@ -203,7 +201,7 @@ def _interval_scores(
     mean width in the data's units, and its MSIS (M4's interval score over the MASE scale); per column and
     averaged; and the same for seasonal naive with its in-sample intervals (`naive_widths` (levels, N, H, C)).
     widths: the model's half-widths (levels, N or 1, H, C); stats: each window's (mean, std, MASE scale),
-    (N, C) each; method: whose errors calibrated them (`intervals.CALIBRATIONS`)."""
+    (N, C) each."""
     out: dict[str, dict] = {}
     if widths is None:
         return out
@@ -235,7 +233,6 @@ def _interval_scores(
     for k, (level, width) in enumerate(zip(levels, widths, strict=True)):
         out[label(level)] = {
             "nominal": level,
-            "calibration": method,
             **scores(model, width, level),
             "seasonal_naive": scores(naive, naive_widths[k].astype(np.float32), level),
         }
@@ -350,7 +347,7 @@ def format_report(report: EvalReport) -> str:
         lines.append(report.intervals_note)
     for tag, interval in report.intervals.items():
         lines.append(
-            f"{tag} % interval (conformal, calibrated on validation{CALIBRATIONS[interval['calibration']]}): "
+            f"{tag} % interval (conformal, calibrated on validation): "
             f"coverage {100 * interval['coverage']:.1f} % "
             f"of {points}, mean width {interval['width']:.4g} (original units, averaged over columns), "
             f"MSIS {interval['msis']:.3f}"

@@ -2,7 +2,8 @@
 
 For each horizon step and column, the interval at level a is the forecast plus or minus the
 ceil((n + 1) a)-th smallest of the n absolute validation errors of the shipped forecast (split
-conformal prediction). The validation windows end before the test split, so the stated coverage is
+conformal prediction; each window's error is that of the forecaster chosen without it, see
+`tsformer.calibration`). The validation windows end before the test split, so the stated coverage is
 tested honestly on it; the windows overlap, so the guarantee is approximate, and `evaluate` reports
 the coverage reached.
 
@@ -22,24 +23,19 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tsformer.data.split import SplitBorders
-
 SCALE_FLOOR = 0.1  # no window's scale is below this share of the typical validation window's
-CALIBRATIONS = {"validation": "", "refit": " by a model trained one validation + test stretch earlier"}
 
 
 @dataclass(frozen=True)
 class Calibration:
     """A run's conformal calibration: interval half-widths and quantile-pair adjustments, in scaled units (per
-    unit of each window's scale with seasonal widths), and where their errors were measured."""
+    unit of each window's scale with seasonal widths)."""
 
     levels: tuple[float, ...]  # interval levels, e.g. (0.8, 0.95)
     widths: torch.Tensor  # (n_levels, H, C) half-widths: scaled units, or units of each window's scale
     typical: torch.Tensor | None  # (C,) the median validation window's scale; None: fixed widths (one per step)
     season: int  # the lag of each window's scale (its context's mean seasonal change)
     quantile_adjust: torch.Tensor | None = None  # (n_pairs, H, C) widening of each (q, 1 - q) pair; None: no pairs
-    method: str = "validation"  # whose errors: the run's own on validation, or a calibration model's ("refit")
-    refit_borders: SplitBorders | None = None  # the calibration model's split borders ("refit")
     n_errors: int = 0  # calibration errors per step and column (the fewest over steps and columns)
     unsupported: tuple[tuple[float, int], ...] = ()  # (level, errors it needs): asked for, left out
 

@@ -352,25 +352,6 @@ def check_intervals(
     )
 
 
-def check_calibration_model(run: SplitBorders, own: SplitBorders | None) -> CheckResult:
-    """With train.interval_calibration=refit, the calibration model's training and validation targets (`own`) must
-    end at least the run's test length before the run's validation windows begin (`run`: the run's borders), as
-    the run's end a validation and test stretch before predict's forecast; `own` None: no calibration model."""
-    if own is None:
-        return CheckResult("intervals/refit", True, 0.0, "intervals calibrated on the run's own validation windows")
-    selected = (run.val_end > run.train_end) & (own.val_end > 0)  # the run validates, it has targets there
-    test_len = run.test_end - run.val_end
-    too_close = (own.val_end + test_len - run.train_end)[selected]  # > 0: steps it selected on too near them
-    worst = max(int(too_close.max()), 0) if len(too_close) else 0
-    return CheckResult(
-        "intervals/refit",
-        worst == 0,
-        float(worst),
-        "steps the calibration model's training and validation targets reach nearer the run's validation than "
-        "its test length",
-    )
-
-
 def check_scaler(frame: SeriesFrame, borders: SplitBorders, scaler: Scaler, season: int = 0) -> CheckResult:
     """The scaler's statistics must be those of each series' training rows alone (targets and covariates),
     recomputed here with pandas: a series with no training value in a column has those of every series'."""

@@ -20,7 +20,6 @@ from tsformer.files import remove_temp_files
 MODEL_FILE = "model.pt"  # the predictor, for evaluate/predict/check
 LAST_FILE = "last.pt"  # latest epoch with optimizer and RNG state, for --resume
 CONFIG_FILE = "config.yaml"  # the resolved config
-CALIBRATION_DIR = "calibration"  # the run folder of the model whose errors calibrate the intervals (refit)
 RUN_MARKERS = (CONFIG_FILE, MODEL_FILE, LAST_FILE)  # a folder holding one of these is a tsformer run
 
 

@@ -1,10 +1,10 @@
 """Training: leakage checks, then AdamW with early stopping, then the choices made on validation.
 
-`train(cfg, out_dir)` returns the trained `Predictor` (fallback chosen, intervals calibrated). With a run
-folder it writes config.yaml (resolved), model.pt (the best weights, then the calibrated predictor),
-last.pt (latest epoch with optimizer and RNG state, for --resume), history.csv and loss.png; with
-train.interval_calibration=refit, calibration/ holds the calibration model's run. Without one it trains
-in memory and writes nothing.
+`train(cfg, out_dir)` returns the trained `Predictor` (fallback chosen, intervals calibrated, and with
+train.final_fit the final model trained on every row). With a run folder it writes config.yaml
+(resolved), model.pt (the best weights, then the calibrated predictor with its final model), last.pt
+(latest epoch with optimizer and RNG state, for --resume), history.csv and loss.png. Without one it
+trains in memory and writes nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 
 from tsformer import distributed, runfolder
-from tsformer.calibration import calibration_plan, choose_and_calibrate
+from tsformer.calibration import choose_and_calibrate
 from tsformer.checkpoint import save_predictor
 from tsformer.config import MAX_SEED, Config, save_config, with_data_path
 from tsformer.data import Prepared, Source, WindowIndex, Windows, training_data
@@ -37,7 +37,7 @@ from tsformer.model import ForecasterBase, build_forecaster
 from tsformer.predictor import Predictor, load_predictor, load_train_state
 from tsformer.progress import Progress
 from tsformer.results import TrainSummary
-from tsformer.runfolder import CALIBRATION_DIR, CONFIG_FILE, LAST_FILE, MODEL_FILE
+from tsformer.runfolder import CONFIG_FILE, LAST_FILE, MODEL_FILE
 from tsformer.schedule import lr_at
 
 
@@ -109,7 +109,6 @@ def _train(
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     data = training_data(cfg, source, static)
-    data, calibration_cfg = calibration_plan(data)  # refused now, not after training
     cfg = data.config  # every automatic setting chosen
     if ctx.is_main and (folder is not None or show_progress):
         for note in (folder.notes if folder is not None else []) + list(data.notes):
@@ -132,11 +131,7 @@ def _train(
         runner.loop(state, train_windows, val_windows)
     model.load_state_dict(runner.best_state)
     model.eval()
-    calibration_model = None
-    if calibration_cfg is not None:
-        where = None if out_dir is None else out_dir / CALIBRATION_DIR
-        calibration_model = _train_calibration_model(calibration_cfg, where, source, static, show_progress)
-    predictor, decision = choose_and_calibrate(runner.predictor(model), val_windows, data, calibration_model)
+    predictor, decision = choose_and_calibrate(runner.predictor(model), val_windows, data)
     final = None
     if cfg.train.final_fit:
         final = _final_fit(cfg, data, ctx, len(train_windows), state.best_epoch, out_dir, show_progress)
@@ -217,38 +212,6 @@ def _stopped(state: LoopState, cfg: Config) -> str:
         if state.best_epoch == state.epoch
         else limit
     )
-
-
-def _train_calibration_model(
-    cfg: Config, out_dir: Path | None, source: Source | None, static: Source | None, show_progress: bool
-) -> Predictor:
-    """Train the calibration model (`cfg`: `calibration_config`) on the run's data, into `out_dir` when the run
-    has a folder (on every rank, as the run was), and return it."""
-    if distributed.is_main_process():
-        train_end, val_end, run_val_end = cfg.data.split_borders
-        gap = run_val_end - val_end  # the run's validation and test lengths
-        print(
-            f"intervals: a calibration model trains on each series' steps before its last {-train_end} "
-            f"(validating on the {val_end - train_end} after them) and forecasts the run's validation windows "
-            f"{gap} steps after its training data, as a forecast after the run's test split is after the run's",
-            file=sys.stderr,
-        )
-    claim = out_dir is not None and distributed.is_main_process()
-    folder = runfolder.claim(out_dir, overwrite=True, resume=False) if claim else None
-    try:
-        return _train(cfg, out_dir, folder, False, show_progress, source, static)
-    except Interrupted:
-        if out_dir is None:
-            raise Interrupted("training stopped while the calibration model trained (in memory: none kept)") from None
-        raise Interrupted(
-            "training stopped while the calibration model trained; the run's own model is saved. "
-            f"Resume with: tsformer train --resume --out {out_dir.parent}"
-        ) from None
-    except TrainingError as exc:
-        raise TrainingError(f"the calibration model (train.interval_calibration=refit) failed: {exc}") from None
-    finally:
-        if folder is not None:
-            folder.release()
 
 
 @contextlib.contextmanager
