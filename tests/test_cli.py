@@ -30,6 +30,8 @@ def test_train_evaluate_predict_check(tiny_csv, tmp_path):
     result = runner.invoke(app, ["train", str(tiny_csv), "--out", str(run), "--quiet", *TINY_FLAGS])
     assert result.exit_code == 0, result.output
     assert "best validation MSE" in result.output
+    # 240 rows split 70/10/20: validation rows 168..191, windows of 4 steps after 16 of context there: 21
+    assert "over 21 validation windows, on which every choice below was made" in result.output
 
     result = runner.invoke(app, ["evaluate", str(run)])
     assert result.exit_code == 0, result.output

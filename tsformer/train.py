@@ -178,7 +178,7 @@ def _final_fit(
     steps_per_epoch = math.ceil(math.ceil(n_held_out_windows / ctx.world_size) / cfg.train.batch_size)
     started = time.monotonic()
     try:
-        runner.fit_steps(windows, best_epoch, steps_per_epoch, cfg.train.epochs * steps_per_epoch)
+        steps = runner.fit_steps(windows, best_epoch, steps_per_epoch, cfg.train.epochs * steps_per_epoch)
     except KeyboardInterrupt:
         kept = (
             "in memory: nothing kept"
@@ -187,8 +187,7 @@ def _final_fit(
         )
         raise Interrupted(f"training stopped during the final fit on every row ({kept})") from None
     model.eval()
-    steps, seconds = best_epoch * steps_per_epoch, time.monotonic() - started
-    return FinalFit(model, last_timestamps(data.frame), steps, len(windows), seconds)
+    return FinalFit(model, last_timestamps(data.frame), steps, len(windows), time.monotonic() - started)
 
 
 def _final_line(final: FinalFit, best_epoch: int) -> str:
@@ -314,15 +313,17 @@ class _Runner:
                 f"Resume with: tsformer train --resume --out {self.out_dir}"
             ) from None
 
-    def fit_steps(self, windows: WindowIndex, epochs: int, steps_per_epoch: int, total_steps: int) -> None:
+    def fit_steps(self, windows: WindowIndex, epochs: int, steps_per_epoch: int, total_steps: int) -> int:
         """`epochs` epochs of `steps_per_epoch` steps each, no validation, on the schedule of `total_steps` (the
-        final fit: the held-out run's steps, its windows drawn from every row)."""
+        final fit: the held-out run's steps, its windows drawn from every row); returns the steps taken (fewer
+        when train.max_minutes ends it)."""
         progress = Progress(epochs, steps_per_epoch, enabled=self.show_progress, label="final fit: ")
         state, started = LoopState(), time.monotonic()
         while state.epoch < epochs and not state.finished:
             train_loss, lr = self._train_epoch(state, windows, total_steps, started, progress, steps_per_epoch)
             state.epoch += 1
             progress.epoch(state.epoch, train_loss, None, lr)
+        return state.step
 
     def _train_epoch(
         self,
