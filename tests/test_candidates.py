@@ -81,11 +81,11 @@ def test_a_seasonal_series_with_a_trend_picks_seasonal_naive_with_drift_over_rep
     forecasts["model"] = torch.zeros_like(truth)
     decision = decide(forecasts, truth, None, ("y",))
     assert decision.choice == (("seasonal_drift",),)
-    mse = {name: decision.val_mse[name][0, 0] for name in decision.names}
+    mse = {name: decision.val_error[name][0, 0] for name in decision.names}
     assert mse["seasonal_drift"] < mse["seasonal_naive"] / 4 and mse["seasonal_naive"] < mse["repeat_last"]
     singles = ("repeat_last", "seasonal_naive", "drift", "seasonal_drift")
     assert decision.names == ("model", *singles, *(f"blend_{name}" for name in singles))  # and their blends
-    assert not math.isnan(decision.val_mse["drift"][0, 0])
+    assert not math.isnan(decision.val_error["drift"][0, 0])
 
 
 def test_train_candidates_limits_what_the_fallback_scores(tmp_path):

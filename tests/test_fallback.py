@@ -26,7 +26,7 @@ def test_each_column_keeps_its_best_forecaster_on_validation():
     }
     decision = decide(forecasts, truth, None, ("a", "b", "c"))
     assert decision.choice == (("model", "repeat_last", "model"),)  # one series; a tie keeps the model
-    assert decision.val_mse["model"][0] == pytest.approx((0.01, 1.0, 0.25))
+    assert decision.val_error["model"][0] == pytest.approx((0.01, 1.0, 0.25))
     assert decision.lines()[1] == "b: model 1 vs repeat-last 0.09 on validation: using repeat-last"
     assert decide(forecasts, truth, None, ("a", "b", "c"), enabled=False).choice == (("model",) * 3,)
     combined = apply(decision.choice, forecasts)
@@ -51,7 +51,7 @@ def test_each_series_keeps_its_best_forecaster_and_one_without_validation_keeps_
     ids = np.array([0, 0, 1, 1])
     decision = decide(forecasts, truth, None, ("y",), ids=ids, n_ids=3)
     assert decision.choice == (("model",), ("repeat_last",), ("model",))
-    assert np.isnan(decision.val_mse["model"][2, 0])
+    assert np.isnan(decision.val_error["model"][2, 0])
     assert "chosen per series: the model in 2, repeat-last in 1 of 3 series" in decision.lines()[0]
     shipped = apply(decision.choice, forecasts, ids)
     assert shipped[:, 0, 0].tolist() == pytest.approx([0.1, 0.1, 0.5, 0.5])
@@ -133,7 +133,16 @@ def test_a_blend_wins_where_the_model_and_a_candidate_err_on_opposite_sides():
     forecasts = {"model": truth + 1.0, "repeat_last": truth + 3.0, "seasonal_naive": truth - 1.2}
     decision = decide(forecasts, truth, None, ("y",), ids=np.repeat([0, 1], 3), n_ids=2)
     assert decision.choice == (("blend_seasonal_naive",), ("blend_seasonal_naive",))
-    assert decision.val_mse["blend_seasonal_naive"][0, 0] == pytest.approx(0.01)  # (1 - 1.2) / 2, squared
+    assert decision.val_error["blend_seasonal_naive"][0, 0] == pytest.approx(0.01)  # (1 - 1.2) / 2, squared
     shipped = apply(decision.choice, forecasts, np.repeat([0, 1], 3))
     assert torch.allclose(shipped, torch.full((6, 4, 1), -0.1))
     assert "the model blended with seasonal naive in 2 of 2 series" in decision.lines()[0]
+
+
+def test_the_selection_metric_mae_weighs_one_large_miss_less_than_mse():
+    truth = torch.zeros(2, 4, 1)
+    forecasts = {"model": truth + torch.tensor([0.0, 0.0, 0.0, 3.0]).view(1, 4, 1), "repeat_last": truth + 1.0}
+    assert decide(forecasts, truth, None, ("y",)).choice == (("repeat_last",),)  # MSE: 9/4 against 1
+    by_mae = decide(forecasts, truth, None, ("y",), metric="mae")
+    assert by_mae.choice == (("model",),) and by_mae.val_error["model"][0, 0] == pytest.approx(0.75)
+    assert by_mae.lines()[0].startswith("y: model 0.75 vs repeat-last 1 on validation MAE: using the model")

@@ -45,6 +45,7 @@ def choose_and_calibrate(predictor: Predictor, val_windows: WindowIndex, data: P
         cfg.train.fallback,
         ids,
         data.frame.n_ids,
+        cfg.train.selection_metric,
     )
     chosen = predictor.replace(fallback=decision.choice, calibration=None)
     point, quantiles = _cross_fitted(forecasts, windows, ids, decision, data)  # whose errors calibrate
@@ -100,7 +101,8 @@ def _cross_fitted(
         observed = None if windows.target_observed is None else windows.target_observed[half]
         picked = {name: forecast[half] for name, forecast in each.items()}
         columns, enabled = data.layout.targets, cfg.train.fallback
-        return decide(picked, windows.target[half], observed, columns, enabled, ids[half], n_ids).choice
+        metric = cfg.train.selection_metric
+        return decide(picked, windows.target[half], observed, columns, enabled, ids[half], n_ids, metric).choice
 
     on_earlier, on_later = choice_on(~later), choice_on(later)
     one_window = counts < 2

@@ -214,6 +214,9 @@ class TrainConfig:
     num_threads: int = 0  # torch CPU threads (0 = torch's default)
     device: str = "cpu"  # cpu, cuda or auto
     fallback: bool = True  # per column, forecast with a naive forecaster that beat the model on validation
+    # how the fallback averages each forecaster's validation errors per series and column (on standardised values):
+    # mse, or mae (MASE up to each series' constant); mse won on M4 Hourly's validation (benchmarks/NOTES.md)
+    selection_metric: str = "mse"
     # the classical candidates the fallback scores (`tsformer.candidates.CANDIDATES`); () = every one the data have
     candidates: tuple[str, ...] = ()
     intervals: tuple[float, ...] = (0.8, 0.95)  # conformal interval levels, calibrated on validation windows
@@ -249,6 +252,10 @@ class TrainConfig:
         _require(self.max_minutes >= 0, f"train.max_minutes must be >= 0, got {self.max_minutes}")
         _require(
             0 <= self.num_threads <= MAX_COUNT, f"train.num_threads must be in 0..{MAX_COUNT}, got {self.num_threads}"
+        )
+        _require(
+            self.selection_metric in ("mse", "mae"),
+            f"train.selection_metric must be mse or mae, got {self.selection_metric!r}",
         )
         _require(
             set(self.candidates) <= set(CANDIDATE_NAMES) and len(set(self.candidates)) == len(self.candidates),

@@ -44,21 +44,23 @@ def scored_names(forecasts: dict[str, torch.Tensor]) -> tuple[str, ...]:
 class Decision:
     columns: tuple[str, ...]
     choice: tuple[tuple[str, ...], ...]  # per series, per column: one of FORECASTERS (one series for a wide file)
-    val_mse: dict[str, np.ndarray]  # forecaster -> (n_series, C) validation MSE (NaN: no validation window)
+    val_error: dict[str, np.ndarray]  # forecaster -> (n_series, C) validation MSE or MAE (NaN: no validation window)
+    metric: str = "mse"  # train.selection_metric: how validation errors were averaged
 
     @property
     def names(self) -> tuple[str, ...]:
         """The forecasters scored, the model first."""
-        return tuple(self.val_mse)
+        return tuple(self.val_error)
 
     def lines(self) -> list[str]:
         """One line per column: what each scored on validation and what is used (per series: how often)."""
         out = []
         for j, column in enumerate(self.columns):
-            mse = {name: _mean_observed(self.val_mse[name][:, j]) for name in self.names}
+            mse = {name: _mean_observed(self.val_error[name][:, j]) for name in self.names}
             others = [name for name in self.names[1:] if name not in BLENDS] or self.names[1:]
             best_naive = min(others, key=lambda name: mse[name])
             scores = f"{column}: model {mse['model']:.4g} vs {LABELS[best_naive]} {mse[best_naive]:.4g} on validation"
+            scores += " MAE" if self.metric == "mae" else ""
             if len(self.choice) == 1:
                 out.append(f"{scores}: using {LABELS[self.choice[0][j]]}")
                 continue
@@ -82,10 +84,11 @@ def decide(
     enabled: bool = True,
     ids: np.ndarray | None = None,
     n_ids: int = 1,
+    metric: str = "mse",
 ) -> Decision:
     """Per series and column, the forecaster (of `forecasts`, each (N, H, C), "model" and some candidates, and
-    their blends) with the lowest MSE on `truth` over that series' windows (`ids` (N,) names each window's
-    series; None: one series). A series without a validation window keeps the model."""
+    their blends) with the lowest MSE (or with `metric="mae"` MAE) on `truth` over that series' windows (`ids`
+    (N,) names each window's series; None: one series). A series without a validation window keeps the model."""
     ids_t = torch.zeros(len(truth), dtype=torch.long) if ids is None else torch.as_tensor(ids, dtype=torch.long)
     n, h, c = truth.shape
     observed_steps = (
@@ -93,24 +96,25 @@ def decide(
     )  # (N, C)
     count = torch.zeros(n_ids, c, dtype=torch.float64).index_add_(0, ids_t, observed_steps.double())
     names = scored_names(forecasts)
-    val_mse = {}
+    val_error = {}
     for name in names:
-        error = (forecast_of(name, forecasts) - truth).square_()  # (N, H, C), one forecaster at a time
+        error = forecast_of(name, forecasts) - truth  # (N, H, C), one forecaster at a time
+        error = error.abs_() if metric == "mae" else error.square_()
         if truth_observed is not None:
             error = error.masked_fill_(~truth_observed, 0.0)
         squared = error.sum(dim=1).double()  # (N, C)
         total = torch.zeros_like(count).index_add_(0, ids_t, squared)
-        val_mse[name] = torch.where(count > 0, total / count.clamp(min=1.0), torch.nan).numpy()  # (n_ids, C)
+        val_error[name] = torch.where(count > 0, total / count.clamp(min=1.0), torch.nan).numpy()  # (n_ids, C)
     choice = tuple(
         tuple(
-            min(names, key=lambda name: (val_mse[name][i, j], FORECASTERS.index(name)))
+            min(names, key=lambda name: (val_error[name][i, j], FORECASTERS.index(name)))
             if enabled and count[i, j] > 0
             else "model"
             for j in range(len(columns))
         )
         for i in range(n_ids)
     )
-    return Decision(columns, choice, val_mse)
+    return Decision(columns, choice, val_error, metric)
 
 
 def chosen(choice: tuple[tuple[str, ...], ...], ids: np.ndarray, n_columns: int) -> np.ndarray:
