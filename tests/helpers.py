@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tsformer.candidates import BUILT_IN
 from tsformer.config import Config, DataConfig, ModelConfig, TrainConfig
 from tsformer.layout import Layout
 
@@ -35,7 +36,8 @@ TINY_SIZE_FLAGS = [
     "train.batch_size=32",
 ]
 # the automatic settings given, as the defaults were before they were chosen from the data (tests/test_choices.py
-# covers choosing them), one validation horizon in long format and no final fit (tests/test_final.py covers both)
+# covers choosing them), one validation horizon in long format and no final fit (tests/test_final.py covers both),
+# the built-in candidates (tests/test_classical.py covers ETS and Theta)
 PINNED_FLAGS = [
     "--set",
     "data.calendar=true",
@@ -45,6 +47,8 @@ PINNED_FLAGS = [
     "train.final_fit=false",
     "--set",
     "train.loss=mse",
+    "--set",
+    "train.candidates=" + ",".join(BUILT_IN),
 ]
 TINY_FLAGS = TINY_SIZE_FLAGS + PINNED_FLAGS
 
@@ -78,6 +82,7 @@ def tiny_config(csv: Path | str = "", fallback: bool = True, **model) -> Config:
             fallback=fallback,
             loss="mse",
             final_fit=False,
+            candidates=BUILT_IN,
         ),
     )
 

@@ -12,6 +12,7 @@ from helpers import TINY_FLAGS, make_frame, write_csv
 from test_cli_errors import invoke
 
 import tsformer
+from tsformer.candidates import BUILT_IN
 from tsformer.config import load_config
 from tsformer.errors import ConfigError, DataError
 
@@ -29,6 +30,7 @@ TINY = {
     "train.loss": "mse",
     "data.val_horizons": 1,
     "train.final_fit": False,
+    "train.candidates": list(BUILT_IN),
 }  # the model of TINY_FLAGS
 HORIZON = 4
 

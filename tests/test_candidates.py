@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tsformer.candidates import (
+    BUILT_IN,
     CANDIDATES,
     candidate_forecasts,
     candidate_names,
@@ -64,10 +65,10 @@ def test_a_season_without_a_trend_has_no_seasonal_drift_whatever_its_endpoints()
 def test_weekly_candidates_exist_below_a_day_where_the_context_reaches_a_week():
     assert (week_for("h", 336), week_for("h", 167), week_for("15min", 672), week_for("D", 400)) == (168, 0, 672, 0)
     assert week_for("MS", 100) == 0 and week_for("B", 100) == 0
-    assert candidate_names("h", 336) == CANDIDATES
+    assert candidate_names("h", 336) == BUILT_IN and candidate_names("h", 336, CANDIDATES) == CANDIDATES
     assert candidate_names("h", 48) == ("repeat_last", "seasonal_naive", "drift", "seasonal_drift")
     context = seasonal_trend(336, slope=0.0).float()
-    assert set(candidate_forecasts(context, None, HORIZON, 4, week=168)) == set(CANDIDATES)
+    assert set(candidate_forecasts(context, None, HORIZON, 4, week=168)) == set(BUILT_IN)
     assert "weekly_naive" not in candidate_forecasts(context, None, HORIZON, 4)
 
 
@@ -97,7 +98,7 @@ def test_train_candidates_limits_what_the_fallback_scores(tmp_path):
 
     assert CANDIDATE_NAMES == CANDIDATES  # the config's copy of the names (it loads no torch)
     with pytest.raises(ConfigError, match="train.candidates must be distinct names among repeat_last"):
-        apply_overrides(tiny_config(), ["train.candidates=ets"])
+        apply_overrides(tiny_config(), ["train.candidates=arima"])
     cfg = apply_overrides(tiny_config(), ["train.candidates=seasonal_naive,seasonal_drift"])
     assert candidate_names("h", 168, cfg.train.candidates) == ("seasonal_naive", "seasonal_drift")
     predictor = train(cfg, tmp_path / "run", show_progress=False, source=make_frame(240))

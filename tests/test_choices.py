@@ -83,7 +83,7 @@ def test_one_series_in_long_format_gets_the_loss_of_one_series():
     one = hourly(weekday_effect=0.0).assign(unique_id="only")
     cfg = Config(model=ModelConfig(horizon=24))
     chosen, notes = resolve_from_data(cfg, read_series(one, DataConfig(id_cols=("unique_id",))))
-    assert chosen.train.loss == "mse" and "train.loss mse (one series)" in notes[-1]
+    assert chosen.train.loss == "mse" and "train.loss mse (one series)" in notes[-2]  # then the candidates
 
 
 def test_a_calendar_that_is_not_a_bool_is_refused_when_the_config_is_built():
@@ -95,7 +95,7 @@ def test_given_settings_are_kept_without_a_note():
     cfg = Config(
         data=DataConfig(calendar=False),
         model=ModelConfig(horizon=24, context_len=48, patch_len=24),
-        train=TrainConfig(loss="mae"),
+        train=TrainConfig(loss="mae", candidates=("seasonal_naive",)),
     )
     assert resolve_from_data(cfg, read_series(hourly(weekday_effect=4.0), cfg.data)) == (cfg, ())
 

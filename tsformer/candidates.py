@@ -11,7 +11,9 @@ it forecasts from any origin exactly as it would after the data's end:
   season to its last, measured between their means, so a season with no trend has none (the endpoints
   of a seasonal series sit at different phases);
 - weekly_naive, weekly_drift: the same at one week, for data below a day (168 hourly), where the
-  context reaches a week back.
+  context reaches a week back;
+- ets, theta: automatic ETS and the Theta method from statsmodels, fit to each window's context
+  (`tsformer.classical`), only where train.candidates names them (`train` does where windows are few).
 
 The drift is added per step ahead rather than per season back (the distance from the repeated value),
 which won on M4 Hourly's validation windows (benchmarks/NOTES.md, "Classical candidates").
@@ -22,9 +24,19 @@ from __future__ import annotations
 import torch
 from pandas.tseries.frequencies import to_offset
 
+from tsformer.classical import CLASSICAL, classical_forecasts
 from tsformer.metrics import forward_fill, repeat_last, season_length, seasonal_naive, usable_season
 
-CANDIDATES = ("repeat_last", "seasonal_naive", "drift", "seasonal_drift", "weekly_naive", "weekly_drift")
+CANDIDATES = (
+    "repeat_last",
+    "seasonal_naive",
+    "drift",
+    "seasonal_drift",
+    "weekly_naive",
+    "weekly_drift",
+    *CLASSICAL,
+)
+BUILT_IN = CANDIDATES[: -len(CLASSICAL)]  # every run has these (the weekly ones where they apply)
 WEEKLY = ("weekly_naive", "weekly_drift")  # only where the context reaches a week back, below a day
 LABELS = {
     "model": "the model",
@@ -34,6 +46,8 @@ LABELS = {
     "seasonal_drift": "seasonal naive with drift",
     "weekly_naive": "weekly seasonal naive",
     "weekly_drift": "weekly seasonal naive with drift",
+    "ets": "ETS",
+    "theta": "Theta",
 }
 DAY_NS = 24 * 3600 * 10**9
 
@@ -54,16 +68,23 @@ def week_for(freq: str, context_len: int) -> int:
 
 
 def candidate_names(freq: str, context_len: int, allowed: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """The candidates a run with this frequency and context has, in CANDIDATES order; only those `allowed`
-    (train.candidates) when it names any."""
+    """The candidates a run with this frequency and context has, in CANDIDATES order: those `allowed`
+    (train.candidates) that apply, or, when it names none, the built-in ones that apply."""
     weekly = week_for(freq, context_len) > 0
-    return tuple(name for name in CANDIDATES if (weekly or name not in WEEKLY) and (not allowed or name in allowed))
+    chosen = allowed or BUILT_IN
+    return tuple(name for name in CANDIDATES if (weekly or name not in WEEKLY) and name in chosen)
 
 
 def candidate_forecasts(
-    contexts: torch.Tensor, observed: torch.Tensor | None, horizon: int, season: int, week: int = 0
+    contexts: torch.Tensor,
+    observed: torch.Tensor | None,
+    horizon: int,
+    season: int,
+    week: int = 0,
+    classical: tuple[str, ...] = (),
 ) -> dict[str, torch.Tensor]:
-    """Every candidate's forecast (N, H, C) of contexts (N, L, C); the weekly ones only when `week` > 0."""
+    """Every built-in candidate's forecast (N, H, C) of contexts (N, L, C), the weekly ones only when `week` > 0,
+    and those of `classical` (ets, theta: fit per window, so only when asked for)."""
     history = forward_fill(contexts, observed)
     first = first_observed(history, observed)
     steps_ahead = torch.arange(1, horizon + 1, dtype=history.dtype, device=history.device).view(1, -1, 1)
@@ -78,6 +99,8 @@ def candidate_forecasts(
     if week:
         weekly = seasonal_naive(history, horizon, week)
         out |= {"weekly_naive": weekly, "weekly_drift": weekly + steps_ahead * drift_per_step(history, first, week)}
+    if classical:
+        out |= classical_forecasts(history, first, horizon, season, classical)
     return out
 
 

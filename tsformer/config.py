@@ -37,7 +37,16 @@ REMOVED_KEYS = {
     "forecasts from where its model's training ends, as validation does; drop the key",
 }
 # train.candidates' names (tsformer.candidates.CANDIDATES, which a test keeps equal; that module imports torch)
-CANDIDATE_NAMES = ("repeat_last", "seasonal_naive", "drift", "seasonal_drift", "weekly_naive", "weekly_drift")
+CANDIDATE_NAMES = (
+    "repeat_last",
+    "seasonal_naive",
+    "drift",
+    "seasonal_drift",
+    "weekly_naive",
+    "weekly_drift",
+    "ets",
+    "theta",
+)
 AUTO_MAX_CONTEXT = 336  # the longest automatic context_len: two weeks of hourly data, the ETTh1 setting
 AUTO_MAX_PATCH = 24  # the longest automatic patch_len: a day of hourly data
 AUTO_PATCH_NO_SEASON = 4  # the automatic patch_len for a frequency with no known season (yearly, 2-day, ...)
@@ -217,7 +226,8 @@ class TrainConfig:
     # how the fallback averages each forecaster's validation errors per series and column (on standardised values):
     # mse, or mae (MASE up to each series' constant); mse won on M4 Hourly's validation (benchmarks/NOTES.md)
     selection_metric: str = "mse"
-    # the classical candidates the fallback scores (`tsformer.candidates.CANDIDATES`); () = every one the data have
+    # the classical candidates the fallback scores (`tsformer.candidates.CANDIDATES`); () = chosen from the data:
+    # every built-in one that applies, and ets and theta where validation and test hold few windows (`choices`)
     candidates: tuple[str, ...] = ()
     intervals: tuple[float, ...] = (0.8, 0.95)  # conformal interval levels, calibrated on validation windows
     interval_scale: str = "seasonal"  # seasonal: each interval scales with its context's seasonal change; fixed

@@ -24,7 +24,7 @@ import tsformer.backtest as backtests
 import tsformer.checkpoint as checkpoint
 import tsformer.evaluate as evaluation
 from tsformer import __version__
-from tsformer.candidates import candidate_forecasts, candidate_names, season_for, week_for
+from tsformer.candidates import CLASSICAL, candidate_forecasts, candidate_names, season_for, week_for
 from tsformer.check import check_predictor
 from tsformer.config import Config
 from tsformer.data import (
@@ -132,8 +132,11 @@ class Predictor:
         outputs = list(self.model.output_batches(windows.context, windows.context_observed, windows.covariates))
         point = torch.cat([p for p, _ in outputs]).cpu()
         quantiles = None if outputs and outputs[0][1] is None else torch.cat([q for _, q in outputs]).cpu()
-        naive = candidate_forecasts(windows.context, windows.context_observed, self.horizon, self.season, self.week)
         allowed = candidate_names(self.freq, self.context_len, self.config.train.candidates)
+        classical = tuple(name for name in allowed if name in CLASSICAL)  # fit per window: only when used
+        naive = candidate_forecasts(
+            windows.context, windows.context_observed, self.horizon, self.season, self.week, classical
+        )
         return {"model": point, **{name: naive[name] for name in allowed}}, quantiles
 
     def ship(

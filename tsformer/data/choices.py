@@ -4,7 +4,9 @@
 - data.calendar: calendar features are used where a cheap probe shows the calendar explains what the season
   does not (`calendar_gain`), measured on validation rows;
 - train.loss: mae for a panel (long format with many series, judged by MAE, MASE and sMAPE, where each
-  series should weigh by its own absolute errors), mse for a wide file or a single series (judged by MSE).
+  series should weigh by its own absolute errors), mse for a wide file or a single series (judged by MSE);
+- train.candidates: the built-in candidates that apply, and ETS and Theta (`tsformer.classical`) where
+  validation holds few windows (each is fit per window).
 
 Only rows before the end of validation are read: the test split never chooses a setting. The resolved
 config (every value concrete) is what a run stores.
@@ -18,12 +20,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tsformer.candidates import CLASSICAL, candidate_names
 from tsformer.config import Config, resolve_auto
 from tsformer.data.calendar import calendar_features, calendar_names
 from tsformer.data.loader import SeriesFrame
-from tsformer.data.split import SplitBorders, split_borders, val_horizons
+from tsformer.data.split import SplitBorders, split_borders, val_horizons, window_counts
 from tsformer.metrics import season_length
 
+# ets and theta are candidates by default up to this many validation windows x columns (each is fit per window,
+# about 0.2 s for ets, in validation, and in evaluate's test windows, about twice as many in a wide file)
+MAX_CLASSICAL_WINDOWS = 100
 CALENDAR_MIN_GAIN = 0.05  # the calendar is used when it cuts the probe's validation MSE by at least this share
 
 
@@ -72,7 +78,32 @@ def resolve_from_data(cfg: Config, frame: SeriesFrame) -> tuple[Config, tuple[st
         flags.append("train.loss=mse|mae")
     if chosen:
         notes.append(f"chosen from the data: {'; '.join(chosen)}; set with {', '.join('--set ' + f for f in flags)}")
+    if not cfg.train.candidates:
+        cfg, note = _choose_candidates(cfg, frame, borders)
+        notes.append(note)
     return cfg, tuple(notes)
+
+
+def _choose_candidates(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> tuple[Config, str]:
+    """train.candidates: the built-in ones that apply, with ets and theta where validation holds at most
+    MAX_CLASSICAL_WINDOWS windows x target columns."""
+    model = cfg.model
+    history = 1 if frame.id_cols else model.context_len
+    fits = int(window_counts("val", borders, history, model.horizon).sum()) * len(frame.columns)
+    built_in = candidate_names(frame.freq, model.context_len)
+    if fits <= MAX_CLASSICAL_WINDOWS:
+        names = (*built_in, *CLASSICAL)
+        note = (
+            f"candidates: ETS and Theta (statsmodels, fit to each window) beside the built-in ones, as validation "
+            f"holds {fits} windows x columns (up to {MAX_CLASSICAL_WINDOWS}); set with --candidates"
+        )
+    else:
+        names = built_in
+        note = (
+            f"candidates: ETS and Theta left out, as validation holds {fits:,} windows x columns (each is fit per "
+            f"window; up to {MAX_CLASSICAL_WINDOWS}); --candidates {','.join((*built_in, *CLASSICAL))} asks for them"
+        )
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, candidates=names)), note
 
 
 def _default_panel_split(cfg: Config, frame: SeriesFrame) -> bool:

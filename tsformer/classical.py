@@ -1,0 +1,101 @@
+"""Automatic ETS and Theta from statsmodels, fitted to each window's context alone: the candidates `ets`, `theta`.
+
+- ets: additive-error exponential smoothing, the lowest AICc of {no trend, damped additive trend} x {no
+  season, additive season} (statsmodels' `ETSModel`; additive forms only, as the windows are standardised
+  values, which may be negative);
+- theta: the Theta method (statsmodels' `ThetaModel`: simple exponential smoothing plus half the linear
+  trend, deseasonalised at the season when its own test finds one).
+
+Each fit reads one window's context from its first observed step (forward-filled), never a later row, so
+like every candidate it forecasts from any origin as it would after the data's end. A fit that fails or
+gives a non-finite forecast (a context too short for the form, no convergence) gives repeat-last there.
+
+statsmodels rather than statsforecast (AutoETS, AutoTheta), by measurement (benchmarks/NOTES.md, "ETS and
+Theta"): statsforecast 2.0.3 fits 5-10 times faster, but its fugue dependency declares pandas<3, so pip
+installs it beside tsformer's pandas 3 by downgrading pandas, and it adds about 770 MB; statsmodels adds
+about 210 MB and no pin, and is imported only by runs that use these candidates. A fit costs about 0.2 s
+(ets, four forms) and 0.03 s (theta) a window, so `train` uses them automatically only where validation and
+test hold few windows (`tsformer.data.choices`).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+
+CLASSICAL = ("ets", "theta")
+MIN_ROWS = 4  # a context shorter than this (from its first observed step) gets repeat-last
+
+
+def classical_forecasts(
+    history: torch.Tensor, first: torch.Tensor, horizon: int, season: int, names: tuple[str, ...]
+) -> dict[str, torch.Tensor]:
+    """Each of `names` (of CLASSICAL) forecasting (N, H, C) from forward-filled contexts `history` (N, L, C),
+    each column fit from its first observed step `first` (N, 1, C)."""
+    fits = {"ets": _ets, "theta": _theta}
+    _import_statsmodels()  # before silencing warnings: its import adds "always" filters, which would win inside
+    values = history.double().numpy()
+    starts = first[:, 0].numpy()  # (N, C)
+    out = {name: np.empty((history.shape[0], horizon, history.shape[2])) for name in names}
+    with warnings.catch_warnings():  # statsmodels warns on every hard fit; the forecast is checked instead
+        warnings.simplefilter("ignore")
+        for n in range(history.shape[0]):
+            for c in range(history.shape[2]):
+                y = values[n, starts[n, c] :, c]
+                for name in names:
+                    out[name][n, :, c] = _forecast(fits[name], y, season, horizon)
+    return {name: torch.from_numpy(f).to(history.dtype) for name, f in out.items()}
+
+
+def _import_statsmodels() -> None:
+    """statsmodels' models, imported once (it takes about a second, so only runs that use them pay it)."""
+    import statsmodels.tsa.exponential_smoothing.ets  # noqa: F401
+    import statsmodels.tsa.forecasting.theta  # noqa: F401
+
+
+def _forecast(fit, y: np.ndarray, season: int, horizon: int) -> np.ndarray:
+    """fit(y, season, horizon), or repeat-last where the context is too short or the fit fails."""
+    if len(y) >= MIN_ROWS and np.ptp(y) > 0:
+        try:
+            forecast = np.asarray(fit(y, season, horizon), dtype=np.float64)
+            if forecast.shape == (horizon,) and np.isfinite(forecast).all():
+                return forecast
+        except (ValueError, np.linalg.LinAlgError, ZeroDivisionError, FloatingPointError, IndexError):
+            pass
+    return np.full(horizon, y[-1])
+
+
+def _ets(y: np.ndarray, season: int, horizon: int) -> np.ndarray:
+    from statsmodels.tsa.exponential_smoothing.ets import ETSModel
+
+    seasonal = season > 1 and len(y) >= 2 * season + 2  # two seasons to estimate one
+    forms = [(trend, form) for trend in (False, True) for form in ((False, True) if seasonal else (False,))]
+    best = None
+    for damped_trend, with_season in forms:
+        model = ETSModel(
+            y,
+            error="add",
+            trend="add" if damped_trend else None,
+            damped_trend=damped_trend,
+            seasonal="add" if with_season else None,
+            seasonal_periods=season if with_season else None,
+        )
+        try:
+            result = model.fit(disp=False)
+        except (ValueError, np.linalg.LinAlgError):
+            continue
+        if np.isfinite(result.aicc) and (best is None or result.aicc < best.aicc):
+            best = result
+    if best is None:
+        raise ValueError("no ETS form could be fit")
+    return best.forecast(horizon)
+
+
+def _theta(y: np.ndarray, season: int, horizon: int) -> np.ndarray:
+    from statsmodels.tsa.forecasting.theta import ThetaModel
+
+    seasonal = season > 1 and len(y) >= 2 * season
+    model = ThetaModel(y, period=season if seasonal else 1, deseasonalize=seasonal)
+    return model.fit().forecast(horizon)
