@@ -25,18 +25,11 @@ import torch
 from pandas.tseries.frequencies import to_offset
 
 from tsformer.classical import CLASSICAL, classical_forecasts
+from tsformer.config import CANDIDATE_NAMES
 from tsformer.metrics import forward_fill, repeat_last, season_length, seasonal_naive, usable_season
 
-CANDIDATES = (
-    "repeat_last",
-    "seasonal_naive",
-    "drift",
-    "seasonal_drift",
-    "weekly_naive",
-    "weekly_drift",
-    *CLASSICAL,
-)
-BUILT_IN = CANDIDATES[: -len(CLASSICAL)]  # every run has these (the weekly ones where they apply)
+CANDIDATES = CANDIDATE_NAMES  # in order of preference on a tie; the config checks train.candidates against them
+BUILT_IN = tuple(name for name in CANDIDATES if name not in CLASSICAL)  # every run has these (weekly where they apply)
 WEEKLY = ("weekly_naive", "weekly_drift")  # only where the context reaches a week back, below a day
 LABELS = {
     "model": "the model",

@@ -36,7 +36,7 @@ REMOVED_KEYS = {
     "train.interval_calibration": "the calibration model was removed: with the final fit (train.final_fit) predict "
     "forecasts from where its model's training ends, as validation does; drop the key",
 }
-# train.candidates' names (tsformer.candidates.CANDIDATES, which a test keeps equal; that module imports torch)
+# train.candidates' names: the candidates of `tsformer.candidates`, defined here as this module loads no torch
 CANDIDATE_NAMES = (
     "repeat_last",
     "seasonal_naive",
