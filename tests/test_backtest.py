@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from helpers import make_frame, tiny_config, write_csv
 from test_cli_errors import assert_error, invoke
 
@@ -162,3 +163,26 @@ def test_daily_origins_and_steps_are_dates(tmp_path):
     result = backtest_run(tmp_path / "run", windows=2, step=4)
     assert result.summary["origin"].iloc[0] == "2024-08-19" and set(result.summary["origin"]) >= {"all"}
     assert result.forecasts["date"].iloc[0] == "2024-08-20" and "00:00:00" not in result.forecasts["origin"].iloc[0]
+
+
+def test_rows_appended_after_the_last_origin_leave_every_refit_fold_as_it_was(tmp_path):
+    """Each fold's validation length (and so its split, scaler and automatic context) comes from the rows before
+    its origin: the same folds from a file 200 rows longer, origins named by --start, are bit-identical."""
+    import dataclasses
+
+    frame = make_frame(n_rows=440)
+    short = write_csv(tmp_path / "short.csv", frame.head(240))
+    long = write_csv(tmp_path / "long.csv", frame)
+    cfg = tiny_config(short)
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, context_len=0))  # automatic context too
+    start = frame["date"][212]
+    for csv, name in ((short, "short"), (long, "long")):
+        run_cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, path=str(csv)))
+        refit_backtest(run_cfg, tmp_path / name, windows=2, step=8, start=start)
+    for fold, origin in ((1, 212), (2, 220)):
+        a, b = (load_predictor(tmp_path / name / f"fold_{fold}" / "model.pt") for name in ("short", "long"))
+        assert a.borders.to_list()[:2] == b.borders.to_list()[:2] and a.config.model == b.config.model
+        # validation: the default 0.1 of 0.7 + 0.1 of the rows before the origin
+        assert int(a.borders.val_end[0] - a.borders.train_end[0]) == round(origin * 0.1 / 0.8)
+        for x, y in zip(a.model.parameters(), b.model.parameters(), strict=True):
+            assert torch.equal(x, y)

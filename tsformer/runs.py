@@ -9,13 +9,15 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from pandas.tseries.frequencies import to_offset
 
 from tsformer.backtest import BacktestResult, backtest, origin_rows, score_origins, write_backtest
 from tsformer.check import check_predictor
-from tsformer.config import Config
-from tsformer.data import Source, training_data
+from tsformer.config import DEFAULT_SPLIT_RATIOS, Config
+from tsformer.data import Prepared, Source, training_data
+from tsformer.data.split import val_horizons
 from tsformer.errors import DataError
 from tsformer.evaluate import EvalReport, evaluate, write_report
 from tsformer.files import check_output_path
@@ -86,8 +88,9 @@ def refit_backtest(
     source: Source | None = None,
     static: Source | None = None,
 ) -> BacktestResult:
-    """Train a model per origin on the steps before it only (an expanding window: its last validation-long
-    stretch validates, its scaler comes from the rest), forecast from the origin, and score. Each fold's run
+    """Train a model per origin on the steps before it only (an expanding window: the last stretch of them
+    validates, as long as the split rule gives those rows, `fold_val_len`; its scaler comes from the rest),
+    forecast from the origin, and score. No setting of a fold reads a row after its origin. Each fold's run
     goes into `out_dir`/fold_N, or stays in memory when `out_dir` is None.
 
     A panel's folds cut every series at the same dates when its origins fall on the same timestamps (the
@@ -98,7 +101,6 @@ def refit_backtest(
     data = training_data(cfg, source, static)  # the whole file, for the origins and each fold's size
     frame, horizon = data.frame, data.config.model.horizon
     rows = origin_rows(frame, horizon, windows, step or horizon, start)  # (n_ids, windows)
-    val_len = int((data.borders.val_end - data.borders.train_end).min())
     first_steps = frame.timestamps[(frame.bounds[:-1, None] + rows).reshape(-1)]  # series 0's origins first
     by_dates = bool(frame.id_cols) and bool(
         (first_steps.asi8.reshape(rows.shape) == first_steps.asi8[: rows.shape[1]]).all()
@@ -113,6 +115,7 @@ def refit_backtest(
     offset = to_offset(frame.freq)
     results, notes = [], []
     for fold in range(rows.shape[1]):
+        val_len = fold_val_len(cfg, data, rows[:, fold])  # from the rows before this fold's origin alone
         if not by_dates:
             origin = int(rows[0, fold])
             borders: tuple[int | str, ...] = (origin - val_len, origin, origin + horizon)
@@ -140,6 +143,20 @@ def refit_backtest(
     result = BacktestResult(forecasts, summary, tuple(notes))
     write_backtest(result, out, plot)
     return result
+
+
+def fold_val_len(cfg: Config, data: Prepared, before: np.ndarray) -> int:
+    """The validation steps of a `backtest --refit` fold whose series have `before` (n_ids,) rows before its
+    origin, from those rows alone (so rows after the origin never move a fold): the long format's default
+    `data.val_horizons` horizons for those lengths; the validation share of train + validation of the rows
+    before it otherwise (data.split_ratios or the default); the run's own length under data.split_borders."""
+    horizon, data_cfg = cfg.model.horizon, cfg.data
+    if data_cfg.split_borders:
+        return int((data.borders.val_end - data.borders.train_end).min())
+    if data.frame.id_cols and data.frame.n_ids > 1 and not data_cfg.split_ratios:
+        return val_horizons(data_cfg, before, horizon) * horizon
+    train_share, val_share, _ = data_cfg.split_ratios or DEFAULT_SPLIT_RATIOS
+    return max(horizon, round(int(before.min()) * val_share / (train_share + val_share)))
 
 
 def check_run(run: str | Path, csv: str | Path | None = None, n_checks: int = 32) -> tuple[list[CheckResult], str]:
