@@ -253,3 +253,37 @@ def test_the_interval_check_catches_widths_that_read_the_targets():
     result = check_intervals(peeking, 16, 3, 2)
     assert not result.passed and result.name == "intervals/future" and result.max_change > 0.1
     assert check_intervals(lambda windows: None, 16, 3, 2).detail == "the run has no intervals"
+
+
+def _leaking_block(position: int | None = None, only_training: bool = False):
+    """A Block.forward that adds half of the next token's state to a token (every token, or one), always or only
+    while training: leaks the model checks must catch."""
+    forward = forecaster.Block.forward
+
+    def leaking(self, x, mask):
+        out = forward(self, x, mask)
+        if only_training and not self.training:
+            return out
+        leak = torch.zeros_like(out)
+        if position is None:
+            leak[:, :-1] = 0.5 * out[:, 1:]
+        else:
+            leak[:, position] = 0.5 * out[:, position + 1]
+        return out + leak
+
+    return leaking
+
+
+def test_a_leak_only_while_training_is_caught_in_train_mode(monkeypatch):
+    monkeypatch.setattr(forecaster.Block, "forward", _leaking_block(only_training=True))
+    results = by_name(check_model(model_for(patch_len=4)))
+    assert results["model/forward"].passed and results["model/gradient"].passed  # eval mode sees nothing
+    assert not results["model/train-mode"].passed and results["model/train-mode"].max_change > 1e-3
+
+
+def test_every_position_is_probed_so_a_leak_at_one_token_is_caught(monkeypatch):
+    model = model_for(patch_len=1, context_len=48)  # 48 tokens: a sample of positions could miss one
+    monkeypatch.setattr(forecaster.Block, "forward", _leaking_block(position=2))
+    results = by_name(check_model(model))
+    assert "over 47 of 48 positions" in results["model/forward"].detail
+    assert not results["model/forward"].passed and not results["model/gradient"].passed

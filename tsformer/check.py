@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from tsformer.predictor import Predictor
 
 
-def check_predictor(predictor: Predictor, data: Prepared | None, n_checks: int = 32) -> list[CheckResult]:
+def check_predictor(predictor: Predictor, data: Prepared | None) -> list[CheckResult]:
     """The model checks on the assembled model, the intervals' checks on its calibration, and (with `data`, read
     by `Predictor.read`) the data checks: fills, the scaler, the windows and splits."""
     cfg, calibration = predictor.config.model, predictor.calibration
@@ -24,7 +24,7 @@ def check_predictor(predictor: Predictor, data: Prepared | None, n_checks: int =
     def half_widths(windows):
         return None if calibration is None else calibration.half_widths(windows)
 
-    results = check_model(predictor.model, n_checks=n_checks)
+    results = check_model(predictor.model)
     results.append(check_intervals(half_widths, cfg.context_len, cfg.horizon, predictor.layout.n_targets))
     results.append(check_forecasters(predictor, data))
     results.append(check_final(predictor, data))

@@ -159,7 +159,7 @@ def fold_val_len(cfg: Config, data: Prepared, before: np.ndarray) -> int:
     return max(horizon, round(int(before.min()) * val_share / (train_share + val_share)))
 
 
-def check_run(run: str | Path, csv: str | Path | None = None, n_checks: int = 32) -> tuple[list[CheckResult], str]:
+def check_run(run: str | Path, csv: str | Path | None = None) -> tuple[list[CheckResult], str]:
     """Every check on a saved run; the data checks on the run's CSV (or `csv`) when it can be read.
 
     Returns the results and a note on what was skipped ("" when nothing was).
@@ -168,8 +168,8 @@ def check_run(run: str | Path, csv: str | Path | None = None, n_checks: int = 32
     path = Path(csv) if csv is not None else Path(predictor.config.data.path) if predictor.config.data.path else None
     if path is None or not path.is_file():
         where = f"{path} not found" if path is not None else "the run was trained on a DataFrame"
-        return check_predictor(predictor, None, n_checks), f"data checks skipped: {where} (pass --csv to run them)"
-    return check_predictor(predictor, predictor.read(path), n_checks), ""
+        return check_predictor(predictor, None), f"data checks skipped: {where} (pass --csv to run them)"
+    return check_predictor(predictor, predictor.read(path)), ""
 
 
 def _check_outputs(out: Path | None, plot: Path | None) -> None:

@@ -243,7 +243,7 @@ def _require_same_data(previous: Predictor, data: Prepared, out_dir: Path) -> No
 
 
 def _run_leakage_checks(model: ForecasterBase, data: Prepared, cfg: Config) -> None:
-    require_passed(check_model(model, n_checks=8) + check_data(data, cfg))
+    require_passed(check_model(model) + check_data(data, cfg))
 
 
 def _optimizer(model: ForecasterBase, cfg: Config) -> torch.optim.Optimizer:
