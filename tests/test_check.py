@@ -7,7 +7,7 @@ import torch
 from helpers import make_frame, tiny_config
 
 from tsformer.candidates import candidate_forecasts
-from tsformer.check import check_forecasters, check_predictor
+from tsformer.check import check_choices, check_forecasters, check_predictor
 from tsformer.predictor import Predictor
 from tsformer.train import train
 
@@ -36,3 +36,28 @@ def test_a_candidate_reading_the_next_row_is_caught(predictor, monkeypatch):
     result = check_forecasters(predictor, predictor.read())
     assert not result.passed and result.max_change > 1.0 and "repeat_last moved" in result.detail
     assert any(r.name == "forecasters/future" and not r.passed for r in check_predictor(predictor, predictor.read()))
+
+
+def test_the_stored_choices_are_those_the_validation_windows_give(predictor):
+    result = check_choices(predictor, predictor.read())
+    assert result.passed and result.max_change == 0.0, result.detail
+
+
+def test_intervals_recalibrated_elsewhere_or_a_changed_fallback_are_caught(predictor):
+    """A deliberate break: the intervals recalibrated on the test windows and written into the run (as a checkpoint
+    edited after training would hold them), or one column's forecaster switched."""
+    import dataclasses
+
+    from tsformer.intervals import calibrate
+
+    data = predictor.read()
+    test = data.split_windows("test").split(predictor.context_len)
+    shipped = predictor.forecast(test, data.split_windows("test").series())
+    calibration = predictor.calibration
+    widths = calibrate(shipped.point, test.target, test.target_observed, calibration.levels, None, 0.0)
+    on_test = predictor.replace(calibration=dataclasses.replace(calibration, widths=widths))
+    assert not check_choices(on_test, data).passed
+    row = predictor.fallback[0]
+    switched = ("seasonal_naive" if row[0] != "seasonal_naive" else "repeat_last",) + row[1:]
+    result = check_choices(predictor.replace(fallback=(switched,)), data)
+    assert not result.passed and "DIFFERENT" in result.detail

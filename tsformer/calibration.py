@@ -10,6 +10,8 @@ are measured at predict's distance (a calibration model trained a stretch earlie
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
 
@@ -27,7 +29,9 @@ from tsformer.intervals import (
     quantile_pairs,
     typical_scale,
 )
-from tsformer.predictor import Predictor
+
+if TYPE_CHECKING:
+    from tsformer.predictor import Predictor
 
 
 def choose_and_calibrate(predictor: Predictor, val_windows: WindowIndex, data: Prepared) -> tuple[Predictor, Decision]:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from tsformer.calibration import choose_and_calibrate
 from tsformer.data import Prepared
 from tsformer.final import last_timestamps
 from tsformer.leakage import CheckResult, check_data, check_intervals, check_model
@@ -27,11 +28,50 @@ def check_predictor(predictor: Predictor, data: Prepared | None) -> list[CheckRe
     results = check_model(predictor.model)
     results.append(check_intervals(half_widths, cfg.context_len, cfg.horizon, predictor.layout.n_targets))
     results.append(check_forecasters(predictor, data))
+    results.append(check_choices(predictor, data))
     results.append(check_final(predictor, data))
     return results + ([] if data is None else check_data(data, predictor.config))
 
 
 PROBE_WINDOWS = 8  # windows each probe forecasts (ETS and Theta fit every one: keep it cheap)
+
+
+def check_choices(predictor: Predictor, data: Prepared | None) -> CheckResult:
+    """Where the stored choices were made: the fallback and the interval and quantile calibration, recomputed
+    from the run's validation windows with its held-out model, must be what the checkpoint holds (choices made,
+    or intervals recalibrated, on any other windows differ)."""
+    if data is None:
+        return CheckResult("choices/validation", True, 0.0, "data checks skipped: the choices cannot be recomputed")
+    stored = predictor.calibration
+    fresh, _ = choose_and_calibrate(predictor.replace(fallback=(), calibration=None), data.split_windows("val"), data)
+    shape = (len(predictor.series), predictor.layout.n_targets)
+    same_fallback = _choice_table(fresh.fallback, shape) == _choice_table(predictor.fallback, shape)
+    change = 0.0
+    if (stored is None) != (fresh.calibration is None):
+        change = float("inf")
+    elif stored is not None:
+        pairs = [(stored.widths, fresh.calibration.widths), (stored.typical, fresh.calibration.typical)]
+        pairs.append((stored.quantile_adjust, fresh.calibration.quantile_adjust))
+        for old, new in pairs:
+            if (old is None) != (new is None) or (old is not None and old.shape != new.shape):
+                change = float("inf")
+            elif old is not None:
+                change = max(change, float((old - new).abs().max()) if old.numel() else 0.0)
+        if stored.levels != fresh.calibration.levels:
+            change = float("inf")
+    passed = same_fallback and change <= 1e-6
+    return CheckResult(
+        "choices/validation",
+        passed,
+        change,
+        f"the fallback ({'as stored' if same_fallback else 'DIFFERENT from the stored one'}) and the calibration "
+        f"recomputed from the run's {len(data.split_windows('val'))} validation windows, against the checkpoint's",
+    )
+
+
+def _choice_table(fallback: tuple[tuple[str, ...], ...], shape: tuple[int, int]) -> tuple[tuple[str, ...], ...]:
+    """A stored fallback choice, with () (the model everywhere) written out per series and column."""
+    return fallback or tuple(("model",) * shape[1] for _ in range(shape[0]))
 
 
 def check_forecasters(predictor: Predictor, data: Prepared | None) -> CheckResult:
