@@ -287,3 +287,20 @@ def test_every_position_is_probed_so_a_leak_at_one_token_is_caught(monkeypatch):
     results = by_name(check_model(model))
     assert "over 47 of 48 positions" in results["model/forward"].detail
     assert not results["model/forward"].passed and not results["model/gradient"].passed
+
+
+def test_the_fast_window_path_is_checked_against_the_gather(tiny_csv, monkeypatch):
+    data = training_data(tiny_config(tiny_csv))
+    result = by_name(check_windows(data))["data/window-paths"]
+    # from the middle of each split to its end: 75 of 149 training windows, 11 of 21 validation, 23 of 45 test
+    assert result.passed and result.max_change == 0.0 and "; 109 windows" in result.detail
+
+    windows_module = importlib.import_module("tsformer.data.windows")
+    unfolded = windows_module._unfolded
+
+    def one_row_later(block, starts, context_len, horizon):  # a deliberate break: views start a row late
+        return unfolded(block, starts + 1, context_len, horizon)
+
+    monkeypatch.setattr(windows_module, "_unfolded", one_row_later)
+    result = by_name(check_windows(data))["data/window-paths"]
+    assert not result.passed and result.max_change > 0

@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 
 from tsformer.config import Config
-from tsformer.data import SPLITS, Prepared, Scaler, SeriesFrame, Split, SplitBorders, fill_column
+from tsformer.data import SPLITS, Prepared, Scaler, SeriesFrame, Split, SplitBorders, WindowIndex, fill_column
 from tsformer.data.prepare import scale_season
 from tsformer.errors import LeakageError
 from tsformer.model import Covariates, ForecasterBase
@@ -436,8 +436,11 @@ def check_windows(data: Prepared) -> list[CheckResult]:
     rows = data.inputs.row_numbers()  # every role's cells hold their row number
     covered: dict[str, np.ndarray] = {}
     worst_overlap, outside, covariates_ahead, gathered = 0, 0, 0, 0
+    path_cells, path_windows = 0, 0  # cells where the fast (unfold) path and the gather differ; windows compared
     for split in SPLITS:
         index = dataclasses.replace(data.split_windows(split), inputs=rows)
+        differ, compared = _paths_differ(index)
+        path_cells, path_windows = path_cells + differ, path_windows + compared
         starts, floors = index.starts.numpy(), index.floors.numpy()
         horizon, context_len = index.horizon, index.context_len
         series = index.series()  # (N,)
@@ -468,6 +471,13 @@ def check_windows(data: Prepared) -> list[CheckResult]:
         for b in SPLITS[i + 1 :]:
             shared += len(np.intersect1d(pairs[covered[a]], pairs[covered[b]]))
     return [
+        CheckResult(
+            "data/window-paths",
+            path_cells == 0,
+            float(path_cells),
+            f"cells where the fast path (windows as views through unfold, as validation, the fallback, the "
+            f"intervals and evaluate take them) differs from the gather, on row numbers; {path_windows:,} windows",
+        ),
         CheckResult(
             "data/window",
             worst_overlap == 0 and covariates_ahead == 0,
@@ -541,6 +551,30 @@ def check_fill(frame: SeriesFrame, method: str, n_origins: int = 32) -> CheckRes
         worst,
         f"filled rows before an origin after changing every later value, {len(picks)} origins ({method})",
     )
+
+
+def _paths_differ(index: WindowIndex) -> tuple[int, int]:
+    """A block of up to WINDOW_CHUNK consecutive, unpadded windows of one series of `index` (row numbers), taken
+    by `WindowIndex.all` (unfold: views) and by the gather: the cells where they differ, and the windows."""
+    starts, floors = index.starts, index.floors
+    usable = (starts - index.context_len >= floors).numpy()  # unpadded
+    if not usable.any():
+        return 0, 0
+    first = int(np.flatnonzero(usable)[len(np.flatnonzero(usable)) // 2])  # from the middle of the split
+    end = first + 1
+    while end < len(starts) and end - first < WINDOW_CHUNK and usable[end] and starts[end] == starts[end - 1] + 1:
+        end += 1  # consecutive starts in the same series (a new series' floor breaks the run)
+    block = index.subset(torch.arange(first, end))
+    fast = block.all()
+    slow = block.inputs.gather(block.starts, block.floors, block.context_len, block.horizon)
+    differ = 0
+    for role in ("target", "observed", "past", "future", "phase"):
+        a, b = getattr(fast, role), getattr(slow, role)
+        if (a is None) != (b is None) or (a is not None and a.shape != b.shape):
+            differ += max(1, 0 if b is None else b.numel())  # a role missing, or windows of another shape
+        elif a is not None:
+            differ += int((a != b).sum())
+    return differ, end - first
 
 
 def check_data(data: Prepared, cfg: Config) -> list[CheckResult]:
