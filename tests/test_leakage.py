@@ -304,3 +304,24 @@ def test_the_fast_window_path_is_checked_against_the_gather(tiny_csv, monkeypatc
     monkeypatch.setattr(windows_module, "_unfolded", one_row_later)
     result = by_name(check_windows(data))["data/window-paths"]
     assert not result.passed and result.max_change > 0
+
+
+def test_the_scaled_inputs_are_probed_on_real_rows(tiny_csv, monkeypatch):
+    from tsformer.leakage import check_scaled_inputs
+
+    data = training_data(tiny_config(tiny_csv))
+    result = check_scaled_inputs(data)
+    assert result.passed and result.max_change == 0.0 and "16 origins" in result.detail
+
+    prepare_module = importlib.import_module("tsformer.data.prepare")
+    scale = prepare_module._scale
+
+    def adds_half_the_next_row(frame, scaler):  # a deliberate break: each row leans on the next one
+        scaled = scale(frame, scaler)
+        scaled[:-1] += 0.5 * scaled[1:]
+        return scaled
+
+    monkeypatch.setattr(prepare_module, "_scale", adds_half_the_next_row)
+    broken = training_data(tiny_config(tiny_csv))  # the whole pipeline scales this way now
+    result = check_scaled_inputs(broken)
+    assert not result.passed and result.max_change > 1.0

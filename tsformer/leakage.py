@@ -19,7 +19,7 @@ import torch
 
 from tsformer.config import Config
 from tsformer.data import SPLITS, Prepared, Scaler, SeriesFrame, Split, SplitBorders, WindowIndex, fill_column
-from tsformer.data.prepare import scale_season
+from tsformer.data.prepare import scale_inputs, scale_season
 from tsformer.errors import LeakageError
 from tsformer.model import Covariates, ForecasterBase
 
@@ -577,12 +577,53 @@ def _paths_differ(index: WindowIndex) -> tuple[int, int]:
     return differ, end - first
 
 
+def check_scaled_inputs(data: Prepared, n_origins: int = 16) -> CheckResult:
+    """The scaling the model's inputs go through (`scale_inputs`, the one path), on the real rows: after every raw
+    value after an origin in its series is redrawn (targets and covariates), the scaled inputs at or before it
+    must be as they were; `n_origins` origins spread over all rows."""
+    frame, base = data.frame, data.inputs
+    rng = np.random.default_rng(0)
+    ids = frame.id_of_rows()
+    worst = 0.0
+    origins = np.unique(np.linspace(0, max(frame.n_rows - 2, 0), n_origins).round().astype(np.int64))
+    for row in origins:
+        start, end = frame.bounds[ids[row]], frame.bounds[ids[row] + 1]
+        later = slice(row + 1, end)  # the rows of its series after the origin
+        changed = dataclasses.replace(
+            frame,
+            values=_redrawn(frame.values, later, rng),
+            past=_redrawn(frame.past, later, rng),
+            future=_redrawn(frame.future, later, rng),
+        )
+        inputs = scale_inputs(changed, data.layout, data.scaler, data.static_scale)
+        for role in ("target", "past", "future", "phase"):
+            before, after = getattr(base, role), getattr(inputs, role)
+            if before is not None:
+                worst = max(worst, float((after[start : row + 1] - before[start : row + 1]).abs().max()))
+    return CheckResult(
+        "data/scaled",
+        worst == 0.0,
+        worst,
+        f"scaled inputs at or before an origin after redrawing every raw value after it, {len(origins)} origins",
+    )
+
+
+def _redrawn(block: np.ndarray | None, rows: slice, rng: np.random.Generator) -> np.ndarray | None:
+    """A copy of `block` with `rows` replaced by large random values (None stays None)."""
+    if block is None:
+        return None
+    block = block.copy()
+    block[rows] = (1e3 * rng.normal(size=block[rows].shape)).astype(block.dtype)
+    return block
+
+
 def check_data(data: Prepared, cfg: Config) -> list[CheckResult]:
-    """Every data check: fills, the scaler, then the windows and splits."""
+    """Every data check: fills, the scaler, the scaled inputs, then the windows and splits."""
     frame = data.frame
     return [
         check_fill(frame, cfg.data.fill),
         check_scaler(frame, data.borders, data.scaler, scale_season(cfg, frame.freq)),
+        check_scaled_inputs(data),
         *check_windows(data),
     ]
 
