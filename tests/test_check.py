@@ -61,3 +61,21 @@ def test_intervals_recalibrated_elsewhere_or_a_changed_fallback_are_caught(predi
     switched = ("seasonal_naive" if row[0] != "seasonal_naive" else "repeat_last",) + row[1:]
     result = check_choices(predictor.replace(fallback=(switched,)), data)
     assert not result.passed and "DIFFERENT" in result.detail
+
+
+def test_the_backtest_path_reads_nothing_from_its_origin_on(predictor, monkeypatch):
+    import dataclasses
+
+    from tsformer.check import check_backtest_origins
+    from tsformer.data import WindowIndex
+
+    result = check_backtest_origins(predictor, predictor.read())
+    assert result.passed and result.max_change == 0.0 and "forecast" in result.detail
+    gather_all = WindowIndex.all
+
+    def a_row_late(self):  # a deliberate break: every window's context reaches its first target row
+        return gather_all(dataclasses.replace(self, starts=self.starts + 1))
+
+    monkeypatch.setattr(WindowIndex, "all", a_row_late)
+    result = check_backtest_origins(predictor, predictor.read())
+    assert not result.passed and result.max_change > 1.0

@@ -6,8 +6,10 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pandas as pd
 import torch
 
+from tsformer.backtest import score_origins
 from tsformer.calibration import choose_and_calibrate
 from tsformer.data import Prepared
 from tsformer.final import last_timestamps
@@ -30,6 +32,7 @@ def check_predictor(predictor: Predictor, data: Prepared | None) -> list[CheckRe
     results.append(check_forecasters(predictor, data))
     results.append(check_choices(predictor, data))
     results.append(check_final(predictor, data))
+    results.append(check_backtest_origins(predictor, data))
     return results + ([] if data is None else check_data(data, predictor.config))
 
 
@@ -66,6 +69,40 @@ def check_choices(predictor: Predictor, data: Prepared | None) -> CheckResult:
         change,
         f"the fallback ({'as stored' if same_fallback else 'DIFFERENT from the stored one'}) and the calibration "
         f"recomputed from the run's {len(data.split_windows('val'))} validation windows, against the checkpoint's",
+    )
+
+
+def check_backtest_origins(predictor: Predictor, data: Prepared | None) -> CheckResult:
+    """The backtest path (`score_origins`: windows, every forecaster, the fallback, the intervals, the table in the
+    data's units) forecasts from each series' first test origin exactly as before after every target and
+    past-only covariate from that origin on is redrawn (known-future covariates may be read up to the horizon)."""
+    if data is None:
+        return CheckResult("backtest/origin", True, 0.0, "data checks skipped: no origins to probe")
+    rows = data.borders.val_end[:, None]  # (n_ids, 1): each series' first test step
+    lengths = data.frame.lengths[:, None]
+    if not ((rows >= 1) & (rows + predictor.horizon <= lengths)).all():
+        return CheckResult("backtest/origin", True, 0.0, "some series have no test window: not probed")
+    base = score_origins(predictor, data, rows).forecasts
+    position = np.arange(data.frame.n_rows) - np.repeat(data.frame.bounds[:-1], data.frame.lengths)
+    later = torch.from_numpy(position >= np.repeat(data.borders.val_end, data.frame.lengths))  # (n_rows,)
+    generator = torch.Generator().manual_seed(0)
+
+    def redrawn(block: torch.Tensor | None) -> torch.Tensor | None:
+        if block is None:
+            return None
+        noise = 1e3 * torch.randn(block.shape, generator=generator, dtype=block.dtype)
+        return torch.where(later.view(-1, *[1] * (block.dim() - 1)), noise, block)
+
+    inputs = dataclasses.replace(data.inputs, target=redrawn(data.inputs.target), past=redrawn(data.inputs.past))
+    after = score_origins(predictor, dataclasses.replace(data, inputs=inputs), rows).forecasts
+    columns = [c for c in base.columns if c != "truth" and pd.api.types.is_float_dtype(base[c])]
+    change = float(np.nanmax(np.abs(after[columns].to_numpy() - base[columns].to_numpy()))) if columns else 0.0
+    return CheckResult(
+        "backtest/origin",
+        change == 0.0,
+        change,
+        f"backtest forecasts ({', '.join(columns[:3])}{', ...' if len(columns) > 3 else ''}) from each series' "
+        f"first test origin after redrawing every target and past-only covariate from it on, {len(rows)} series",
     )
 
 
