@@ -11,7 +11,7 @@ import torch
 
 from tsformer.backtest import score_origins
 from tsformer.calibration import choose_and_calibrate
-from tsformer.data import Prepared
+from tsformer.data import Prepared, WindowIndex
 from tsformer.final import last_timestamps
 from tsformer.leakage import CheckResult, check_data, check_intervals, check_model
 
@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 
 
 def check_predictor(predictor: Predictor, data: Prepared | None) -> list[CheckResult]:
-    """The model checks on the assembled model, the intervals' checks on its calibration, and (with `data`, read
-    by `Predictor.read`) the data checks: fills, the scaler, the windows and splits."""
+    """The model checks on the assembled model, the intervals' checks on its calibration, the checks of its
+    forecasters, its stored choices, its two models and the backtest path, and (with `data`, read by
+    `Predictor.read`) the data checks: fills, the scaler, the scaled inputs, the windows and splits."""
     cfg, calibration = predictor.config.model, predictor.calibration
 
     def half_widths(windows):
@@ -39,14 +40,19 @@ def check_predictor(predictor: Predictor, data: Prepared | None) -> list[CheckRe
 PROBE_WINDOWS = 8  # windows each probe forecasts (ETS and Theta fit every one: keep it cheap)
 
 
+def _probe_windows(windows: WindowIndex) -> WindowIndex:
+    """Up to PROBE_WINDOWS of `windows`, evenly spread."""
+    return windows.subset(torch.linspace(0, len(windows) - 1, min(PROBE_WINDOWS, len(windows))).long())
+
+
 def check_choices(predictor: Predictor, data: Prepared | None) -> CheckResult:
     """Where the stored choices were made: the fallback and the interval and quantile calibration, recomputed
     from the run's validation windows with its held-out model, must be what the checkpoint holds (choices made,
     or intervals recalibrated, on any other windows differ)."""
     if data is None:
         return CheckResult("choices/validation", True, 0.0, "data checks skipped: the choices cannot be recomputed")
-    stored = predictor.calibration
-    fresh, _ = choose_and_calibrate(predictor.replace(fallback=(), calibration=None), data.split_windows("val"), data)
+    stored, val_windows = predictor.calibration, data.split_windows("val")
+    fresh, _ = choose_and_calibrate(predictor.replace(fallback=(), calibration=None), val_windows, data)
     shape = (len(predictor.series), predictor.layout.n_targets)
     same_fallback = _choice_table(fresh.fallback, shape) == _choice_table(predictor.fallback, shape)
     change = 0.0
@@ -68,7 +74,7 @@ def check_choices(predictor: Predictor, data: Prepared | None) -> CheckResult:
         passed,
         change,
         f"the fallback ({'as stored' if same_fallback else 'DIFFERENT from the stored one'}) and the calibration "
-        f"recomputed from the run's {len(data.split_windows('val'))} validation windows, against the checkpoint's",
+        f"recomputed from the run's {len(val_windows)} validation windows, against the checkpoint's",
     )
 
 
@@ -83,8 +89,9 @@ def check_backtest_origins(predictor: Predictor, data: Prepared | None) -> Check
     if not ((rows >= 1) & (rows + predictor.horizon <= lengths)).all():
         return CheckResult("backtest/origin", True, 0.0, "some series have no test window: not probed")
     base = score_origins(predictor, data, rows).forecasts
-    position = np.arange(data.frame.n_rows) - np.repeat(data.frame.bounds[:-1], data.frame.lengths)
-    later = torch.from_numpy(position >= np.repeat(data.borders.val_end, data.frame.lengths))  # (n_rows,)
+    ids = data.frame.id_of_rows()
+    position = np.arange(data.frame.n_rows) - data.frame.bounds[ids]  # each row within its series
+    later = torch.from_numpy(position >= data.borders.val_end[ids])  # (n_rows,)
     generator = torch.Generator().manual_seed(0)
 
     def redrawn(block: torch.Tensor | None) -> torch.Tensor | None:
@@ -120,7 +127,7 @@ def check_forecasters(predictor: Predictor, data: Prepared | None) -> CheckResul
     windows = data.split_windows("val")
     if not len(windows):
         return CheckResult("forecasters/future", True, 0.0, "no validation window to probe")
-    picked = windows.subset(torch.linspace(0, len(windows) - 1, min(PROBE_WINDOWS, len(windows))).long()).all()
+    picked = _probe_windows(windows).all()
     context_len = predictor.context_len
     generator = torch.Generator().manual_seed(0)
     redrawn = picked.target.clone()
@@ -151,7 +158,7 @@ def check_final(predictor: Predictor, data: Prepared | None) -> CheckResult:
     windows = data.split_windows("test")
     if not len(windows):
         return CheckResult("final/rows", False, float("inf"), "no test window to probe the scoring path on")
-    picked = windows.subset(torch.linspace(0, len(windows) - 1, min(PROBE_WINDOWS, len(windows))).long())
+    picked = _probe_windows(windows)
     cut, ids = picked.split(predictor.context_len), picked.series()
     scored = predictor.forecast(cut, ids).each["model"]  # what evaluate and backtest score
 

@@ -14,8 +14,8 @@ statsmodels rather than statsforecast (AutoETS, AutoTheta), by measurement (benc
 Theta"): statsforecast 2.0.3 fits 5-10 times faster, but its fugue dependency declares pandas<3, so pip
 installs it beside tsformer's pandas 3 by downgrading pandas, and it adds about 770 MB; statsmodels adds
 about 210 MB and no pin, and is imported only by runs that use these candidates. A fit costs about 0.2 s
-(ets, four forms) and 0.03 s (theta) a window, so `train` uses them automatically only where validation and
-test hold few windows (`tsformer.data.choices`).
+(ets, four forms) and 0.03 s (theta) a window, so `train` uses them automatically only where validation
+holds few windows (`tsformer.data.choices`).
 """
 
 from __future__ import annotations

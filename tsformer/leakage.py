@@ -579,32 +579,57 @@ def _paths_differ(index: WindowIndex) -> tuple[int, int]:
 
 def check_scaled_inputs(data: Prepared, n_origins: int = 16) -> CheckResult:
     """The scaling the model's inputs go through (`scale_inputs`, the one path), on the real rows: after every raw
-    value after an origin in its series is redrawn (targets and covariates), the scaled inputs at or before it
-    must be as they were; `n_origins` origins spread over all rows."""
-    frame, base = data.frame, data.inputs
+    value after an origin is redrawn (targets and covariates), the scaled inputs at or before it must be as they
+    were; `n_origins` origins spread over all rows, each probed on the rows a window around it reads (its
+    series' context + horizon before and after it), so the cost does not grow with the file."""
+    frame = data.frame
+    span = data.config.model.context_len + data.config.model.horizon
     rng = np.random.default_rng(0)
     ids = frame.id_of_rows()
     worst = 0.0
     origins = np.unique(np.linspace(0, max(frame.n_rows - 2, 0), n_origins).round().astype(np.int64))
     for row in origins:
-        start, end = frame.bounds[ids[row]], frame.bounds[ids[row] + 1]
-        later = slice(row + 1, end)  # the rows of its series after the origin
+        i = int(ids[row])
+        first, end = max(int(frame.bounds[i]), row + 1 - span), min(int(frame.bounds[i + 1]), row + 1 + span)
+        piece = _series_rows(frame, i, first, end)
+        scaler = Scaler(data.scaler.mean[i : i + 1], data.scaler.std[i : i + 1])
+        later = slice(row + 1 - first, end - first)  # the piece's rows after the origin
         changed = dataclasses.replace(
-            frame,
-            values=_redrawn(frame.values, later, rng),
-            past=_redrawn(frame.past, later, rng),
-            future=_redrawn(frame.future, later, rng),
+            piece,
+            values=_redrawn(piece.values, later, rng),
+            past=_redrawn(piece.past, later, rng),
+            future=_redrawn(piece.future, later, rng),
         )
-        inputs = scale_inputs(changed, data.layout, data.scaler, data.static_scale)
+        base, inputs = (scale_inputs(f, data.layout, scaler, data.static_scale) for f in (piece, changed))
         for role in ("target", "past", "future", "phase"):
             before, after = getattr(base, role), getattr(inputs, role)
             if before is not None:
-                worst = max(worst, float((after[start : row + 1] - before[start : row + 1]).abs().max()))
+                worst = max(worst, float((after[: later.start] - before[: later.start]).abs().max()))
     return CheckResult(
         "data/scaled",
         worst == 0.0,
         worst,
         f"scaled inputs at or before an origin after redrawing every raw value after it, {len(origins)} origins",
+    )
+
+
+def _series_rows(frame: SeriesFrame, i: int, first: int, end: int) -> SeriesFrame:
+    """Rows first..end - 1 (of the stacked rows, all of series `i`) as a frame of that one series."""
+    rows = slice(first, end)
+
+    def cut(block: np.ndarray | None) -> np.ndarray | None:
+        return None if block is None else block[rows]
+
+    return dataclasses.replace(
+        frame,
+        timestamps=frame.timestamps[rows],
+        values=frame.values[rows],
+        observed=frame.observed[rows],
+        past=cut(frame.past),
+        future=cut(frame.future),
+        keys=(frame.keys[i],),
+        static=None if frame.static is None else frame.static.iloc[[i]].reset_index(drop=True),
+        bounds=np.array([0, end - first], dtype=np.int64),
     )
 
 

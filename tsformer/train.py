@@ -175,7 +175,7 @@ def _final_fit(
     torch.manual_seed(cfg.train.seed)  # the held-out model's initial weights
     model = build_forecaster(cfg.model, data.layout, cfg.train.loss, cfg.train.quantiles).to(ctx.device)
     runner = _Runner(cfg, all_rows, model, _optimizer(model, cfg), None, None, ctx, show_progress)
-    steps_per_epoch = math.ceil(math.ceil(n_held_out_windows / ctx.world_size) / cfg.train.batch_size)
+    steps_per_epoch = _steps_per_epoch(n_held_out_windows, ctx.world_size, cfg.train.batch_size)
     started = time.monotonic()
     try:
         steps = runner.fit_steps(windows, best_epoch, steps_per_epoch, cfg.train.epochs * steps_per_epoch)
@@ -188,6 +188,11 @@ def _final_fit(
         raise Interrupted(f"training stopped during the final fit on every row ({kept})") from None
     model.eval()
     return FinalFit(model, last_timestamps(data.frame), steps, len(windows), time.monotonic() - started)
+
+
+def _steps_per_epoch(n_windows: int, world_size: int, batch_size: int) -> int:
+    """Optimiser steps in an epoch over `n_windows` windows: each rank's share (padded alike), in batches."""
+    return math.ceil(math.ceil(n_windows / world_size) / batch_size)
 
 
 def _final_line(final: FinalFit, best_epoch: int) -> str:
@@ -295,8 +300,7 @@ class _Runner:
     def loop(self, state: LoopState, train_windows: WindowIndex, val_windows: WindowIndex) -> None:
         tc = self.cfg.train
         n_windows = len(train_windows)
-        per_rank = math.ceil(n_windows / self.ctx.world_size)
-        steps_per_epoch = math.ceil(per_rank / tc.batch_size)
+        steps_per_epoch = _steps_per_epoch(n_windows, self.ctx.world_size, tc.batch_size)
         total_steps = tc.epochs * steps_per_epoch
         progress = Progress(tc.epochs, steps_per_epoch, enabled=self.show_progress)
         started = time.monotonic() - state.train_seconds
