@@ -66,9 +66,11 @@ def test_resolve_chooses_calendar_loss_and_sizes_and_says_so():
         "chosen from the data: calendar features used (with them a linear probe's validation error moves -2"
     )
     assert notes[1].endswith(
-        "over 202 rows; used from -5 %); train.loss mse (a wide file); "
-        "set with --set data.calendar=true|false, --set train.loss=mse|mae"
+        "over 202 rows; used from -5 %); train.loss mse (a wide file); at most 56 epochs (1,052 training windows; "
+        "patience 3 ends it earlier); set with --set data.calendar=true|false, --set train.loss=mse|mae, "
+        "--set train.epochs=N"
     )
+    assert chosen.train.epochs == 56  # 9 steps of 128 windows an epoch: 56 epochs reach 500 steps
 
 
 def test_a_panel_gets_the_mae_loss():
@@ -95,7 +97,7 @@ def test_given_settings_are_kept_without_a_note():
     cfg = Config(
         data=DataConfig(calendar=False),
         model=ModelConfig(horizon=24, context_len=48, patch_len=24),
-        train=TrainConfig(loss="mae", candidates=("seasonal_naive",)),
+        train=TrainConfig(loss="mae", epochs=7, candidates=("seasonal_naive",)),
     )
     assert resolve_from_data(cfg, read_series(hourly(weekday_effect=4.0), cfg.data)) == (cfg, ())
 
@@ -105,7 +107,10 @@ def test_a_frequency_without_calendar_cycles_needs_no_probe():
     cfg = Config(model=ModelConfig(horizon=4))
     chosen, notes = resolve_from_data(cfg, read_series(years, cfg.data))
     assert chosen.data.calendar is False
-    assert notes[1] == "chosen from the data: train.loss mse (a wide file); set with --set train.loss=mse|mae"
+    assert notes[1] == (
+        "chosen from the data: train.loss mse (a wide file); at most 100 epochs (35 training windows; patience 3 "
+        "ends it earlier); set with --set train.loss=mse|mae, --set train.epochs=N"
+    )
 
 
 def test_auto_none_and_bools_are_read_for_the_calendar():
@@ -130,7 +135,7 @@ def test_prepare_refuses_unresolved_settings():
     frame = read_series(hourly(weekday_effect=0.0), cfg.data)
     with pytest.raises(ConfigError, match="automatic settings must be chosen first"):
         prepare(frame, cfg)
-    resolved = dataclasses.replace(cfg, data=DataConfig(calendar=False), train=TrainConfig(loss="mse"))
+    resolved = dataclasses.replace(cfg, data=DataConfig(calendar=False), train=TrainConfig(loss="mse", epochs=10))
     assert prepare(frame, resolved).config == resolved
 
 

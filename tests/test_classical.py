@@ -56,3 +56,31 @@ def test_a_short_single_series_trains_with_them_and_every_check_passes(tmp_path)
     assert checks["passed"].all() and "ets" not in checks.loc[checks.name == "forecasters/future", "detail"].item()
     forecast = predictor.predict()
     assert len(forecast) == 6 and forecast["forecaster"].notna().all()
+
+
+def test_fits_in_worker_processes_give_the_fits_made_here_bit_for_bit(monkeypatch):
+    import tsformer.classical as classical
+
+    pools = []
+
+    class Pool(classical.ProcessPoolExecutor):
+        def __init__(self, workers, **kwargs):
+            pools.append(workers)
+            super().__init__(workers, **kwargs)
+
+    monkeypatch.setattr(classical, "ProcessPoolExecutor", Pool)
+    rng = np.random.default_rng(1)
+    history = torch.tensor(np.stack([trending_season(48, seed=s) for s in range(24)])[:, :, None])  # (24, 48, 1)
+    history[:, :, 0] += torch.tensor(rng.normal(size=(24, 1)))
+    first = torch.zeros(24, 1, 1, dtype=torch.long)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        here = classical_forecasts(history, first, 6, 12, ("theta",))
+        torch.set_num_threads(2)  # 24 fits: two processes of 8 or more each
+        forked = classical_forecasts(history, first, 6, 12, ("theta",))
+    finally:
+        torch.set_num_threads(threads)
+    assert pools == [2]  # the serial run made none
+    assert here["theta"].shape == (24, 6, 1) and torch.equal(here["theta"], forked["theta"])
+    assert not torch.equal(here["theta"][0], here["theta"][1])

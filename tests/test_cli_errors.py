@@ -339,7 +339,7 @@ def test_config_with_unknown_key(tmp_path):
     ("override", "fragment"),
     [
         ("model.dropout=1.5", "model.dropout must be in [0, 1)"),
-        ("train.epochs=0", "train.epochs must be at least 1"),
+        ("train.epochs=-1", "train.epochs must be at least 1 (or 0: from the data), got -1"),
         ("model.n_heads=3", "model.n_heads (3) must divide model.d_model (8)"),
         ("train.lr=-1", "train.lr must be positive"),
         ("train.lr=.inf", "train.lr must be a finite number, got inf"),

@@ -67,6 +67,16 @@ def test_defaults_are_automatic():
         assert not load_config(REPO / "configs" / f"{name}.yaml").model.resolved
 
 
+@pytest.mark.parametrize(
+    "n_windows, epochs",
+    [(234_682, 10), (8_209, 10), (1_523, 42), (300, 100), (0, 100)],  # M4 Hourly, ETTh1, the sample, short files
+)
+def test_automatic_epochs_reach_500_steps_from_10_to_100_epochs(n_windows, epochs):
+    from tsformer.config import auto_epochs
+
+    assert auto_epochs(n_windows, 128) == epochs
+
+
 def test_air_passengers_trains_and_predicts_with_defaults(tmp_path, air_passengers):
     run = tmp_path / "run"
     result = invoke("train", air_passengers, "--horizon", "12", "--out", run, *SMALL_MODEL)
@@ -192,8 +202,9 @@ def test_forgetting_the_horizon_names_the_default_and_a_horizon_that_fits(tmp_pa
         "horizon: --horizon sets it); provide more rows, or a --horizon of at most 14, e.g. --horizon 12 (a season "
         "of MS data), or a shorter --context-len"
     )
-    help_text = invoke("train", "--help").output
-    assert "(default: 96, model.horizon)" in help_text and "Maximum epochs (default: 10;" in help_text
+    help_text = " ".join(invoke("train", "--help").output.split())  # unwrapped
+    assert "(default: 96, model.horizon)" in help_text
+    assert "Maximum epochs (default: from the training windows, 10 to 100" in help_text
 
 
 def test_an_unresolved_config_cannot_build_a_model():

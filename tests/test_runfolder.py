@@ -150,7 +150,8 @@ def test_a_full_disk_is_one_error_naming_the_run_file_and_keeps_the_old_run(tmp_
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(files_module.os, "fsync", disk_full)
-    result = CliRunner().invoke(app, ["train", str(tmp_path / "old.csv"), "--out", str(run), "--overwrite", *TINY])
+    argv = ["train", str(tmp_path / "old.csv"), "--out", str(run), "--overwrite", "--epochs", "1", *TINY]
+    result = CliRunner().invoke(app, argv)
     assert result.exit_code == 2
     staged = _staging(run)
     assert result.stderr.strip() == (

@@ -129,3 +129,16 @@ def test_the_summary_says_what_stopped_training(tiny_csv, tmp_path, monkeypatch)
     assert train(patient, tmp_path / "two", show_progress=False).summary.stopped_by == (
         "stopped when validation stopped improving (2 epochs without a better loss, train.patience)"
     )
+
+
+def test_a_small_file_trains_past_ten_epochs_until_validation_stops_improving(tiny_csv, tmp_path, monkeypatch):
+    cfg = tiny_config(tiny_csv)
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, epochs=0, patience=3))  # automatic
+    losses = iter([1.0 / epoch for epoch in range(1, 15)] + [0.5] * 3)  # better for 14 epochs, then not
+    monkeypatch.setattr(train_module._Runner, "_val_loss", lambda self, windows: next(losses))
+    predictor = train(cfg, tmp_path / "run", show_progress=False)
+    summary = predictor.summary
+    assert predictor.config.train.epochs == 100  # a few windows: 100 short epochs at most
+    assert (summary.best_epoch, summary.epochs_run) == (14, 17)
+    assert summary.stopped_by.startswith("stopped when validation stopped improving (3 epochs")
+    assert len(pd.read_csv(tmp_path / "run" / "history.csv")) == 17

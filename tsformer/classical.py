@@ -20,33 +20,58 @@ holds few windows (`tsformer.data.choices`).
 
 from __future__ import annotations
 
+import multiprocessing
 import warnings
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import torch
 
 CLASSICAL = ("ets", "theta")
 MIN_ROWS = 4  # a context shorter than this (from its first observed step) gets repeat-last
+MIN_FITS_PER_WORKER = 8  # fewer fits than this per extra process are run here (a fork costs more than a fit)
 
 
 def classical_forecasts(
     history: torch.Tensor, first: torch.Tensor, horizon: int, season: int, names: tuple[str, ...]
 ) -> dict[str, torch.Tensor]:
     """Each of `names` (of CLASSICAL) forecasting (N, H, C) from forward-filled contexts `history` (N, L, C),
-    each column fit from its first observed step `first` (N, 1, C)."""
-    fits = {"ets": _ets, "theta": _theta}
-    _import_statsmodels()  # before silencing warnings: its import adds "always" filters, which would win inside
+    each column fit from its first observed step `first` (N, 1, C). The fits run in parallel processes, one
+    per torch thread (`train.num_threads`, else every core), where there are enough of them."""
+    _import_statsmodels()  # before silencing warnings (its import adds "always" filters) and before forking
     values = history.double().numpy()
     starts = first[:, 0].numpy()  # (N, C)
-    out = {name: np.empty((history.shape[0], horizon, history.shape[2])) for name in names}
+    n_windows, n_columns = starts.shape
+    contexts = [values[n, starts[n, c] :, c] for n in range(n_windows) for c in range(n_columns)]
+    jobs = [(y, season, horizon, names) for y in contexts]
+    workers = min(torch.get_num_threads(), len(jobs) // MIN_FITS_PER_WORKER)
+    if workers > 1:
+        with ProcessPoolExecutor(workers, mp_context=_fork_context()) as pool:
+            fitted = list(pool.map(_fit_all, jobs, chunksize=-(-len(jobs) // (4 * workers))))
+    else:
+        fitted = [_fit_all(job) for job in jobs]
+    # (N * C, len(names), H) -> each name's (N, H, C)
+    stacked = np.asarray(fitted, dtype=np.float64).reshape(n_windows, n_columns, len(names), horizon)
+    return {
+        name: torch.from_numpy(np.ascontiguousarray(stacked[:, :, i].transpose(0, 2, 1))).to(history.dtype)
+        for i, name in enumerate(names)
+    }
+
+
+def _fit_all(job: tuple[np.ndarray, int, int, tuple[str, ...]]) -> list[np.ndarray]:
+    """Every named forecaster's forecast from one column's context (in a worker process or in this one)."""
+    y, season, horizon, names = job
+    fits = {"ets": _ets, "theta": _theta}
     with warnings.catch_warnings():  # statsmodels warns on every hard fit; the forecast is checked instead
         warnings.simplefilter("ignore")
-        for n in range(history.shape[0]):
-            for c in range(history.shape[2]):
-                y = values[n, starts[n, c] :, c]
-                for name in names:
-                    out[name][n, :, c] = _forecast(fits[name], y, season, horizon)
-    return {name: torch.from_numpy(f).to(history.dtype) for name, f in out.items()}
+        return [_forecast(fits[name], y, season, horizon) for name in names]
+
+
+def _fork_context():
+    """Workers forked from this process (statsmodels already imported, nothing to pickle but the contexts);
+    the platform's default where fork is unavailable."""
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else None)
 
 
 def _import_statsmodels() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from tsformer.config import Config
+from tsformer.config import AUTO_MAX_EPOCHS, AUTO_MIN_EPOCHS, AUTO_MIN_STEPS, Config
 from tsformer.errors import TsformerError
 
 DEFAULTS = Config()  # what a flag left out gives, for --help
@@ -118,8 +118,9 @@ def train(
     epochs: int | None = typer.Option(
         None,
         "--epochs",
-        help=f"Maximum epochs (default: {DEFAULTS.train.epochs}; training stops earlier after "
-        f"{DEFAULTS.train.patience} epochs without a better validation loss, train.patience).",
+        help=f"Maximum epochs (default: from the training windows, {AUTO_MIN_EPOCHS} to {AUTO_MAX_EPOCHS}, enough for "
+        f"{AUTO_MIN_STEPS} optimiser steps; training stops earlier after {DEFAULTS.train.patience} epochs without a "
+        "better validation loss, train.patience).",
     ),
     seed: int | None = typer.Option(
         None, "--seed", help=f"Random seed (default: {DEFAULTS.train.seed}; exactly reproducible on CPU)."

@@ -50,6 +50,11 @@ CANDIDATE_NAMES = (
 AUTO_MAX_CONTEXT = 336  # the longest automatic context_len: two weeks of hourly data, the ETTh1 setting
 AUTO_MAX_PATCH = 24  # the longest automatic patch_len: a day of hourly data
 AUTO_PATCH_NO_SEASON = 4  # the automatic patch_len for a frequency with no known season (yearly, 2-day, ...)
+# an automatic train.epochs (0) caps training at the epochs that take AUTO_MIN_STEPS optimiser steps, at least
+# AUTO_MIN_EPOCHS and at most AUTO_MAX_EPOCHS; patience ends it earlier once validation stops improving
+AUTO_MIN_STEPS = 500
+AUTO_MIN_EPOCHS = 10
+AUTO_MAX_EPOCHS = 100
 
 
 def _require(ok: bool, message: str) -> None:
@@ -207,7 +212,7 @@ class ModelConfig:
 class TrainConfig:
     """Optimisation, early stopping and reproducibility."""
 
-    epochs: int = 10
+    epochs: int = 0  # the most epochs; 0: from the training windows (`auto_epochs`), 10 up to 100
     batch_size: int = 128
     lr: float = 1e-3
     min_lr_ratio: float = 0.05  # the cosine schedule decays to lr * min_lr_ratio
@@ -250,7 +255,8 @@ class TrainConfig:
             all(0 < q < 1 for q in self.quantiles) and len(set(self.quantiles)) == len(self.quantiles),
             f"train.quantiles must be distinct levels in (0, 1), got {list(self.quantiles)}",
         )
-        for name in ("epochs", "batch_size", "patience", "train_stride"):
+        _require(self.epochs >= 0, f"train.epochs must be at least 1 (or 0: from the data), got {self.epochs}")
+        for name in ("batch_size", "patience", "train_stride"):
             _require(getattr(self, name) >= 1, f"train.{name} must be at least 1, got {getattr(self, name)}")
         _require(self.lr > 0, f"train.lr must be positive, got {self.lr}")
         _require(0 <= self.seed <= MAX_SEED, f"train.seed must be in 0..{MAX_SEED}, got {self.seed}")
@@ -319,6 +325,14 @@ def resolve_auto(cfg: Config, n_train_rows: int, season: int, freq: str = "") ->
         f"{'them' if len(auto) > 1 else 'it'} with {' / '.join(flags[name] for name in auto)}"
     )
     return dataclasses.replace(cfg, model=chosen), note
+
+
+def auto_epochs(n_train_windows: int, batch_size: int) -> int:
+    """The most epochs of an automatic train.epochs: enough for AUTO_MIN_STEPS optimiser steps of `batch_size`
+    windows, at least AUTO_MIN_EPOCHS and at most AUTO_MAX_EPOCHS (a few hundred windows get 100 short epochs,
+    M4 Hourly's 234,682 get 10); patience stops training once validation stops improving."""
+    steps_per_epoch = max(1, -(-n_train_windows // batch_size))
+    return min(AUTO_MAX_EPOCHS, max(AUTO_MIN_EPOCHS, -(-AUTO_MIN_STEPS // steps_per_epoch)))
 
 
 def _auto_patch_len(season: int) -> int:

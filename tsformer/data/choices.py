@@ -1,6 +1,7 @@
 """The settings left automatic, chosen from the data's training and validation rows before training.
 
 - model.context_len and model.patch_len: from the training rows and the frequency (`config.resolve_auto`);
+- train.epochs: the most epochs, from the training windows (`config.auto_epochs`; patience ends training);
 - data.calendar: calendar features are used where a cheap probe shows the calendar explains what the season
   does not (`calendar_gain`), measured on validation rows;
 - train.loss: mae for a panel (long format with many series, judged by MAE, MASE and sMAPE, where each
@@ -21,10 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from tsformer.candidates import CLASSICAL, candidate_names
-from tsformer.config import Config, resolve_auto
+from tsformer.config import Config, auto_epochs, resolve_auto
 from tsformer.data.calendar import calendar_features, calendar_names
 from tsformer.data.loader import SeriesFrame
-from tsformer.data.split import SplitBorders, split_borders, val_horizons, window_counts
+from tsformer.data.split import SplitBorders, panel_min_history, split_borders, val_horizons, window_counts
 from tsformer.metrics import season_length
 
 # ets and theta are candidates by default up to this many validation windows x columns (each is fit per window,
@@ -76,12 +77,27 @@ def resolve_from_data(cfg: Config, frame: SeriesFrame) -> tuple[Config, tuple[st
         what = "a panel" if panel else "one series" if frame.id_cols else "a wide file"
         chosen.append(f"train.loss {loss} ({what})")
         flags.append("train.loss=mse|mae")
+    if not cfg.train.epochs:
+        cfg, note = _choose_epochs(cfg, frame, borders)
+        chosen.append(note)
+        flags.append("train.epochs=N")
     if chosen:
         notes.append(f"chosen from the data: {'; '.join(chosen)}; set with {', '.join('--set ' + f for f in flags)}")
     if not cfg.train.candidates:
         cfg, note = _choose_candidates(cfg, frame, borders)
         notes.append(note)
     return cfg, tuple(notes)
+
+
+def _choose_epochs(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> tuple[Config, str]:
+    """train.epochs from the training windows (`config.auto_epochs`): the most epochs; patience ends it."""
+    model, tc = cfg.model, cfg.train
+    history = panel_min_history("train", model.context_len, model.horizon) if frame.id_cols else model.context_len
+    counts = window_counts("train", borders, history, model.horizon)
+    n_windows = -(-int(counts.sum()) // tc.train_stride)
+    epochs = auto_epochs(n_windows, tc.batch_size)
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(tc, epochs=epochs))
+    return cfg, f"at most {epochs} epochs ({n_windows:,} training windows; patience {tc.patience} ends it earlier)"
 
 
 def _choose_candidates(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> tuple[Config, str]:

@@ -24,6 +24,7 @@ from tsformer.data.loader import SeriesFrame, Source, read_series
 from tsformer.data.split import (
     Scaler,
     SplitBorders,
+    panel_min_history,
     split_borders,
     val_horizons,
     window_counts,
@@ -91,10 +92,6 @@ class Prepared:
         return index.every(stride) if stride > 1 else index
 
 
-def panel_min_history(split: str, context_len: int, horizon: int) -> int:
-    return min(context_len, horizon) if split == "train" else 1
-
-
 def training_data(cfg: Config, source: Source | None = None, static: Source | None = None) -> Prepared:
     """Training's data in its three steps: read `source` (a path or DataFrame; default cfg.data.path), choose
     the automatic settings, prepare."""
@@ -112,7 +109,7 @@ def prepare(frame: SeriesFrame, cfg: Config, notes: tuple[str, ...] | None = Non
     """Training: split each series of `frame`, fit the train-only scaler (and the scale of the numeric static
     covariates), and scale. `cfg` has its automatic settings chosen (`choices.resolve_from_data`); `notes` are
     those so far for the user (default: the frame's)."""
-    if not cfg.model.resolved or cfg.data.calendar is None or cfg.train.loss == "auto":
+    if not cfg.model.resolved or cfg.data.calendar is None or cfg.train.loss == "auto" or not cfg.train.epochs:
         raise ConfigError("the automatic settings must be chosen first (data.resolve_from_data)")
     notes = frame.notes if notes is None else notes
     if frame.id_cols and frame.n_ids == 1:  # the field's examples ship one series in long format

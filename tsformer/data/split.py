@@ -246,6 +246,12 @@ def _seasonal_mae(values: np.ndarray, season: int) -> np.ndarray:
         return np.where(pairs, diffs, 0.0).sum(axis=0) / pairs.sum(axis=0)
 
 
+def panel_min_history(split: str, context_len: int, horizon: int) -> int:
+    """Steps of its series a panel's window needs before its first target: min(context_len, horizon) in
+    training (shorter contexts are left-padded), one in validation and test."""
+    return min(context_len, horizon) if split == "train" else 1
+
+
 def window_counts(split: str, borders: SplitBorders, min_history: int, horizon: int) -> np.ndarray:
     """(n_ids,) how many stride-1 windows of `split` each series has."""
     first, end = borders.target_range(split)
