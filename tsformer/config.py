@@ -10,6 +10,7 @@ import dataclasses
 import datetime
 import math
 import numbers
+import re
 import types
 import typing
 from dataclasses import dataclass, field, fields
@@ -93,6 +94,9 @@ class DataConfig:
     calendar: bool | None = None
     sort: bool = False  # accept unsorted rows by sorting them on the time column
     dayfirst: bool = False  # read ambiguous dates such as 01/02/2024 as day/month
+    # the UTC offset ("+01:00") that timestamps written with offsets are read at, calendar features included;
+    # "" takes the first row's (a training row), and the run stores it, so every file it reads is read alike
+    utc_offset: str = ""
     fill: str = ""  # "", ffill or zero: how NaN/inf cells are filled (never from later rows)
     # Each series' scale (from its training steps): std, or seasonal = the mean absolute change over one season
     # (MASE's denominator), which weighs smooth, regular series more in the loss
@@ -121,6 +125,10 @@ class DataConfig:
         _require(
             self.time_unit in TIME_UNITS,
             f"data.time_unit must be one of {', '.join(TIME_UNITS[1:])}, got {self.time_unit!r}",
+        )
+        _require(
+            self.utc_offset == "" or re.fullmatch(r"[+-]\d\d:\d\d", self.utc_offset) is not None,
+            f"data.utc_offset must be an offset such as +01:00 or -05:30, got {self.utc_offset!r}",
         )
         _check_finite(self, "data")
         _require(

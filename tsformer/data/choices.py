@@ -26,6 +26,7 @@ from tsformer.config import Config, auto_epochs, resolve_auto
 from tsformer.data.calendar import calendar_features, calendar_names
 from tsformer.data.loader import SeriesFrame
 from tsformer.data.split import SplitBorders, panel_min_history, split_borders, val_horizons, window_counts
+from tsformer.data.timestamps import written_offset
 from tsformer.metrics import season_length
 
 # ets and theta are candidates by default up to this many validation windows x columns (each is fit per window,
@@ -55,12 +56,11 @@ class CalendarGain:
 def resolve_from_data(cfg: Config, frame: SeriesFrame) -> tuple[Config, tuple[str, ...]]:
     """The config with every automatic setting chosen from `frame`, and a line for the sizes and one for the
     other choices (none when nothing was automatic)."""
-    if cfg.data.val_horizons is None and _default_panel_split(cfg, frame):
-        k = val_horizons(cfg.data, frame.lengths, cfg.model.horizon)
-        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, val_horizons=k))  # `prepare` says it
-    # a given context_len is checked for room here as training will check it (0: automatic, chosen to fit)
-    borders = split_borders(cfg.data, frame, cfg.model.context_len, cfg.model.horizon, min_history=1)
+    cfg, borders = choice_split(cfg, frame)
     notes, chosen, flags = [], [], []
+    if frame.timestamps.tz is not None and not cfg.data.utc_offset:  # stored, so later files are read at it
+        offset = written_offset(frame.timestamps[:1])
+        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, utc_offset=offset))
     if not cfg.model.resolved:
         cfg, note = resolve_auto(cfg, int(borders.train_end.max()), season_length(frame.freq), frame.freq)
         notes.append(note)
@@ -87,6 +87,16 @@ def resolve_from_data(cfg: Config, frame: SeriesFrame) -> tuple[Config, tuple[st
         cfg, note = _choose_candidates(cfg, frame, borders)
         notes.append(note)
     return cfg, tuple(notes)
+
+
+def choice_split(cfg: Config, frame: SeriesFrame) -> tuple[Config, SplitBorders]:
+    """The split the choices are made on: the config with an automatic data.val_horizons chosen, and the
+    borders (before context_len is chosen: every window needs one step of history)."""
+    if cfg.data.val_horizons is None and _default_panel_split(cfg, frame):
+        k = val_horizons(cfg.data, frame.lengths, cfg.model.horizon)
+        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, val_horizons=k))  # `prepare` says it
+    # a given context_len is checked for room here as training will check it (0: automatic, chosen to fit)
+    return cfg, split_borders(cfg.data, frame, cfg.model.context_len, cfg.model.horizon, min_history=1)
 
 
 def _choose_epochs(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> tuple[Config, str]:

@@ -19,12 +19,15 @@ from tsformer.config import DataConfig
 from tsformer.data.csvfile import names, read_table, table_from_frame
 from tsformer.data.static import read_static, static_columns
 from tsformer.data.timestamps import (
+    ReadEvidence,
     TimeNotation,
     check_order,
+    date_readings,
     fill_the_grid,
     fill_the_grids,
     find_time_col,
     parse_timestamps,
+    pick_date_order,
     resolve_freq,
 )
 from tsformer.errors import DataError
@@ -62,6 +65,7 @@ class SeriesFrame:
     static_from: str = ""  # where they came from: "table" (one row per series) or "data" (the data's own columns)
     time_notation: TimeNotation = TimeNotation()  # how the time column was written, to write output alike
     bounds: np.ndarray | None = None  # (n_ids + 1,) row where each series starts, then n_rows; None: one series
+    reading: ReadEvidence | None = None  # what training's reading decisions rest on (`tsformer.data.reading`)
 
     def __post_init__(self) -> None:
         if self.bounds is None:
@@ -146,6 +150,7 @@ def _read(
     else:  # a trained model's (none for a wide file): exactly those, whatever the names of the columns
         id_cols = _find_id_cols(table, expected_ids, time_col, name) if expected_ids else ()
     codes, keys = _series_codes(table, id_cols, check_unique=expected_ids is None)
+    raw_times, codes_in_file = table[time_col], codes
     timestamps, time_notes, notation = parse_timestamps(table[time_col], time_col, cfg, sample=codes == 0)
     time_notes = found_notes + time_notes
     static_source = static if static is not None else (cfg.static_path or None)
@@ -165,6 +170,11 @@ def _read(
     longest = int(np.argmax(np.diff(bounds)))
     span = slice(int(bounds[longest]), int(bounds[longest + 1]))
     freq, freq_notes = resolve_freq(timestamps[span], cfg.freq, expected_freq, lines[span])
+    evidence = None
+    if expected_freq == "":  # training: keep what the decisions rest on, to make them from the training rows
+        readings = date_readings(raw_times, cfg, codes_in_file == 0)
+        order = pick_date_order(readings, time_col, cfg) if readings and len(readings) > 1 else ""
+        evidence = ReadEvidence(longest, timestamps[span], lines[span], order, readings if order else None)
     values = _numeric_values(table, targets, delimiter)  # (n_rows, n_columns) float64, NaN where missing
     if not cfg.targets and not id_cols:  # a wide file's default targets: its columns that vary
         targets, values, constant_notes = _drop_constant(targets, values)
@@ -202,6 +212,7 @@ def _read(
         static=static_table,
         static_from="" if static_table is None else "data" if in_table else "table",
         time_notation=notation,
+        reading=evidence,
     )
 
 

@@ -19,8 +19,9 @@ from pandas.tseries.frequencies import to_offset
 
 from tsformer.config import Config
 from tsformer.data.calendar import calendar_features, calendar_names, cycle_phase
-from tsformer.data.choices import resolve_from_data
+from tsformer.data.choices import choice_split, resolve_from_data
 from tsformer.data.loader import SeriesFrame, Source, read_series
+from tsformer.data.reading import read_as_training_rows_say
 from tsformer.data.split import (
     Scaler,
     SplitBorders,
@@ -93,14 +94,15 @@ class Prepared:
 
 
 def training_data(cfg: Config, source: Source | None = None, static: Source | None = None) -> Prepared:
-    """Training's data in its three steps: read `source` (a path or DataFrame; default cfg.data.path), choose
-    the automatic settings, prepare."""
+    """Training's data in its steps: read `source` (a path or DataFrame; default cfg.data.path), check how it
+    was read against its training rows (`reading`), choose the automatic settings, prepare."""
     if source is None and not cfg.data.path:
         raise DataError("no data given; pass a CSV path or a DataFrame, or set data.path in the config")
     if isinstance(source, SeriesFrame):  # read already (the command line reads before it loads torch)
         frame = source
     else:
         frame = read_series(cfg.data.path if source is None else source, cfg.data, static=static)
+    frame = read_as_training_rows_say(frame, cfg, choice_split(cfg, frame)[1])
     cfg, notes = resolve_from_data(cfg, frame)
     return prepare(frame, cfg, frame.notes + notes)
 

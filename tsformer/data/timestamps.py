@@ -6,6 +6,7 @@ file (or the row of a DataFrame) and says how to fix it.
 
 from __future__ import annotations
 
+import datetime
 import re
 import warnings
 from dataclasses import dataclass
@@ -54,6 +55,39 @@ class TimeNotation:
         ):
             raise ValueError(f"time notation {raw} is none tsformer writes")
         return notation
+
+
+@dataclass(frozen=True)
+class ReadEvidence:
+    """What the reader decided over the whole file, kept so that `tsformer.data.reading` can make the same
+    decisions again from the training rows alone: the rows the frequency was inferred from (the longest
+    series, as read, before the grid), and each reading of ambiguous day/month dates."""
+
+    freq_series: int  # the series the frequency was inferred from
+    freq_stamps: pd.DatetimeIndex  # its timestamps as read
+    freq_lines: np.ndarray  # their lines
+    date_order: str = ""  # the reading chosen over the whole file when day and month were ambiguous, else ""
+    date_readings: dict[str, pd.DatetimeIndex] | None = None  # each reading of the first series' rows
+
+
+def date_readings(column: pd.Series, cfg: DataConfig, sample: np.ndarray | None) -> dict[str, pd.DatetimeIndex] | None:
+    """Each reading (month-first, day-first) of the `sample` rows' dates when their order is ambiguous and not
+    stated by `cfg.dayfirst`; None otherwise."""
+    if pd.api.types.is_datetime64_any_dtype(column):
+        return None
+    text = column.astype(str).str.strip()
+    readings = _date_orders(text.iloc[0], cfg.dayfirst)
+    if len(readings) < 2:
+        return None
+    rows = text if sample is None else text[sample]
+    parsed = {order: _to_datetime(rows, fmt, dayfirst=order == "day-first") for order, fmt in readings.items()}
+    return {order: pd.DatetimeIndex(p) for order, p in parsed.items() if p is not None and not p.isna().any()}
+
+
+def pick_date_order(readings: dict[str, pd.DatetimeIndex], name: str, cfg: DataConfig) -> str:
+    """The order `parse_timestamps` picks from these readings (the rules of `_pick_date_order`)."""
+    order, _ = _pick_date_order({o: pd.Series(r) for o, r in readings.items()}, name, cfg)
+    return order
 
 
 def as_text(timestamps: pd.DatetimeIndex, like: pd.DatetimeIndex | None = None) -> np.ndarray:
@@ -127,10 +161,11 @@ def parse_timestamps(
 
     Numbers are read as text, so 2024 is a year; integers of Unix-epoch size are epochs, in seconds,
     milliseconds, microseconds or nanoseconds by their magnitude (or `cfg.time_unit`); quarter labels
-    (1998Q1, 1998 Q1, 1998-Q1) are the quarters' first days. A UTC offset is kept (mixed offsets, as
-    across daylight saving, are converted to UTC). Dates whose day and month order is ambiguous
-    (01/02/2024) are read the way that gives regular, increasing timestamps (in the rows of `sample`,
-    one series of a long file), or day-first with `cfg.dayfirst`.
+    (1998Q1, 1998 Q1, 1998-Q1) are the quarters' first days. Timestamps written with UTC offsets are
+    read at one offset, `cfg.utc_offset` or the first row's, whatever later rows carry (a daylight-saving
+    switch written after the training rows must not move a training row's hour). Dates whose day and month
+    order is ambiguous (01/02/2024) are read the way that gives regular, increasing timestamps (in the rows
+    of `sample`, one series of a long file), or day-first with `cfg.dayfirst`.
     """
     missing = column.isna().to_numpy()
     if missing.any():
@@ -164,10 +199,33 @@ def parse_timestamps(
             f"cannot parse {text[line]!r} in time column {name!r} at line {line} as a date; "
             "use one date format such as 2024-01-31 13:00"
         )
-    if str(timestamps.dt.tz) == "UTC" and not _all_utc(text):
-        notes += (f"time column {name!r} mixes UTC offsets (daylight saving?); its times are read and written in UTC",)
     stamps = pd.DatetimeIndex(timestamps)
+    if stamps.tz is not None:  # one stated zone, whatever offsets later rows are written with
+        zone = cfg.utc_offset or written_offset(_to_datetime(text.iloc[:1], readings[order], order == "day-first"))
+        mixed = str(stamps.tz) == "UTC" and not _all_utc(text)
+        stamps = stamps.tz_convert(fixed_zone(zone))
+        if mixed:
+            whose = "data.utc_offset" if cfg.utc_offset else "the first row's offset"
+            notes += (
+                f"time column {name!r} mixes UTC offsets (daylight saving?); its times are read, given calendar "
+                f"features and written at {whose}, {zone}",
+            )
     return stamps, notes, _notation(stamps, text, order == "day-first")
+
+
+def written_offset(first: pd.Series | pd.DatetimeIndex) -> str:
+    """The UTC offset the first timestamp carries, as +HH:MM."""
+    minutes = int(pd.DatetimeIndex(first)[0].utcoffset().total_seconds() // 60)
+    sign = "-" if minutes < 0 else "+"
+    return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def fixed_zone(offset: str) -> datetime.timezone:
+    """The fixed zone of an offset such as +01:00 (UTC itself for +00:00)."""
+    sign = -1 if offset.startswith("-") else 1
+    hours, minutes = (int(part) for part in offset[1:].split(":"))
+    delta = datetime.timedelta(hours=hours, minutes=minutes) * sign
+    return datetime.UTC if not delta else datetime.timezone(delta)
 
 
 def _notation(timestamps: pd.DatetimeIndex, text: pd.Series, dayfirst: bool) -> TimeNotation:

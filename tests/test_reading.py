@@ -1,0 +1,102 @@
+"""tsformer.data.reading: how a training file is read is decided from its training rows, never from later ones."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from helpers import tiny_config
+
+from tsformer.config import Config, DataConfig, ModelConfig
+from tsformer.data import read_series
+from tsformer.data.choices import choice_split
+from tsformer.data.reading import read_as_training_rows_say
+from tsformer.errors import ConfigError, DataError
+from tsformer.train import train
+
+N_ROWS = 300  # hourly rows; the default wide split trains on the first 210
+
+
+def hourly_text(offsets: list[str]) -> list[str]:
+    """N_ROWS hourly instants from 2024-03-25 00:00 UTC+1, each written at its row's offset (+01:00 or +02:00)."""
+    start = pd.Timestamp("2024-03-25 00:00", tz="+01:00")
+    stamps = [start + pd.Timedelta(hours=i) for i in range(N_ROWS)]
+    return [t.tz_convert(offset).isoformat() for t, offset in zip(stamps, offsets, strict=True)]
+
+
+def reading_config(**data) -> Config:
+    return Config(data=DataConfig(**data), model=ModelConfig(horizon=1, context_len=2, patch_len=1))
+
+
+def checked(frame_source, cfg: Config):
+    frame = read_series(frame_source, cfg.data)
+    return read_as_training_rows_say(frame, cfg, choice_split(cfg, frame)[1])
+
+
+def test_a_daylight_saving_switch_written_after_the_training_rows_leaves_the_run_bit_identical(tmp_path):
+    t = np.arange(N_ROWS)
+    values = (np.sin(2 * np.pi * t / 24) + 0.01 * t).round(4)
+    same = hourly_text(["+01:00"] * N_ROWS)
+    switched = hourly_text(["+01:00"] * 220 + ["+02:00"] * (N_ROWS - 220))  # the same instants, other notation
+    assert same[:220] == switched[:220] and same[220:] != switched[220:]
+    states = []
+    for name, text in (("same", same), ("switched", switched)):
+        csv = tmp_path / f"{name}.csv"
+        pd.DataFrame({"date": text, "load": values}).to_csv(csv, index=False)
+        cfg = tiny_config(csv)
+        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, val_horizons=None))
+        predictor = train(cfg, show_progress=False)
+        assert predictor.config.data.utc_offset == "+01:00"
+        states.append(predictor.model.state_dict())
+    assert all(torch.equal(states[0][key], states[1][key]) for key in states[0])
+
+
+def test_the_first_rows_offset_is_the_zone_and_a_stated_one_wins():
+    text = hourly_text(["+01:00"] * 100 + ["+02:00"] * (N_ROWS - 100))
+    table = pd.DataFrame({"date": text, "v": np.arange(N_ROWS, dtype=float)})
+    frame = read_series(table, DataConfig())
+    assert str(frame.timestamps.tz) == "UTC+01:00" and frame.timestamps[100].hour == 4  # written 05:00+02:00
+    assert any("written at the first row's offset, +01:00" in note for note in frame.notes)
+    stated = read_series(table, DataConfig(utc_offset="+00:00"))
+    assert str(stated.timestamps.tz) == "UTC" and stated.timestamps[0].hour == 23
+    with pytest.raises(ConfigError, match="data.utc_offset must be an offset such as"):
+        DataConfig(utc_offset="CET")
+
+
+def weekdays(n: int) -> pd.DatetimeIndex:
+    return pd.bdate_range("2024-01-01", periods=n)
+
+
+def test_business_days_in_training_with_a_saturday_later_is_refused_naming_the_flag():
+    stamps = weekdays(100).append(pd.DatetimeIndex(["2024-05-25"]))  # a Saturday after the last weekday
+    table = pd.DataFrame({"date": stamps.strftime("%Y-%m-%d"), "close": np.linspace(1, 2, 101)})
+    assert read_series(table, DataConfig()).freq == "D"  # the whole file: one weekend row makes it daily
+    refused = r"the training rows \(to 2024-04-11 00:00:00\) are B steps but later rows .*--freq B"
+    with pytest.raises(DataError, match=refused):
+        checked(table, reading_config())
+    assert checked(table, reading_config(freq="D")).freq == "D"  # stated: nothing was decided
+    assert checked(table.iloc[:100], reading_config()).freq == "B"  # conforming rows
+
+
+def test_dates_that_only_later_rows_make_day_first_are_refused_and_dayfirst_states_it():
+    months = pd.date_range("2000-01-01", periods=17, freq="MS")  # 01/01/2000 ... 01/05/2001, day/month
+    table = pd.DataFrame({"date": months.strftime("%d/%m/%Y"), "v": np.arange(17.0)})
+    # the first 11 rows (training) read as Jan 1..11 or as the first of 11 months alike; 01/01/2001 decides
+    with pytest.raises(DataError, match=r"read as month/day, but later rows make them day/month.*--dayfirst"):
+        checked(table, reading_config())
+    frame = checked(table, reading_config(dayfirst=True))
+    assert frame.freq == "MS" and frame.timestamps[-1] == pd.Timestamp("2001-05-01")
+
+
+def test_a_column_constant_in_the_training_rows_is_left_out_of_the_default_targets():
+    stamps = pd.date_range("2024-01-01", periods=200, freq="h")
+    dividends = np.where(np.arange(200) < 150, 0.0, 0.5)  # one value throughout training (140 rows), later not
+    table = pd.DataFrame({"date": stamps.strftime("%Y-%m-%d %H:%M"), "close": np.sin(np.arange(200)), "div": dividends})
+    assert read_series(table, DataConfig()).columns == ("close", "div")  # over the whole file it varies
+    frame = checked(table, reading_config())
+    assert frame.columns == ("close",) and frame.values.shape == (200, 1)
+    assert any("'div', which hold one value throughout the training rows" in note for note in frame.notes)
+    assert checked(table, reading_config(targets=("close", "div"))).columns == ("close", "div")  # named: kept

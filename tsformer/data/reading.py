@@ -1,0 +1,108 @@
+"""How a training file is read is decided from its training rows: later rows conform, or are refused.
+
+The reader (`tsformer.data.loader`) decides some things over the whole file: the frequency, the order of
+ambiguous day/month dates, and which columns of a wide file vary enough to be targets. A decision that
+rows after the training end could change would let the future move the training rows (their grid, their
+dates, the columns trained on). So once the split is known, each decision is made again from the training
+rows alone (each series' rows up to its training end, as read, `ReadEvidence`):
+
+- frequency and day/month order: when the training rows decide otherwise than the whole file, the later
+  rows do not conform to how the training rows read; a DataError names the rows and the flag that states it
+  (--freq, --dayfirst), so the user decides, not the later rows;
+- default targets: a column that holds one value throughout the training rows is left out, with a note,
+  as a column constant over the whole file is (its later values cannot be learnt from the training rows).
+
+The UTC offset of timestamps is decided from the first row (`timestamps.parse_timestamps`), and the
+calendar features from each row's own timestamp, so neither needs a second look.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from tsformer.config import Config
+from tsformer.data.csvfile import names
+from tsformer.data.loader import SeriesFrame
+from tsformer.data.split import SplitBorders
+from tsformer.data.timestamps import pick_date_order, resolve_freq
+from tsformer.errors import DataError
+
+ORDER_WORDS = {"month-first": "month/day", "day-first": "day/month"}
+
+
+def read_as_training_rows_say(frame: SeriesFrame, cfg: Config, borders: SplitBorders) -> SeriesFrame:
+    """`frame`, its reading decisions checked against those its training rows make (see the module)."""
+    evidence = frame.reading
+    if evidence is None:  # not read for training (a DataFrame of timestamps, or a trained model's frequency)
+        return frame
+    train_last = frame.timestamps[frame.bounds[:-1] + np.maximum(borders.train_end, 1) - 1]  # (n_ids,)
+    if not cfg.data.freq:
+        _check_freq(frame, train_last[evidence.freq_series])
+    if evidence.date_readings:
+        _check_date_order(frame, cfg, train_last[0])
+    if not cfg.data.targets and not frame.id_cols:
+        frame = _without_constant_training_columns(frame, int(borders.train_end[0]))
+    return frame
+
+
+def _check_freq(frame: SeriesFrame, train_last: pd.Timestamp) -> None:
+    evidence = frame.reading
+    stamps, lines = evidence.freq_stamps, evidence.freq_lines
+    training = np.asarray(stamps <= train_last)
+    try:
+        freq, _ = resolve_freq(stamps[training], "", "", lines[training])
+    except DataError:  # too few or irregular training rows: training refuses them with its own message
+        return
+    if freq != frame.freq:
+        first_later = int(lines[~training][0]) if (~training).any() else None
+        raise DataError(
+            f"the training rows (to {train_last}) are {freq} steps but later rows (from line {first_later}) make "
+            f"the file {frame.freq}: how a file is read is decided from its training rows, so state it with "
+            f"--freq {freq} (the later rows must then fit it) or --freq {frame.freq}"
+        )
+
+
+def _check_date_order(frame: SeriesFrame, cfg: Config, train_last: pd.Timestamp) -> None:
+    evidence = frame.reading
+    chosen = evidence.date_readings[evidence.date_order]
+    training = np.asarray(chosen <= train_last)
+    readings = {order: stamps[training] for order, stamps in evidence.date_readings.items()}
+    try:
+        order = pick_date_order(readings, frame.time_col, cfg.data)
+    except DataError:  # neither order reads the training rows regularly: the whole file's reading stands
+        return
+    if order != evidence.date_order:
+        raise DataError(
+            f"the dates in {frame.time_col!r} up to the training end ({train_last.date()}) read as "
+            f"{ORDER_WORDS[order]}, but later rows make them {ORDER_WORDS[evidence.date_order]}: how a file is "
+            "read is decided from its training rows, so state it: pass --dayfirst to read them as day/month, or "
+            "fix the later dates"
+        )
+
+
+def _without_constant_training_columns(frame: SeriesFrame, train_end: int) -> SeriesFrame:
+    """A wide file's default targets without the columns that hold one value throughout the training rows."""
+    training = np.where(frame.observed[:train_end], frame.values[:train_end], np.nan)
+    with warnings.catch_warnings():  # a column with no value in training: refused later with its own message
+        warnings.simplefilter("ignore", RuntimeWarning)
+        constant = np.nanmin(training, axis=0) == np.nanmax(training, axis=0)  # (n_columns,)
+    if not constant.any() or constant.all():
+        return frame
+    dropped = [name for name, flat in zip(frame.columns, constant, strict=True) if flat]
+    note = (
+        f"left out of the targets the column{'s' * (len(dropped) > 1)} {names(dropped)}, which hold one value "
+        "throughout the training rows (what they do later cannot be learnt; name them with --target to forecast "
+        "them)"
+    )
+    keep = ~constant
+    return dataclasses.replace(
+        frame,
+        values=np.ascontiguousarray(frame.values[:, keep]),
+        observed=np.ascontiguousarray(frame.observed[:, keep]),
+        columns=tuple(name for name, kept in zip(frame.columns, keep, strict=True) if kept),
+        notes=frame.notes + (note,),
+    )
