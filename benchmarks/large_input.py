@@ -1,7 +1,8 @@
 """Large input: a 2,000,000-row hourly CSV trains for one epoch and predicts in under 4 GiB peak RSS.
 
 Also inference throughput: windows forecast per second by the ETTh1 default model (context 336,
-horizon 96, 7 columns) on 2 torch threads, batch by batch as `evaluate` and validation run it.
+horizon 96, 7 columns) on 2 torch threads, batch by batch as `evaluate` and validation run it; and
+training throughput: windows per second of the training step for the M4 Hourly and ETTh1 default models.
 
 The CSV (8 columns: `date` plus 7 numeric series) is generated under --workdir, never in the
 repository. Each step runs in its own process under `/usr/bin/time -v`, whose peak RSS and wall
@@ -117,7 +118,7 @@ def run(rows: int, workdir: Path, stride: int) -> dict:
                    f"train.train_stride={stride}"], workdir, "train")  # fmt: skip
     predict = timed([*tsformer, "predict", str(run_dir), str(csv), "--out", str(forecast)], workdir, "predict")
     steps = {"load": load, "train": train, "predict": predict}
-    inference = measure_inference()
+    inference, training = measure_inference(), measure_training()
     peaks = [s["peak_rss_mib"] or 0 for s in steps.values()]
     return {
         "rows": rows,
@@ -131,6 +132,7 @@ def run(rows: int, workdir: Path, stride: int) -> dict:
         "limit_mib": LIMIT_GIB * 1024,
         "passed": all(s["exit_code"] == 0 for s in steps.values()) and max(peaks) <= LIMIT_GIB * 1024,
         "inference": inference,
+        "training": training,
         "machine": {
             "python": platform.python_version(),
             "torch": _version("torch"),
@@ -183,6 +185,51 @@ def measure_inference(n_windows: int = 4096, repeats: int = 5, threads: int = 2)
     }
 
 
+TRAINING_MODELS = {  # name: (context_len, patch_len, horizon, columns, loss), as their benchmarks resolve them
+    "M4 Hourly": (336, 24, 48, 1, "mae"),
+    "ETTh1 default": (336, 24, 96, N_SERIES, "mse"),
+}
+
+
+def measure_training(steps: int = 30, batch: int = 128, threads: int = 2) -> dict:
+    """Training windows per second of the M4 Hourly and the ETTh1 default models: the step `train` takes (every
+    token's targets, forward, backward, gradient clipping, AdamW) on random batches of `batch` windows, the
+    median of `steps` steps after three warm-up steps."""
+    import torch
+
+    from tsformer.config import ModelConfig, TrainConfig
+    from tsformer.layout import Layout
+    from tsformer.model import Forecaster
+
+    torch.set_num_threads(threads)
+    out = {}
+    for name, (context_len, patch_len, horizon, columns, loss) in TRAINING_MODELS.items():
+        torch.manual_seed(0)
+        cfg = ModelConfig(context_len=context_len, patch_len=patch_len, horizon=horizon)
+        model = Forecaster(cfg, Layout(tuple(f"s{j}" for j in range(columns))), loss).train()
+        tc = TrainConfig()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay)
+        windows = torch.randn(batch, context_len + horizon, columns)
+        seconds = []
+        for _ in range(steps + 3):
+            started = time.perf_counter()
+            _, value = model(windows[:, :context_len], None, target=model.token_targets(windows))
+            optimizer.zero_grad(set_to_none=True)
+            value.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+            optimizer.step()
+            seconds.append(time.perf_counter() - started)
+        median = statistics.median(seconds[3:])
+        params = sum(p.numel() for p in model.parameters())
+        out[name] = {"windows_per_s": round(batch / median), "step_ms": round(1000 * median, 1), "parameters": params}
+    return {"batch": batch, "threads": threads, "steps": steps, "models": out}
+
+
+def training_line(training: dict) -> str:
+    rates = ", ".join(f"{name} {m['windows_per_s']:,}" for name, m in training["models"].items())
+    return f"training windows/s (batch {training['batch']}, {training['threads']} torch threads): {rates}"
+
+
 def inference_line(inference: dict) -> str:
     rate = inference["windows_per_s"]
     return (
@@ -230,6 +277,8 @@ def markdown(result: dict) -> str:
         f"series: {load.get('windows_are_views')} (as copies: {load.get('windows_as_copies_mib'):,} MiB).",
         "",
         *(inference_markdown(result["inference"]) if "inference" in result else []),
+        *([f"Training: **{training_line(result['training'])}** (the step `train` takes, random batches; "
+           "`measure_training`).", ""] if "training" in result else []),
         "Commands (each under `/usr/bin/time -v`):",
         "",
         "```",

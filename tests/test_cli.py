@@ -49,7 +49,7 @@ def test_train_evaluate_predict_check(tiny_csv, tmp_path):
 
     result = runner.invoke(app, ["check", str(run)])
     assert result.exit_code == 0, result.output
-    assert "all 19 checks passed" in result.output and "FAIL" not in result.output  # with backtest/origin
+    assert "all 20 checks passed" in result.output and "FAIL" not in result.output  # with predict/origin
 
 
 def test_predict_to_stdout(tiny_csv, tmp_path):

@@ -119,3 +119,20 @@ def test_test_rows_replaced_by_noise_change_no_choice_only_the_final_model():
     assert first.summary.lines[:-1] == second.summary.lines[:-1]
     final_a, final_b = first.final.model.parameters(), second.final.model.parameters()
     assert any(not torch.equal(a, b) for a, b in zip(final_a, final_b, strict=True))  # it is meant to read them
+
+
+def test_predict_from_a_cut_history_matches_the_backtest_path_and_fails_when_it_keeps_the_final_model(run, monkeypatch):
+    from tsformer.check import check_predict_origins
+
+    _, predictor, _ = run
+    data = predictor.read()
+    result = check_predict_origins(predictor, data)
+    assert result.passed and result.max_change < 1e-4, result
+    assert result.detail.endswith(f"{data.frame.n_ids} series")
+
+    def always_final(self, frame):  # a deliberate break: a history cut before the final model's rows gets it
+        return (self.replace(model=self.final.model, final=None), "")
+
+    monkeypatch.setattr(Predictor, "for_origins", always_final)
+    broken = check_predict_origins(predictor, data)
+    assert not broken.passed and broken.max_change > 1e-3

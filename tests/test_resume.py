@@ -173,19 +173,20 @@ def test_ctrl_c_before_any_epoch_says_nothing_was_saved(series_csv, tmp_path, mo
 def _nan_from(monkeypatch, method: str, call: int) -> None:
     """Make training-time Forecaster.<method> calls return NaN from the `call`-th on.
 
-    Training-time: `forward` with a target (a training step), `predict` in train mode (validation).
+    Training-time: `forward` with a target (a training step), `_inference` in train mode (validation, which
+    keeps the best epoch's forecasts and quantiles).
     """
     original = getattr(Forecaster, method)
     count = {"n": 0}
 
     def poisoned(self, *args, **kwargs):
         out = original(self, *args, **kwargs)
-        if (method == "forward" and kwargs.get("target") is None) or (method == "predict" and not self.training):
+        if (method == "forward" and kwargs.get("target") is None) or (method == "_inference" and not self.training):
             return out
         count["n"] += 1
         if count["n"] < call:
             return out
-        return (out[0], out[1] * float("nan")) if method == "forward" else out * float("nan")
+        return (out[0], out[1] * float("nan")) if method == "forward" else (out[0] * float("nan"), out[1])
 
     monkeypatch.setattr(Forecaster, method, poisoned)
 
@@ -221,7 +222,7 @@ def test_nan_validation_loss_does_not_overwrite_last_good_checkpoint(
 ):
     cfg = _tiny_config(series_csv)
     run = tmp_path / "run"
-    _nan_from(monkeypatch, "predict", call=_n_batches(cfg, "val", PREDICT_BATCH) + 1)  # epoch 2
+    _nan_from(monkeypatch, "_inference", call=_n_batches(cfg, "val", PREDICT_BATCH) + 1)  # epoch 2
     with pytest.raises(TrainingError, match="validation loss became nan at epoch 2"):
         train(cfg, run, show_progress=False)
     assert load_train_state(run / LAST_FILE)[1]["loop"]["epoch"] == 1

@@ -34,13 +34,19 @@ if TYPE_CHECKING:
     from tsformer.predictor import Predictor
 
 
-def choose_and_calibrate(predictor: Predictor, val_windows: WindowIndex, data: Prepared) -> tuple[Predictor, Decision]:
+def choose_and_calibrate(
+    predictor: Predictor,
+    val_windows: WindowIndex,
+    data: Prepared,
+    model_outputs: tuple[torch.Tensor, torch.Tensor | None] | None = None,
+) -> tuple[Predictor, Decision]:
     """The predictor with its fallback chosen and its intervals and quantile pairs calibrated on the validation
-    windows (cross-fitted around the chosen forecasters), and the decision."""
+    windows (cross-fitted around the chosen forecasters), and the decision. `model_outputs`: the model's
+    forecasts of those windows already made (training's best epoch), else they are made here."""
     cfg = data.config
     windows = val_windows.split(cfg.model.context_len)
     ids = val_windows.series()  # (N,) each window's series
-    forecasts = predictor.forecasters(windows)
+    forecasts = predictor.forecasters(windows, model_outputs)
     decision = decide(
         forecasts[0],
         windows.target,

@@ -34,9 +34,11 @@ def check_predictor(predictor: Predictor, data: Prepared | None) -> list[CheckRe
     results.append(check_choices(predictor, data))
     results.append(check_final(predictor, data))
     results.append(check_backtest_origins(predictor, data))
+    results.append(check_predict_origins(predictor, data))
     return results + ([] if data is None else check_data(data, predictor.config))
 
 
+PREDICT_TOLERANCE = 1e-5  # predict/origin: the two paths batch and scale alike, up to float32 rounding
 PROBE_WINDOWS = 8  # windows each probe forecasts (ETS and Theta fit every one: keep it cheap)
 
 
@@ -111,6 +113,63 @@ def check_backtest_origins(predictor: Predictor, data: Prepared | None) -> Check
         f"backtest forecasts ({', '.join(columns[:3])}{', ...' if len(columns) > 3 else ''}) from each series' "
         f"first test origin after redrawing every target and past-only covariate from it on, {len(rows)} series",
     )
+
+
+def check_predict_origins(predictor: Predictor, data: Prepared | None) -> CheckResult:
+    """The predict path (`predict.shipped_after`: the model it picks, its scaler, the fallback, the intervals)
+    given each series' history up to its first test origin forecasts as the backtest path does from that
+    origin on the whole data, which `backtest/origin` proves blind to every later row."""
+    from tsformer.predict import shipped_after
+
+    if data is None:
+        return CheckResult("predict/origin", True, 0.0, "data checks skipped: no origins to probe")
+    frame, horizon = data.frame, predictor.horizon
+    origins = data.borders.val_end  # (n_ids,) each series' first test step
+    if not ((origins >= 1) & (origins + horizon <= frame.lengths)).all():
+        return CheckResult("predict/origin", True, 0.0, "some series have no test window: not probed")
+    backtest = predictor.forecast(_origin_windows(data, origins, predictor.context_len), np.arange(frame.n_ids))
+    ids = frame.id_of_rows()
+    position = np.arange(frame.n_rows) - frame.bounds[ids]  # each row within its series
+    keep = position < origins[ids]
+    history = dataclasses.replace(
+        frame,
+        timestamps=frame.timestamps[keep],
+        values=frame.values[keep],
+        observed=frame.observed[keep],
+        past=None if frame.past is None else frame.past[keep],
+        future=None if frame.future is None else frame.future[keep],
+        bounds=np.concatenate([[0], np.cumsum(origins)]).astype(np.int64),
+    )
+    ahead = None
+    if frame.future is not None:  # known-future covariates of the forecast's steps (known at the origin)
+        steps = frame.bounds[:-1, None] + origins[:, None] + np.arange(horizon)  # (n_ids, horizon)
+        ahead = frame.future[steps]
+    shipped, _, _ = shipped_after(predictor, history, ahead)
+    pairs = [(shipped.units(shipped.point), backtest.units(backtest.point))]
+    pairs += [
+        (a, b)
+        for (_, *one), (_, *two) in zip(shipped.bounds(), backtest.bounds(), strict=True)
+        for a, b in zip(one, two, strict=True)
+    ]
+    change = max(float(np.nanmax(np.abs(np.asarray(a, dtype=np.float64) - b))) for a, b in pairs)
+    scale = max(1.0, float(np.nanmax(np.abs(pairs[0][1]))))
+    return CheckResult(
+        "predict/origin",
+        change <= PREDICT_TOLERANCE * scale,
+        change,
+        f"predict's forecast and bounds from each series' history up to its first test origin against the "
+        f"backtest path's from that origin on the whole data (allowed: {PREDICT_TOLERANCE:g} of the largest "
+        f"forecast, float32 rounding), {frame.n_ids} series",
+    )
+
+
+def _origin_windows(data: Prepared, origins: np.ndarray, context_len: int):
+    """The windows whose first target is at `origins` (n_ids,) of each series, split into context and target."""
+    floors = data.frame.bounds[:-1]
+    index = dataclasses.replace(
+        data.split_windows("test"), starts=torch.from_numpy(floors + origins), floors=torch.from_numpy(floors)
+    )
+    return index.all().split(context_len)
 
 
 def _choice_table(fallback: tuple[tuple[str, ...], ...], shape: tuple[int, int]) -> tuple[tuple[str, ...], ...]:

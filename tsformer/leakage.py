@@ -464,8 +464,10 @@ def check_windows(data: Prepared) -> list[CheckResult]:
         np.add.at(hits, starts, 1)
         np.add.at(hits, np.minimum(starts + horizon, frame.n_rows), -1)
         covered[split] = np.flatnonzero(np.cumsum(hits)[:-1] > 0)
-    pairs = np.empty(frame.n_rows, dtype=[("series", np.int64), ("time", np.int64)])  # (series, timestamp) per row
-    pairs["series"], pairs["time"] = ids, frame.timestamps.as_unit("ns").asi8
+    # (series, timestamp) of each row as one int64: the series, then the timestamp's rank among the file's
+    # (a structured array of pairs sorts 50 times slower: 5.5 s on 1.4 M rows)
+    _, time_rank = np.unique(frame.timestamps.as_unit("ns").asi8, return_inverse=True)
+    pairs = ids.astype(np.int64) * (frame.n_rows + 1) + time_rank.reshape(-1)
     shared = 0
     for i, a in enumerate(SPLITS):
         for b in SPLITS[i + 1 :]:

@@ -55,7 +55,15 @@ def forecast_after(
     their next `horizon` values of each series from `future`; `static` gives the static covariates of series
     it was not trained on."""
     frame = source if isinstance(source, SeriesFrame) else predictor.read_frame(source, static)
-    ahead = read_future(predictor, frame, future)
+    shipped, timestamps, notes = shipped_after(predictor, frame, read_future(predictor, frame, future))
+    return Forecast(_table(predictor, frame, shipped, timestamps), notes, predictor.time_col, frame.time_notation)
+
+
+def shipped_after(
+    predictor: Predictor, frame: SeriesFrame, ahead: np.ndarray | None
+) -> tuple[Forecasts, pd.DatetimeIndex, tuple[str, ...]]:
+    """What `forecast_after` ships after each series' last row of `frame` (the known-future covariates of the
+    next steps in `ahead`, (n_ids, horizon, n_future) or None), the forecast's timestamps, and the notes."""
     scaler, new_series = series_scaler(predictor, frame)
     notes = frame.notes
     if new_series:
@@ -72,7 +80,7 @@ def forecast_after(
     naive = not_the_model(shipped.chosen, predictor.layout.targets, per_series=bool(predictor.id_cols))
     left_out = "" if predictor.calibration is None else predictor.calibration.note()
     notes += tuple(note for note in (passed_over, naive, left_out) if note)
-    return Forecast(_table(predictor, frame, shipped, timestamps), notes, predictor.time_col, frame.time_notation)
+    return shipped, timestamps, notes
 
 
 def write_forecast(

@@ -131,7 +131,7 @@ def _train(
         runner.loop(state, train_windows, val_windows)
     model.load_state_dict(runner.best_state)
     model.eval()
-    predictor, decision = choose_and_calibrate(runner.predictor(model), val_windows, data)
+    predictor, decision = choose_and_calibrate(runner.predictor(model), val_windows, data, runner.best_val_outputs)
     final = None
     if cfg.train.final_fit:
         final = _final_fit(cfg, data, ctx, len(train_windows), state.best_epoch, out_dir, show_progress)
@@ -296,6 +296,9 @@ class _Runner:
         self.show_progress = show_progress and ctx.is_main
         self.saved_epoch = 0  # the epoch in last.pt, for messages
         self.best_state: dict[str, torch.Tensor] | None = None  # the best epoch's weights, kept in memory
+        # the model's validation forecasts (N, H, C) and quantiles or None: of the last epoch, of the best
+        self.epoch_val_outputs: tuple[torch.Tensor, torch.Tensor | None] | None = None
+        self.best_val_outputs: tuple[torch.Tensor, torch.Tensor | None] | None = None
 
     def loop(self, state: LoopState, train_windows: WindowIndex, val_windows: WindowIndex) -> None:
         tc = self.cfg.train
@@ -384,6 +387,7 @@ class _Runner:
         if improved:
             state.best_val, state.best_epoch, state.bad_epochs = val_loss, epoch, 0
             self.best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            self.best_val_outputs = self.epoch_val_outputs
         else:
             state.bad_epochs += 1
         if not state.finished and state.bad_epochs >= self.cfg.train.patience:
@@ -438,13 +442,17 @@ class _Runner:
         targets, target_observed = windows.target, windows.target_observed
         if target_observed is None:
             target_observed = torch.ones_like(targets, dtype=torch.bool)
-        total, start = 0.0, 0
-        batches = self.model.predict_batches(windows.context, windows.context_observed, windows.covariates)
-        for forecast in batches:  # (b, H, C) each, in order
+        total, start, points, quantiles = 0.0, 0, [], []
+        batches = self.model.output_batches(windows.context, windows.context_observed, windows.covariates)
+        for forecast, quantile in batches:  # (b, H, C) and (b, H, C, Q) or None each, in order
             end = start + len(forecast)
             error = (forecast - targets[start:end].to(forecast.device)).square()
             total += error[target_observed[start:end].to(forecast.device)].sum().item()
             start = end
+            points.append(forecast.cpu())
+            quantiles.append(None if quantile is None else quantile.cpu())
+        # kept for the fallback and the calibration when this epoch is the best (they would recompute them)
+        self.epoch_val_outputs = (torch.cat(points), None if quantiles[0] is None else torch.cat(quantiles))
         return total / max(1, int(target_observed.sum()))
 
     def predictor(self, model: ForecasterBase) -> Predictor:

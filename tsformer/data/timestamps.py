@@ -75,10 +75,10 @@ def date_readings(column: pd.Series, cfg: DataConfig, sample: np.ndarray | None)
     stated by `cfg.dayfirst`; None otherwise."""
     if pd.api.types.is_datetime64_any_dtype(column):
         return None
-    text = column.astype(str).str.strip()
-    readings = _date_orders(text.iloc[0], cfg.dayfirst)
-    if len(readings) < 2:
+    readings = _date_orders(str(column.iloc[0]).strip(), cfg.dayfirst)
+    if len(readings) < 2:  # decided by the notation itself (ISO, stated, a day above 12): nothing to redo
         return None
+    text = column.astype(str).str.strip()
     rows = text if sample is None else text[sample]
     parsed = {order: _to_datetime(rows, fmt, dayfirst=order == "day-first") for order, fmt in readings.items()}
     return {order: pd.DatetimeIndex(p) for order, p in parsed.items() if p is not None and not p.isna().any()}
