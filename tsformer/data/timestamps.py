@@ -22,6 +22,7 @@ from tsformer.errors import DataError
 
 TIME_COL_NAMES = ("date", "timestamp", "time", "datetime", "ds", "period", "dt")
 EPOCH_UNITS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}  # nanoseconds per unit of a Unix epoch integer
+NOTATION_SAMPLE = 10_000  # rows, spread over the file, whose text the output notation must give back
 QUARTER = re.compile(r"^(\d{4})(\s*-?\s*)[Qq]([1-4])$")  # 1998Q1, 1998 Q1, 1998-Q1
 
 
@@ -143,7 +144,7 @@ def _reads_as_time(column: pd.Series, cfg: DataConfig) -> bool:
 def _epoch_unit(text: pd.Series, stated: str) -> str | None:
     """The unit of integer Unix epochs (s, ms, us or ns: `stated`, or by magnitude), or None when the values are
     not integers of epoch size (at least 1e8: from 1973 in seconds; a year or 20240131 is a date)."""
-    if not text.str.fullmatch(r"-?\d+").all():
+    if not re.fullmatch(r"-?\d+", text.iloc[0]) or not text.str.fullmatch(r"-?\d+").all():  # the first: quick
         return None
     values = text.astype(np.int64).abs()
     if stated:
@@ -234,7 +235,8 @@ def _notation(timestamps: pd.DatetimeIndex, text: pd.Series, dayfirst: bool) -> 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fmt = guess_datetime_format(text.iloc[0], dayfirst=dayfirst)
-    if fmt and (timestamps.strftime(fmt) == text.to_numpy()).all():
+    rows = np.unique(np.linspace(0, len(text) - 1, min(len(text), NOTATION_SAMPLE)).astype(np.int64))
+    if fmt and (timestamps[rows].strftime(fmt) == text.to_numpy()[rows]).all():  # only output depends on it
         return TimeNotation("datetime", fmt)
     return TimeNotation()
 
