@@ -142,3 +142,31 @@ def test_a_small_file_trains_past_ten_epochs_until_validation_stops_improving(ti
     assert (summary.best_epoch, summary.epochs_run) == (14, 17)
     assert summary.stopped_by.startswith("stopped when validation stopped improving (3 epochs")
     assert len(pd.read_csv(tmp_path / "run" / "history.csv")) == 17
+
+
+def test_an_epoch_budget_trains_that_many_windows_drawn_anew_each_epoch(tiny_csv, tmp_path, monkeypatch):
+    cfg = tiny_config(tiny_csv)
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, epochs=2, epoch_windows=40, final_fit=True))
+    drawn = []
+    original = train_module.WindowIndex.take
+
+    def spy(self, index, device="cpu"):
+        drawn.append(index.clone())
+        return original(self, index, device)
+
+    loop = train_module._Runner.loop
+
+    def counted_loop(self, *args):  # the batches the epochs take, not those of the checks before them
+        drawn.clear()
+        return loop(self, *args)
+
+    monkeypatch.setattr(train_module.WindowIndex, "take", spy)
+    monkeypatch.setattr(train_module._Runner, "loop", counted_loop)
+    predictor = train(cfg, show_progress=False)
+    n_windows = predictor.summary.n_train_windows
+    assert n_windows > 80  # the budget is a part of every epoch
+    held_out = drawn[:4]  # 2 epochs of 2 batches of 32 and 8 windows: 40 windows each
+    assert [len(batch) for batch in held_out] == [32, 8, 32, 8]
+    first, second = torch.cat(held_out[:2]), torch.cat(held_out[2:])
+    assert len(set(first.tolist())) == 40 and set(first.tolist()) != set(second.tolist())  # a new draw
+    assert predictor.final.steps == predictor.summary.best_epoch * 2  # the final fit's epochs are as long

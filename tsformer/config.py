@@ -231,6 +231,8 @@ class TrainConfig:
     loss: str = "auto"  # mse, mae, or auto: mae for a panel (long format), mse for a wide file
     all_positions: bool = True  # train every token to forecast the horizon after it
     train_stride: int = 1  # use every n-th training window (1 = all)
+    # windows an epoch trains on, drawn uniformly without replacement, a new draw each epoch; 0: every window
+    epoch_windows: int = 0
     max_minutes: float = 0.0  # stop after this wall time (0 = no limit); breaks exact reproducibility
     seed: int = 0
     num_threads: int = 0  # torch CPU threads (0 = torch's default)
@@ -264,6 +266,9 @@ class TrainConfig:
             f"train.quantiles must be distinct levels in (0, 1), got {list(self.quantiles)}",
         )
         _require(self.epochs >= 0, f"train.epochs must be at least 1 (or 0: from the data), got {self.epochs}")
+        _require(
+            self.epoch_windows >= 0, f"train.epoch_windows must be >= 0 (0: every window), got {self.epoch_windows}"
+        )
         for name in ("batch_size", "patience", "train_stride"):
             _require(getattr(self, name) >= 1, f"train.{name} must be at least 1, got {getattr(self, name)}")
         _require(self.lr > 0, f"train.lr must be positive, got {self.lr}")

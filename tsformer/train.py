@@ -175,7 +175,7 @@ def _final_fit(
     torch.manual_seed(cfg.train.seed)  # the held-out model's initial weights
     model = build_forecaster(cfg.model, data.layout, cfg.train.loss, cfg.train.quantiles).to(ctx.device)
     runner = _Runner(cfg, all_rows, model, _optimizer(model, cfg), None, None, ctx, show_progress)
-    steps_per_epoch = _steps_per_epoch(n_held_out_windows, ctx.world_size, cfg.train.batch_size)
+    steps_per_epoch = _steps_per_epoch(_epoch_size(n_held_out_windows, cfg), ctx.world_size, cfg.train.batch_size)
     started = time.monotonic()
     try:
         steps = runner.fit_steps(windows, best_epoch, steps_per_epoch, cfg.train.epochs * steps_per_epoch)
@@ -188,6 +188,12 @@ def _final_fit(
         raise Interrupted(f"training stopped during the final fit on every row ({kept})") from None
     model.eval()
     return FinalFit(model, last_timestamps(data.frame), steps, len(windows), time.monotonic() - started)
+
+
+def _epoch_size(n_windows: int, cfg: Config) -> int:
+    """Windows an epoch trains on: train.epoch_windows of them when set and fewer than all."""
+    budget = cfg.train.epoch_windows
+    return min(n_windows, budget) if budget else n_windows
 
 
 def _steps_per_epoch(n_windows: int, world_size: int, batch_size: int) -> int:
@@ -303,7 +309,7 @@ class _Runner:
     def loop(self, state: LoopState, train_windows: WindowIndex, val_windows: WindowIndex) -> None:
         tc = self.cfg.train
         n_windows = len(train_windows)
-        steps_per_epoch = _steps_per_epoch(n_windows, self.ctx.world_size, tc.batch_size)
+        steps_per_epoch = _steps_per_epoch(_epoch_size(n_windows, self.cfg), self.ctx.world_size, tc.batch_size)
         total_steps = tc.epochs * steps_per_epoch
         progress = Progress(tc.epochs, steps_per_epoch, enabled=self.show_progress)
         started = time.monotonic() - state.train_seconds
@@ -352,6 +358,7 @@ class _Runner:
         epoch = state.epoch + 1
         epoch_seed = tc.seed * 1_000_003 + epoch
         order = torch.randperm(len(train_windows), generator=torch.Generator().manual_seed(epoch_seed))
+        order = order[: _epoch_size(len(order), self.cfg)]  # train.epoch_windows: a uniform draw of them
         if self.ctx.world_size > 1:
             padding = -len(order) % self.ctx.world_size
             order = torch.cat([order, order[:padding]])[self.ctx.rank :: self.ctx.world_size]

@@ -105,9 +105,11 @@ def _choose_epochs(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> tu
     history = panel_min_history("train", model.context_len, model.horizon) if frame.id_cols else model.context_len
     counts = window_counts("train", borders, history, model.horizon)
     n_windows = -(-int(counts.sum()) // tc.train_stride)
+    n_windows = min(n_windows, tc.epoch_windows) if tc.epoch_windows else n_windows  # what an epoch trains on
     epochs = auto_epochs(n_windows, tc.batch_size)
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(tc, epochs=epochs))
-    return cfg, f"at most {epochs} epochs ({n_windows:,} training windows; patience {tc.patience} ends it earlier)"
+    each = "training windows" if not tc.epoch_windows else "training windows an epoch, train.epoch_windows"
+    return cfg, f"at most {epochs} epochs ({n_windows:,} {each}; patience {tc.patience} ends it earlier)"
 
 
 def _choose_candidates(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> tuple[Config, str]:
