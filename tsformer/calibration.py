@@ -108,11 +108,9 @@ def _cross_fitted(
     later = rank >= counts[ids] // 2  # (N,) the window is in its series' later half of origins
 
     def choice_on(half: np.ndarray) -> tuple[tuple[str, ...], ...]:
-        observed = None if windows.target_observed is None else windows.target_observed[half]
-        picked = {name: forecast[half] for name, forecast in each.items()}
-        columns, enabled = data.layout.targets, cfg.train.fallback
-        metric = cfg.train.selection_metric
-        return decide(picked, windows.target[half], observed, columns, enabled, ids[half], n_ids, metric).choice
+        columns, enabled, metric = data.layout.targets, cfg.train.fallback, cfg.train.selection_metric
+        observed = windows.target_observed
+        return decide(each, windows.target, observed, columns, enabled, ids, n_ids, metric, include=half).choice
 
     on_earlier, on_later = choice_on(~later), choice_on(later)
     one_window = counts < 2

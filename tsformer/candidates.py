@@ -30,6 +30,7 @@ from tsformer.metrics import forward_fill, repeat_last, season_length, seasonal_
 
 CANDIDATES = CANDIDATE_NAMES  # in order of preference on a tie; the config checks train.candidates against them
 BUILT_IN = tuple(name for name in CANDIDATES if name not in CLASSICAL)  # every run has these (weekly where they apply)
+CHUNK_WINDOWS = 16_384  # windows forecast at a time: their forward-filled contexts and sums stay small
 WEEKLY = ("weekly_naive", "weekly_drift")  # only where the context reaches a week back, below a day
 LABELS = {
     "model": "the model",
@@ -77,7 +78,24 @@ def candidate_forecasts(
     classical: tuple[str, ...] = (),
 ) -> dict[str, torch.Tensor]:
     """Every built-in candidate's forecast (N, H, C) of contexts (N, L, C), the weekly ones only when `week` > 0,
-    and those of `classical` (ets, theta: fit per window, so only when asked for)."""
+    and those of `classical` (ets, theta: fit per window, so only when asked for). Each window is forecast on
+    its own, CHUNK_WINDOWS at a time, so no (N, L, C) copy of all the contexts is made."""
+    if len(contexts) > CHUNK_WINDOWS:
+        parts = [
+            candidate_forecasts(
+                contexts[start : start + CHUNK_WINDOWS],
+                None if observed is None else observed[start : start + CHUNK_WINDOWS],
+                horizon,
+                season,
+                week,
+            )
+            for start in range(0, len(contexts), CHUNK_WINDOWS)
+        ]
+        out = {name: torch.cat([part[name] for part in parts]) for name in parts[0]}
+        if classical:  # fit per window anyway, and in parallel over all of them at once
+            history = forward_fill(contexts, observed)
+            out |= classical_forecasts(history, first_observed(history, observed), horizon, season, classical)
+        return out
     history = forward_fill(contexts, observed)
     first = first_observed(history, observed)
     steps_ahead = torch.arange(1, horizon + 1, dtype=history.dtype, device=history.device).view(1, -1, 1)

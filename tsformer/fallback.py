@@ -85,15 +85,19 @@ def decide(
     ids: np.ndarray | None = None,
     n_ids: int = 1,
     metric: str = "mse",
+    include: np.ndarray | None = None,
 ) -> Decision:
     """Per series and column, the forecaster (of `forecasts`, each (N, H, C), "model" and some candidates, and
     their blends) with the lowest MSE (or with `metric="mae"` MAE) on `truth` over that series' windows (`ids`
-    (N,) names each window's series; None: one series). A series without a validation window keeps the model."""
+    (N,) names each window's series; None: one series), or over those of them `include` (N,) bool marks (no
+    copy of the forecasts is made). A series without a validation window keeps the model."""
     ids_t = torch.zeros(len(truth), dtype=torch.long) if ids is None else torch.as_tensor(ids, dtype=torch.long)
     n, h, c = truth.shape
     observed_steps = (
         torch.full((n, c), float(h)) if truth_observed is None else truth_observed.sum(1).to(truth.dtype)
     )  # (N, C)
+    if include is not None:
+        observed_steps = observed_steps * torch.as_tensor(include, dtype=observed_steps.dtype).unsqueeze(1)
     count = torch.zeros(n_ids, c, dtype=torch.float64).index_add_(0, ids_t, observed_steps.double())
     names = scored_names(forecasts)
     val_error = {}
@@ -103,6 +107,8 @@ def decide(
         if truth_observed is not None:
             error = error.masked_fill_(~truth_observed, 0.0)
         squared = error.sum(dim=1).double()  # (N, C)
+        if include is not None:
+            squared = squared.masked_fill_(~torch.as_tensor(include).unsqueeze(1), 0.0)
         total = torch.zeros_like(count).index_add_(0, ids_t, squared)
         val_error[name] = torch.where(count > 0, total / count.clamp(min=1.0), torch.nan).numpy()  # (n_ids, C)
     choice = tuple(

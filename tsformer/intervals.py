@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+CHUNK_WINDOWS = 16_384  # windows whose context change is measured at a time
 SCALE_FLOOR = 0.1  # no window's scale is below this share of the typical validation window's
 
 
@@ -67,6 +68,17 @@ def context_change(context: torch.Tensor, observed: torch.Tensor | None, season:
     """Each window's mean |x_t - x_(t - lag)| over the observed pairs of its context (N, L, C), scaled units:
     the in-context error of seasonal naive, lag = season (1 when the context is not longer than a season).
     NaN where the context holds fewer than `lag` pairs (a short history): (N, C), float64."""
+    if len(context) > CHUNK_WINDOWS:  # each window on its own: no (N, L, C) float64 copy of all of them
+        return torch.cat(
+            [
+                context_change(
+                    context[start : start + CHUNK_WINDOWS],
+                    None if observed is None else observed[start : start + CHUNK_WINDOWS],
+                    season,
+                )
+                for start in range(0, len(context), CHUNK_WINDOWS)
+            ]
+        )
     lag = season if 1 <= season < context.shape[1] else 1
     change = (context[:, lag:] - context[:, :-lag]).abs().double()  # (N, L - lag, C)
     if observed is None:
