@@ -10,8 +10,7 @@ import torch
 from helpers import tiny_config
 
 from tsformer.calibration import _cross_fitted
-from tsformer.data import Split
-from tsformer.fallback import decide
+from tsformer.fallback import WindowErrors, apply, decide
 
 
 def test_each_window_is_calibrated_by_the_choice_made_on_the_other_half_of_its_series_origins():
@@ -25,6 +24,6 @@ def test_each_window_is_calibrated_by_the_choice_made_on_the_other_half_of_its_s
     decision = decide(each, truth, None, ("y",), ids=ids, n_ids=1)
     assert decision.choice == (("model",),)
     data = SimpleNamespace(frame=SimpleNamespace(n_ids=1), config=tiny_config(), layout=SimpleNamespace(targets=("y",)))
-    windows = Split(torch.zeros(4, 3, 1), truth, None, None, None)
-    point, quantiles = _cross_fitted((each, None), windows, ids, decision, data)
-    assert point[:, 0, 0].tolist() == pytest.approx([1.0, 1.0, 3.0, 3.0]) and quantiles is None
+    table, rows = _cross_fitted(WindowErrors.of(each, truth, None), ids, decision, data)
+    point = apply(table, each, rows)
+    assert point[:, 0, 0].tolist() == pytest.approx([1.0, 1.0, 3.0, 3.0])

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from tsformer.candidates import CHUNK_WINDOWS
 from tsformer.data import Prepared, Split, WindowIndex
-from tsformer.fallback import Decision, apply, decide
+from tsformer.fallback import Decision, WindowErrors, apply, choose
 from tsformer.intervals import (
     SCALE_FLOOR,
     Calibration,
@@ -42,23 +43,41 @@ def choose_and_calibrate(
 ) -> tuple[Predictor, Decision]:
     """The predictor with its fallback chosen and its intervals and quantile pairs calibrated on the validation
     windows (cross-fitted around the chosen forecasters), and the decision. `model_outputs`: the model's
-    forecasts of those windows already made (training's best epoch), else they are made here."""
+    forecasts of those windows already made (training's best epoch), else they are made here.
+
+    The candidates forecast CHUNK_WINDOWS windows at a time, twice (for the errors the choices rest on, then
+    for the cross-fitted forecast that calibrates), so only the model's forecasts of every window are held."""
     cfg = data.config
     windows = val_windows.split(cfg.model.context_len)
     ids = val_windows.series()  # (N,) each window's series
-    forecasts = predictor.forecasters(windows, model_outputs)
-    decision = decide(
-        forecasts[0],
-        windows.target,
-        windows.target_observed,
-        data.layout.targets,
-        cfg.train.fallback,
-        ids,
-        data.frame.n_ids,
-        cfg.train.selection_metric,
+    model_point, model_quantiles = model_outputs or predictor.model_outputs(windows)
+    blocks = [slice(start, start + CHUNK_WINDOWS) for start in range(0, len(ids), CHUNK_WINDOWS)] or [slice(0, 0)]
+    kept: dict[int, dict[str, torch.Tensor]] = {}  # one block: its forecasts, not made twice (ETS is slow)
+
+    def each_of(i: int) -> dict[str, torch.Tensor]:
+        if i in kept:
+            return kept[i]
+        block = blocks[i]
+        each, _ = predictor.forecasters(_rows(windows, block), (model_point[block], None))
+        if len(blocks) == 1:
+            kept[i] = each
+        return each
+
+    observed = windows.target_observed
+    errors = WindowErrors.concat(
+        [
+            WindowErrors.of(
+                each_of(i), windows.target[b], None if observed is None else observed[b], cfg.train.selection_metric
+            )
+            for i, b in enumerate(blocks)
+        ]
     )
+    columns, enabled, n_ids = data.layout.targets, cfg.train.fallback, data.frame.n_ids
+    decision = choose(errors, columns, enabled, ids, n_ids, cfg.train.selection_metric)
     chosen = predictor.replace(fallback=decision.choice, calibration=None)
-    point, quantiles = _cross_fitted(forecasts, windows, ids, decision, data)  # whose errors calibrate
+    table, rows = _cross_fitted(errors, ids, decision, data)  # whose errors calibrate
+    point = torch.cat([apply(table, each_of(i), rows[b]) for i, b in enumerate(blocks)])
+    quantiles = None if model_quantiles is None else model_quantiles + (point - model_point).unsqueeze(-1)
     season = predictor.season
     n_errors = error_counts(windows.target_observed, tuple(windows.target.shape))
     levels = tuple(level for level in cfg.train.intervals if errors_needed(level) <= n_errors)
@@ -87,19 +106,26 @@ def choose_and_calibrate(
     return chosen.replace(calibration=calibration), decision
 
 
+def _rows(windows: Split, block: slice) -> Split:
+    """The windows of `block`, still views."""
+    context, target, context_observed, target_observed, covariates = windows
+    return Split(
+        context[block],
+        target[block],
+        None if context_observed is None else context_observed[block],
+        None if target_observed is None else target_observed[block],
+        None if covariates is None else covariates.rows(block.start, block.stop, "cpu"),
+    )
+
+
 def _cross_fitted(
-    forecasts: tuple[dict[str, torch.Tensor], torch.Tensor | None],
-    windows: Split,
-    ids: np.ndarray,
-    decision: Decision,
-    data: Prepared,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The forecast (N, H, C) and quantiles (N, H, C, Q) or None whose errors calibrate: each validation window
-    forecast by what its series and column chose on the other half of the series' validation origins (the
-    earlier half's windows by the choice made on the later half, and back), so no error calibrates a choice it
-    helped make; a choice made on the same windows ships its luckiest forecaster there, and its intervals would
+    errors: WindowErrors, ids: np.ndarray, decision: Decision, data: Prepared
+) -> tuple[tuple[tuple[str, ...], ...], np.ndarray]:
+    """Whose forecast each validation window's error calibrates, as a choice table and each window's row of
+    it: what its series and column chose on the other half of the series' validation origins (the earlier
+    half's windows by the choice made on the later half, and back), so no error calibrates a choice it helped
+    make; a choice made on the same windows ships its luckiest forecaster there, and its intervals would
     cover less than they state. A series with one validation window keeps the run's choice."""
-    each, model_quantiles = forecasts
     n_ids, cfg = data.frame.n_ids, data.config
     counts = np.bincount(ids, minlength=n_ids)
     order = np.argsort(ids, kind="stable")  # series by series, each in time order
@@ -109,8 +135,7 @@ def _cross_fitted(
 
     def choice_on(half: np.ndarray) -> tuple[tuple[str, ...], ...]:
         columns, enabled, metric = data.layout.targets, cfg.train.fallback, cfg.train.selection_metric
-        observed = windows.target_observed
-        return decide(each, windows.target, observed, columns, enabled, ids, n_ids, metric, include=half).choice
+        return choose(errors, columns, enabled, ids, n_ids, metric, include=half).choice
 
     on_earlier, on_later = choice_on(~later), choice_on(later)
     one_window = counts < 2
@@ -119,6 +144,4 @@ def _cross_fitted(
         for rows in (on_later, on_earlier)
         for run, other, alone in zip(decision.choice, rows, one_window, strict=True)
     )
-    point = apply(table, each, ids + n_ids * later)
-    quantiles = None if model_quantiles is None else model_quantiles + (point - each["model"]).unsqueeze(-1)
-    return point, quantiles
+    return table, ids + n_ids * later

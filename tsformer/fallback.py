@@ -76,6 +76,43 @@ def _mean_observed(values: np.ndarray) -> float:
     return float(seen.mean()) if len(seen) else float("nan")
 
 
+@dataclass(frozen=True)
+class WindowErrors:
+    """Each forecaster's error per validation window: the summed squared (or absolute) errors over its observed
+    steps, (N, C) float64 per name, and the observed steps (N, C); enough to choose on any set of windows."""
+
+    sums: dict[str, torch.Tensor]
+    steps: torch.Tensor
+
+    @classmethod
+    def of(
+        cls,
+        forecasts: dict[str, torch.Tensor],
+        truth: torch.Tensor,
+        truth_observed: torch.Tensor | None,
+        metric: str = "mse",
+    ) -> WindowErrors:
+        """The errors of every forecaster `scored_names` gives (the blends too) of windows `truth` (N, H, C)."""
+        n, h, c = truth.shape
+        steps = torch.full((n, c), float(h)) if truth_observed is None else truth_observed.sum(1).to(truth.dtype)
+        sums = {}
+        for name in scored_names(forecasts):
+            error = forecast_of(name, forecasts) - truth  # (N, H, C), one forecaster at a time
+            error = error.abs_() if metric == "mae" else error.square_()
+            if truth_observed is not None:
+                error = error.masked_fill_(~truth_observed, 0.0)
+            sums[name] = error.sum(dim=1).double()  # (N, C)
+        return cls(sums, steps.double())
+
+    @classmethod
+    def concat(cls, parts: list[WindowErrors]) -> WindowErrors:
+        """The errors of consecutive blocks of windows, as one."""
+        return cls(
+            {name: torch.cat([p.sums[name] for p in parts]) for name in parts[0].sums},
+            torch.cat([p.steps for p in parts]),
+        )
+
+
 def decide(
     forecasts: dict[str, torch.Tensor],
     truth: torch.Tensor,
@@ -89,27 +126,34 @@ def decide(
 ) -> Decision:
     """Per series and column, the forecaster (of `forecasts`, each (N, H, C), "model" and some candidates, and
     their blends) with the lowest MSE (or with `metric="mae"` MAE) on `truth` over that series' windows (`ids`
-    (N,) names each window's series; None: one series), or over those of them `include` (N,) bool marks (no
-    copy of the forecasts is made). A series without a validation window keeps the model."""
-    ids_t = torch.zeros(len(truth), dtype=torch.long) if ids is None else torch.as_tensor(ids, dtype=torch.long)
-    n, h, c = truth.shape
-    observed_steps = (
-        torch.full((n, c), float(h)) if truth_observed is None else truth_observed.sum(1).to(truth.dtype)
-    )  # (N, C)
-    if include is not None:
-        observed_steps = observed_steps * torch.as_tensor(include, dtype=observed_steps.dtype).unsqueeze(1)
-    count = torch.zeros(n_ids, c, dtype=torch.float64).index_add_(0, ids_t, observed_steps.double())
-    names = scored_names(forecasts)
+    (N,) names each window's series; None: one series), or over those of them `include` (N,) bool marks.
+    A series without a validation window keeps the model."""
+    errors = WindowErrors.of(forecasts, truth, truth_observed, metric)
+    return choose(errors, columns, enabled, ids, n_ids, metric, include)
+
+
+def choose(
+    errors: WindowErrors,
+    columns: tuple[str, ...],
+    enabled: bool = True,
+    ids: np.ndarray | None = None,
+    n_ids: int = 1,
+    metric: str = "mse",
+    include: np.ndarray | None = None,
+) -> Decision:
+    """`decide` from the windows' errors (`WindowErrors`), over the windows `include` marks (None: all)."""
+    n = len(errors.steps)
+    ids_t = torch.zeros(n, dtype=torch.long) if ids is None else torch.as_tensor(ids, dtype=torch.long)
+    steps = errors.steps
+    kept = None if include is None else torch.as_tensor(include).unsqueeze(1)  # (N, 1)
+    if kept is not None:
+        steps = steps.masked_fill(~kept, 0.0)
+    count = torch.zeros(n_ids, steps.shape[1], dtype=torch.float64).index_add_(0, ids_t, steps)
+    names = tuple(errors.sums)
     val_error = {}
     for name in names:
-        error = forecast_of(name, forecasts) - truth  # (N, H, C), one forecaster at a time
-        error = error.abs_() if metric == "mae" else error.square_()
-        if truth_observed is not None:
-            error = error.masked_fill_(~truth_observed, 0.0)
-        squared = error.sum(dim=1).double()  # (N, C)
-        if include is not None:
-            squared = squared.masked_fill_(~torch.as_tensor(include).unsqueeze(1), 0.0)
-        total = torch.zeros_like(count).index_add_(0, ids_t, squared)
+        sums = errors.sums[name] if kept is None else errors.sums[name].masked_fill(~kept, 0.0)
+        total = torch.zeros_like(count).index_add_(0, ids_t, sums)
         val_error[name] = torch.where(count > 0, total / count.clamp(min=1.0), torch.nan).numpy()  # (n_ids, C)
     choice = tuple(
         tuple(

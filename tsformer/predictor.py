@@ -126,17 +126,19 @@ class Predictor:
         rows of `ids`)."""
         return self.ship(self.forecasters(windows), windows, ids, window_scaler)
 
+    def model_outputs(self, windows: Split) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The model's forecast (N, H, C) of the windows and its quantiles (N, H, C, Q) or None, in one pass."""
+        outputs = list(self.model.output_batches(windows.context, windows.context_observed, windows.covariates))
+        point = torch.cat([p for p, _ in outputs]).cpu()
+        quantiles = None if outputs and outputs[0][1] is None else torch.cat([q for _, q in outputs]).cpu()
+        return point, quantiles
+
     def forecasters(
         self, windows: Split, model_outputs: tuple[torch.Tensor, torch.Tensor | None] | None = None
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
         """Every forecaster's forecast (N, H, C) of the windows, the model's in one pass with its quantiles
         (N, H, C, Q) or None (`model_outputs`: those, when the model's were made already)."""
-        if model_outputs is None:
-            outputs = list(self.model.output_batches(windows.context, windows.context_observed, windows.covariates))
-            point = torch.cat([p for p, _ in outputs]).cpu()
-            quantiles = None if outputs and outputs[0][1] is None else torch.cat([q for _, q in outputs]).cpu()
-        else:
-            point, quantiles = model_outputs
+        point, quantiles = self.model_outputs(windows) if model_outputs is None else model_outputs
         allowed = candidate_names(self.freq, self.context_len, self.config.train.candidates)
         classical = tuple(name for name in allowed if name in CLASSICAL)  # fit per window: only when used
         naive = candidate_forecasts(
