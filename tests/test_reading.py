@@ -11,7 +11,7 @@ import torch
 from helpers import tiny_config
 
 from tsformer.config import Config, DataConfig, ModelConfig
-from tsformer.data import read_series
+from tsformer.data import read_series, training_data
 from tsformer.data.choices import choice_split
 from tsformer.data.reading import read_as_training_rows_say
 from tsformer.errors import ConfigError, DataError
@@ -77,6 +77,8 @@ def test_business_days_in_training_with_a_saturday_later_is_refused_naming_the_f
     refused = r"the training rows \(to 2024-04-11 00:00:00\) are B steps but later rows .*--freq B"
     with pytest.raises(DataError, match=refused):
         checked(table, reading_config())
+    with pytest.raises(DataError, match=r"later rows \(from row 74\)"):  # a DataFrame's rows, as df.iloc has them
+        training_data(reading_config(), table)
     assert checked(table, reading_config(freq="D")).freq == "D"  # stated: nothing was decided
     assert checked(table.iloc[:100], reading_config()).freq == "B"  # conforming rows
 
