@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tsformer.data import Prepared, SeriesFrame
+from tsformer.data import Prepared, SeriesFrame, WindowIndex
 from tsformer.data.timestamps import TimeNotation
 from tsformer.errors import DataError
 from tsformer.files import atomic_open
@@ -125,15 +125,21 @@ def backtest(
     return dataclasses.replace(result, notes=notes)
 
 
+def origin_windows(data: Prepared, rows: np.ndarray) -> WindowIndex:
+    """The windows whose first target is at `rows` (n_ids, n_origins) of each series, series after series."""
+    floors = np.repeat(data.frame.bounds[:-1], rows.shape[1])  # (n_ids * n_origins,)
+    starts = floors + rows.reshape(-1)
+    return dataclasses.replace(
+        data.split_windows("test"), starts=torch.from_numpy(starts), floors=torch.from_numpy(floors)
+    )
+
+
 def score_origins(predictor: Predictor, data: Prepared, rows: np.ndarray) -> BacktestResult:
     """Forecast and score the windows whose first target is at `rows` (n_ids, n_origins) of each series."""
     frame = data.frame
     n_ids, n_origins = rows.shape
-    floors = np.repeat(frame.bounds[:-1], n_origins)  # (n_ids * n_origins,) series after series
-    starts = floors + rows.reshape(-1)
-    index = dataclasses.replace(
-        data.split_windows("test"), starts=torch.from_numpy(starts), floors=torch.from_numpy(floors)
-    )
+    index = origin_windows(data, rows)
+    starts = index.starts.numpy()
     windows = index.all().split(predictor.context_len)
     ids = np.repeat(np.arange(n_ids), n_origins)  # (N,)
     shipped = predictor.forecast(windows, ids)

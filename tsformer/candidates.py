@@ -80,22 +80,27 @@ def candidate_forecasts(
     """Every built-in candidate's forecast (N, H, C) of contexts (N, L, C), the weekly ones only when `week` > 0,
     and those of `classical` (ets, theta: fit per window, so only when asked for). Each window is forecast on
     its own, CHUNK_WINDOWS at a time, so no (N, L, C) copy of all the contexts is made."""
-    if len(contexts) > CHUNK_WINDOWS:
-        parts = [
-            candidate_forecasts(
-                contexts[start : start + CHUNK_WINDOWS],
-                None if observed is None else observed[start : start + CHUNK_WINDOWS],
-                horizon,
-                season,
-                week,
-            )
-            for start in range(0, len(contexts), CHUNK_WINDOWS)
-        ]
-        out = {name: torch.cat([part[name] for part in parts]) for name in parts[0]}
-        if classical:  # fit per window anyway, and in parallel over all of them at once
-            history = forward_fill(contexts, observed)
-            out |= classical_forecasts(history, first_observed(history, observed), horizon, season, classical)
-        return out
+    parts = [
+        _built_in(
+            contexts[start : start + CHUNK_WINDOWS],
+            None if observed is None else observed[start : start + CHUNK_WINDOWS],
+            horizon,
+            season,
+            week,
+        )
+        for start in range(0, max(len(contexts), 1), CHUNK_WINDOWS)
+    ]
+    out = parts[0] if len(parts) == 1 else {name: torch.cat([part[name] for part in parts]) for name in parts[0]}
+    if classical:  # fit per window anyway, in parallel over all of them
+        history = forward_fill(contexts, observed)
+        out |= classical_forecasts(history, first_observed(history, observed), horizon, season, classical)
+    return out
+
+
+def _built_in(
+    contexts: torch.Tensor, observed: torch.Tensor | None, horizon: int, season: int, week: int
+) -> dict[str, torch.Tensor]:
+    """The built-in candidates' forecasts (N, H, C) of one block of contexts (N, L, C)."""
     history = forward_fill(contexts, observed)
     first = first_observed(history, observed)
     steps_ahead = torch.arange(1, horizon + 1, dtype=history.dtype, device=history.device).view(1, -1, 1)
@@ -110,8 +115,6 @@ def candidate_forecasts(
     if week:
         weekly = seasonal_naive(history, horizon, week)
         out |= {"weekly_naive": weekly, "weekly_drift": weekly + steps_ahead * drift_per_step(history, first, week)}
-    if classical:
-        out |= classical_forecasts(history, first, horizon, season, classical)
     return out
 
 

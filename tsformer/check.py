@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tsformer.backtest import score_origins
+from tsformer.backtest import origin_windows, score_origins
 from tsformer.calibration import choose_and_calibrate
-from tsformer.data import Prepared, WindowIndex
+from tsformer.data import Prepared, SeriesFrame, WindowIndex
 from tsformer.final import last_timestamps
 from tsformer.leakage import CheckResult, check_data, check_intervals, check_model
 
@@ -84,16 +84,12 @@ def check_backtest_origins(predictor: Predictor, data: Prepared | None) -> Check
     """The backtest path (`score_origins`: windows, every forecaster, the fallback, the intervals, the table in the
     data's units) forecasts from each series' first test origin exactly as before after every target and
     past-only covariate from that origin on is redrawn (known-future covariates may be read up to the horizon)."""
-    if data is None:
-        return CheckResult("backtest/origin", True, 0.0, "data checks skipped: no origins to probe")
-    rows = data.borders.val_end[:, None]  # (n_ids, 1): each series' first test step
-    lengths = data.frame.lengths[:, None]
-    if not ((rows >= 1) & (rows + predictor.horizon <= lengths)).all():
-        return CheckResult("backtest/origin", True, 0.0, "some series have no test window: not probed")
+    origins, skipped = _test_origins(predictor, data, "backtest/origin")
+    if skipped is not None:
+        return skipped
+    rows = origins[:, None]  # (n_ids, 1)
     base = score_origins(predictor, data, rows).forecasts
-    ids = data.frame.id_of_rows()
-    position = np.arange(data.frame.n_rows) - data.frame.bounds[ids]  # each row within its series
-    later = torch.from_numpy(position >= data.borders.val_end[ids])  # (n_rows,)
+    later = torch.from_numpy(~_rows_before(data.frame, origins))  # (n_rows,)
     generator = torch.Generator().manual_seed(0)
 
     def redrawn(block: torch.Tensor | None) -> torch.Tensor | None:
@@ -121,16 +117,13 @@ def check_predict_origins(predictor: Predictor, data: Prepared | None) -> CheckR
     origin on the whole data, which `backtest/origin` proves blind to every later row."""
     from tsformer.predict import shipped_after
 
-    if data is None:
-        return CheckResult("predict/origin", True, 0.0, "data checks skipped: no origins to probe")
+    origins, skipped = _test_origins(predictor, data, "predict/origin")
+    if skipped is not None:
+        return skipped
     frame, horizon = data.frame, predictor.horizon
-    origins = data.borders.val_end  # (n_ids,) each series' first test step
-    if not ((origins >= 1) & (origins + horizon <= frame.lengths)).all():
-        return CheckResult("predict/origin", True, 0.0, "some series have no test window: not probed")
-    backtest = predictor.forecast(_origin_windows(data, origins, predictor.context_len), np.arange(frame.n_ids))
-    ids = frame.id_of_rows()
-    position = np.arange(frame.n_rows) - frame.bounds[ids]  # each row within its series
-    keep = position < origins[ids]
+    windows = origin_windows(data, origins[:, None]).all().split(predictor.context_len)
+    backtest = predictor.forecast(windows, np.arange(frame.n_ids))
+    keep = _rows_before(frame, origins)
     history = dataclasses.replace(
         frame,
         timestamps=frame.timestamps[keep],
@@ -163,13 +156,21 @@ def check_predict_origins(predictor: Predictor, data: Prepared | None) -> CheckR
     )
 
 
-def _origin_windows(data: Prepared, origins: np.ndarray, context_len: int):
-    """The windows whose first target is at `origins` (n_ids,) of each series, split into context and target."""
-    floors = data.frame.bounds[:-1]
-    index = dataclasses.replace(
-        data.split_windows("test"), starts=torch.from_numpy(floors + origins), floors=torch.from_numpy(floors)
-    )
-    return index.all().split(context_len)
+def _test_origins(predictor: Predictor, data: Prepared | None, name: str) -> tuple[np.ndarray, CheckResult | None]:
+    """(n_ids,) each series' first test step, and the passing result that says why `name` is not probed (no
+    data, or a series without a test window) or None."""
+    if data is None:
+        return np.empty(0, dtype=np.int64), CheckResult(name, True, 0.0, "data checks skipped: no origins to probe")
+    origins = data.borders.val_end
+    if not ((origins >= 1) & (origins + predictor.horizon <= data.frame.lengths)).all():
+        return origins, CheckResult(name, True, 0.0, "some series have no test window: not probed")
+    return origins, None
+
+
+def _rows_before(frame: SeriesFrame, origins: np.ndarray) -> np.ndarray:
+    """(n_rows,) bool: the rows before their series' origin (`origins` (n_ids,), rows within each series)."""
+    ids = frame.id_of_rows()
+    return np.arange(frame.n_rows) - frame.bounds[ids] < origins[ids]
 
 
 def _choice_table(fallback: tuple[tuple[str, ...], ...], shape: tuple[int, int]) -> tuple[tuple[str, ...], ...]:

@@ -122,14 +122,11 @@ def decide(
     ids: np.ndarray | None = None,
     n_ids: int = 1,
     metric: str = "mse",
-    include: np.ndarray | None = None,
 ) -> Decision:
     """Per series and column, the forecaster (of `forecasts`, each (N, H, C), "model" and some candidates, and
     their blends) with the lowest MSE (or with `metric="mae"` MAE) on `truth` over that series' windows (`ids`
-    (N,) names each window's series; None: one series), or over those of them `include` (N,) bool marks.
-    A series without a validation window keeps the model."""
-    errors = WindowErrors.of(forecasts, truth, truth_observed, metric)
-    return choose(errors, columns, enabled, ids, n_ids, metric, include)
+    (N,) names each window's series; None: one series). A series without a validation window keeps the model."""
+    return choose(WindowErrors.of(forecasts, truth, truth_observed, metric), columns, enabled, ids, n_ids, metric)
 
 
 def choose(

@@ -459,7 +459,9 @@ class _Runner:
             points.append(forecast.cpu())
             quantiles.append(None if quantile is None else quantile.cpu())
         # kept for the fallback and the calibration when this epoch is the best (they would recompute them)
-        self.epoch_val_outputs = (torch.cat(points), None if quantiles[0] is None else torch.cat(quantiles))
+        self.epoch_val_outputs = (
+            (torch.cat(points), None if quantiles[0] is None else torch.cat(quantiles)) if points else None
+        )
         return total / max(1, int(target_observed.sum()))
 
     def predictor(self, model: ForecasterBase) -> Predictor:
