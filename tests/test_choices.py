@@ -67,7 +67,7 @@ def test_resolve_chooses_calendar_loss_and_sizes_and_says_so():
     )
     assert notes[1].endswith(
         "over 202 rows; used from -5 %); train.loss mse (a wide file); at most 56 epochs (1,052 training windows; "
-        "patience 3 ends it earlier); set with --set data.calendar=true|false, --set train.loss=mse|mae, "
+        "patience 3 ends it earlier); set with --set data.calendar=true|false, --set train.loss=mse|mae|mase, "
         "--set train.epochs=N"
     )
     assert chosen.train.epochs == 56  # 9 steps of 128 windows an epoch: 56 epochs reach 500 steps
@@ -109,7 +109,7 @@ def test_a_frequency_without_calendar_cycles_needs_no_probe():
     assert chosen.data.calendar is False
     assert notes[1] == (
         "chosen from the data: train.loss mse (a wide file); at most 100 epochs (35 training windows; patience 3 "
-        "ends it earlier); set with --set train.loss=mse|mae, --set train.epochs=N"
+        "ends it earlier); set with --set train.loss=mse|mae|mase, --set train.epochs=N"
     )
 
 

@@ -18,6 +18,7 @@ from tsformer.model import (
     scaled_dot_product,
     sinusoidal_encoding,
 )
+from tsformer.model.forecaster import NAIVE_SCALE_FLOOR
 
 
 def test_positional_encoding_matches_the_formula():
@@ -233,6 +234,30 @@ def test_mae_loss():
     x, target = torch.randn(5, 16, 3), torch.randn(5, 4, 3)
     forecast, loss = model(x, target=target)
     torch.testing.assert_close(loss, (forecast - target).abs().mean())
+
+
+def test_the_scale_free_loss_divides_each_windows_errors_by_its_naive_mae():
+    cfg = ModelConfig(context_len=16, horizon=4, patch_len=4, d_model=8, n_heads=2, d_ff=8, n_layers=1)
+    model = Forecaster(cfg, layout_of(2), loss="mase").eval()
+    torch.manual_seed(0)
+    x, target = torch.randn(3, 16, 2), torch.randn(3, 4, 2)
+    x[1, :, 1] *= 100  # a window 100 times larger weighs as much as the others
+    x[2, :, 0] = 5.0  # a flat context: its scale is the floor, not zero
+    observed = torch.ones(3, 16, dtype=torch.bool)
+    observed[0, :3] = False  # left padding: pairs with a padded step are not counted
+    forecast, loss = model(x, observed, target=target)
+    scale = torch.empty(3, 2)
+    for b in range(3):
+        for c in range(2):
+            pairs = [abs(float(x[b, t, c] - x[b, t - 4, c])) for t in range(4, 16) if observed[b, t - 4]]
+            scale[b, c] = max(sum(pairs) / len(pairs), NAIVE_SCALE_FLOOR)
+    assert scale[2, 0] == NAIVE_SCALE_FLOOR
+    by_hand = ((forecast - target).abs() / scale[:, None, :]).mean()
+    torch.testing.assert_close(loss, by_hand)
+    tokens = model.token_targets(torch.randn(3, 20, 2))  # every token's targets: the same window scale
+    _, every = model(x, observed, target=tokens)
+    outputs, _ = model.outputs_tokens(x, observed)
+    torch.testing.assert_close(every, ((outputs - tokens).abs() / scale[:, None, None, :]).mean())
 
 
 def test_predict_batches_equals_one_predict_in_order():

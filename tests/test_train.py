@@ -113,7 +113,7 @@ def test_a_step_trains_every_token_or_the_last(tiny_csv, tmp_path, monkeypatch, 
 
 
 def test_huber_loss_is_no_longer_an_option():
-    with pytest.raises(ConfigError, match="train.loss must be one of \\('auto', 'mse', 'mae'\\)"):
+    with pytest.raises(ConfigError, match="train.loss must be one of \\('auto', 'mse', 'mae', 'mase'\\)"):
         TrainConfig(loss="huber")
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from tsformer.config import Config, config_from_dict, load_config, with_data_path
+from tsformer.config import Config, config_from_dict, load_config, seconds_of, with_data_path
 from tsformer.data.loader import SeriesFrame
 from tsformer.errors import ConfigError
 from tsformer.predictor import Predictor, load_predictor
@@ -28,6 +28,7 @@ def fit(
     static_df: pd.DataFrame | str | Path | None = None,
     static_covs: list[str] | None = None,
     config: Mapping[str, Any] | str | Path | Config | None = None,
+    time_limit: float | str | None = None,
     out: str | Path | None = None,
     overwrite: bool = False,
     resume: bool = False,
@@ -49,11 +50,14 @@ def fit(
         columns of `data` that hold one value per series.
     config: any setting as dotted keys ({"train.epochs": 5, "train.seed": 0}), nested sections
         ({"train": {"epochs": 5}}), a YAML path, or a Config; the named arguments above override it.
+    time_limit: seconds for the whole fit (or "15m", "1h"): a recipe search on validation within them
+        (`tsformer.search`: a longer context, the other loss, more members); default none, one recipe.
     out: a run folder to train into (checkpoints every epoch, resumable with resume=True; `tsformer evaluate
         OUT` and the other commands read it); None trains in memory and writes nothing.
     progress: print progress and notes on how the data was read.
 
-    The same data, settings and seed give the same predictor as `tsformer train` (bit for bit on CPU).
+    The same data, settings and seed give the same predictor as `tsformer train` (bit for bit on CPU; with a
+    time limit, what the search reaches depends on the machine's speed).
     """
     from tsformer.datasets import resolve_data_path
     from tsformer.train import train
@@ -61,6 +65,7 @@ def fit(
     cfg = _config(config)
     given = {
         "model": {"horizon": horizon},
+        "train": {"time_limit": seconds_of(time_limit) if isinstance(time_limit, str) else time_limit},
         "data": {
             "targets": _names(target),
             "id_cols": _names(id_col),

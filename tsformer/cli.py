@@ -7,6 +7,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -158,6 +159,12 @@ def train(
     quantiles: str | None = typer.Option(
         None, "--quantiles", help="Also forecast these quantiles, e.g. 0.1,0.5,0.9 (pinball loss; default: none)."
     ),
+    time_limit: str | None = typer.Option(
+        None,
+        "--time-limit",
+        help="Seconds for the whole run, e.g. 900, 90s, 15m or 1h: within them a recipe search on validation tries a "
+        "longer context, the other loss and more members, and keeps the best (default: none, the one default recipe).",
+    ),
     candidates: str | None = typer.Option(
         None,
         "--candidates",
@@ -169,7 +176,7 @@ def train(
 
     Example: tsformer train data/sample.csv --target OT --context-len 96 --horizon 24 --out runs/demo
     """
-    from tsformer.config import config_from_flags, given_flags, with_data_path
+    from tsformer.config import config_from_flags, given_flags, seconds_of, with_data_path
     from tsformer.data.loader import read_series
     from tsformer.datasets import resolve_data_path
 
@@ -198,6 +205,7 @@ def train(
             "intervals": list(interval) or None,
             "quantiles": quantiles,
             "candidates": candidates,
+            "time_limit": None if time_limit is None else seconds_of(time_limit),
         },
     }
     if resume:
@@ -323,6 +331,8 @@ def backtest(
                  "tsformer backtest FOLDS_DIR --config CONFIG --refit")  # fmt: skip
         folds = run if config is not None else None  # with the run's own config, the folds stay in memory
         cfg = load_config(config) if config is not None else load_predictor(run).config
+        if config is None and cfg.train.time_limit:  # a searched run: its chosen recipe per fold, not a new search
+            cfg = replace(cfg, train=replace(cfg.train, time_limit=0.0))
         if csv is not None:
             cfg = with_data_path(cfg, csv)
         result = refit_backtest(cfg, folds, windows or 5, step, start, out=out, plot=plot)

@@ -30,7 +30,8 @@ MAX_VAL_HORIZONS = 3  # the most horizons of validation an automatic data.val_ho
 MAX_SEED = 2**63 - 1  # torch.manual_seed takes a signed 64-bit integer
 MAX_COUNT = 2**31 - 1  # sizes, strides and counts beyond this are typos, not settings
 ATTENTIONS = ("fused", "explicit")
-LOSSES = ("auto", "mse", "mae")  # auto: mae for a panel, mse for a wide file (tsformer.data.choices)
+# auto: mae for a panel, mse for a wide file (tsformer.data.choices); mase: mae in units of each window's naive MAE
+LOSSES = ("auto", "mse", "mae", "mase")
 INTERVAL_SCALES = ("seasonal", "fixed")  # train.interval_scale (tsformer.intervals)
 # keys no longer in the config: what to do instead (a stored run's are dropped when it is read: tsformer.checkpoint)
 REMOVED_KEYS = {
@@ -49,6 +50,7 @@ CANDIDATE_NAMES = (
     "theta",
 )
 AUTO_MAX_CONTEXT = 336  # the longest automatic context_len: two weeks of hourly data, the ETTh1 setting
+SEARCH_MAX_CONTEXT = 720  # the longest context the recipe search (train.time_limit) tries: 30 days of hourly data
 AUTO_MAX_PATCH = 24  # the longest automatic patch_len: a day of hourly data
 AUTO_PATCH_NO_SEASON = 4  # the automatic patch_len for a frequency with no known season (yearly, 2-day, ...)
 # an automatic train.epochs (0) caps training at the epochs that take AUTO_MIN_STEPS optimiser steps, at least
@@ -234,6 +236,9 @@ class TrainConfig:
     # windows an epoch trains on, drawn uniformly without replacement, a new draw each epoch; 0: every window
     epoch_windows: int = 0
     max_minutes: float = 0.0  # stop after this wall time (0 = no limit); breaks exact reproducibility
+    # seconds for the whole of train, searching recipes on validation within them (`tsformer.search`): a longer
+    # context, the other loss, more members; 0 = no search, the one default recipe
+    time_limit: float = 0.0
     seed: int = 0
     num_threads: int = 0  # torch CPU threads (0 = torch's default)
     device: str = "cpu"  # cpu, cuda or auto
@@ -279,6 +284,7 @@ class TrainConfig:
         _require(self.grad_clip >= 0, f"train.grad_clip must be >= 0, got {self.grad_clip}")
         _require(self.loss in LOSSES, f"train.loss must be one of {LOSSES}, got {self.loss!r}")
         _require(self.max_minutes >= 0, f"train.max_minutes must be >= 0, got {self.max_minutes}")
+        _require(self.time_limit >= 0, f"train.time_limit must be >= 0 seconds (0: no search), got {self.time_limit}")
         _require(
             0 <= self.num_threads <= MAX_COUNT, f"train.num_threads must be in 0..{MAX_COUNT}, got {self.num_threads}"
         )
@@ -348,6 +354,15 @@ def auto_epochs(n_train_windows: int, batch_size: int) -> int:
     return min(AUTO_MAX_EPOCHS, max(AUTO_MIN_EPOCHS, -(-AUTO_MIN_STEPS // steps_per_epoch)))
 
 
+def longer_context(n_train_rows: int, horizon: int, patch_len: int, context_len: int) -> int:
+    """The recipe search's longer context: the longest multiple of patch_len up to twice `context_len` (at most
+    SEARCH_MAX_CONTEXT) that leaves as many training windows as context steps, as the automatic rule does;
+    0 when that is no longer than `context_len`."""
+    usable = n_train_rows - horizon + 1
+    longer = min(2 * context_len, SEARCH_MAX_CONTEXT, usable // 2) // patch_len * patch_len
+    return longer if longer > context_len else 0
+
+
 def _auto_patch_len(season: int) -> int:
     """The largest divisor of `season` up to AUTO_MAX_PATCH, or AUTO_PATCH_NO_SEASON when that is 1."""
     season = max(season, 1)
@@ -369,6 +384,24 @@ def _auto_context_len(n_train_rows: int, horizon: int, patch_len: int) -> int:
         f"automatic context (patch_len + horizon = {patch_len} + {horizon}); provide more rows or lower "
         "--horizon or model.patch_len"
     )
+
+
+DURATION_UNITS = {"s": 1, "m": 60, "min": 60, "h": 3600}
+
+
+def seconds_of(text: str) -> float:
+    """A duration as the command line takes it: 900, 90s, 15m, 1.5h -> seconds."""
+    value = text.strip().lower()
+    unit = next((u for u in sorted(DURATION_UNITS, key=len, reverse=True) if value.endswith(u)), "s")
+    number = value.removesuffix(unit) if value.endswith(unit) else value
+    try:
+        seconds = float(number) * DURATION_UNITS[unit]
+    except ValueError:
+        raise ConfigError(
+            f"--time-limit {text!r} is not a duration; give seconds or a unit, e.g. 900, 90s, 15m, 1h"
+        ) from None
+    _require(math.isfinite(seconds) and seconds > 0, f"--time-limit must be a positive duration, got {text!r}")
+    return seconds
 
 
 def to_dict(cfg: Config) -> dict[str, dict[str, Any]]:

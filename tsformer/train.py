@@ -30,15 +30,20 @@ from tsformer.checkpoint import save_predictor
 from tsformer.config import MAX_SEED, Config, save_config, with_data_path
 from tsformer.data import Prepared, Source, WindowIndex, Windows, training_data
 from tsformer.errors import CheckpointError, ConfigError, DataError, Interrupted, TrainingError
+from tsformer.fallback import Decision
 from tsformer.files import atomic_write_text
 from tsformer.final import FinalFit, every_row, last_timestamps
 from tsformer.leakage import check_data, check_model, require_passed
-from tsformer.model import ForecasterBase, build_forecaster
+from tsformer.model import Ensemble, ForecasterBase, build_forecaster
 from tsformer.predictor import Predictor, load_predictor, load_train_state
 from tsformer.progress import Progress
 from tsformer.results import TrainSummary
 from tsformer.runfolder import CONFIG_FILE, LAST_FILE, MODEL_FILE
 from tsformer.schedule import lr_at
+from tsformer.search import Candidate, HeldOut, search
+
+SEARCH_FILE = "search.csv"  # the recipe search's log (train.time_limit)
+CALIBRATION_SAMPLE = 32  # validation windows timed to plan the search's room for the fallback and calibration
 
 
 @dataclass
@@ -102,19 +107,29 @@ def _train(
     source: Source | None,
     static: Source | None,
 ) -> Predictor:
+    started = time.monotonic()
+    if resume and (out_dir / SEARCH_FILE).exists():
+        raise ConfigError(
+            f"{out_dir} holds a recipe search (train.time_limit), written once when it finished: there is no epoch "
+            "of it to resume; train again, with --overwrite"
+        )
     previous, train_state = load_train_state(out_dir / LAST_FILE) if resume else (None, None)
     best_so_far = load_predictor(out_dir / MODEL_FILE).model.state_dict() if resume else None  # before any seeding
-    cfg = previous.config if previous else resolve(cfg)
-    ctx = distributed.setup(cfg.train.device)
-    if cfg.train.num_threads:
-        torch.set_num_threads(cfg.train.num_threads)
-    data = training_data(cfg, source, static)
+    given = previous.config if previous else resolve(cfg)
+    ctx = distributed.setup(given.train.device)
+    if given.train.num_threads:
+        torch.set_num_threads(given.train.num_threads)
+    if given.train.time_limit and ctx.world_size > 1:
+        raise ConfigError("train.time_limit searches on one process; run it without torchrun, or drop --time-limit")
+    data = training_data(given, source, static)
     cfg = data.config  # every automatic setting chosen
     if ctx.is_main and (folder is not None or show_progress):
         for note in (folder.notes if folder is not None else []) + list(data.notes):
             print(note, file=sys.stderr)
     if previous is not None:
         _require_same_data(previous, data, out_dir)
+    if cfg.train.time_limit:
+        return _searched(given, data, ctx, started, out_dir, folder, show_progress)
     torch.manual_seed(cfg.train.seed)
     model = build_forecaster(cfg.model, data.layout, cfg.train.loss, cfg.train.quantiles)
     _run_leakage_checks(model, data, cfg)
@@ -131,7 +146,9 @@ def _train(
         runner.loop(state, train_windows, val_windows)
     model.load_state_dict(runner.best_state)
     model.eval()
-    predictor, decision = choose_and_calibrate(runner.predictor(model), val_windows, data, runner.best_val_outputs)
+    predictor, decision = choose_and_calibrate(
+        _uncalibrated(cfg, data, model), val_windows, data, runner.best_val_outputs
+    )
     final = None
     if cfg.train.final_fit:
         final = _final_fit(cfg, data, ctx, len(train_windows), state.best_epoch, out_dir, show_progress)
@@ -143,20 +160,125 @@ def _train(
         sum(p.numel() for p in model.parameters()),
         len(train_windows),
         len(val_windows),
-        tuple(decision.lines())
-        + ((predictor.calibration.note(),) if predictor.calibration.note() else ())
-        + ((_final_line(final, state.best_epoch),) if final is not None else ()),
+        _lines(decision, predictor, final, state.best_epoch),
         _stopped(state, cfg),
     )
     predictor = predictor.replace(summary=summary, data=data, final=final)
     if folder is not None:
-        from tsformer.plots import plot_history
-
         history = pd.DataFrame(state.history)  # from last.pt: whole, even after a kill before its last write
-        atomic_write_text(folder.path / "history.csv", history.to_csv(index=False))
-        plot_history(history, folder.path / "loss.png")
-        save_predictor(predictor, folder.path / MODEL_FILE)
+        _write_run(folder, predictor, history)
     return predictor
+
+
+def _searched(
+    given: Config,
+    data: Prepared,
+    ctx: distributed.Dist,
+    started: float,
+    out_dir: Path | None,
+    folder: runfolder.RunFolder | None,
+    show_progress: bool,
+) -> Predictor:
+    """train.time_limit: the recipe search (`tsformer.search`), the fallback and calibration of the members chosen,
+    their final fits, all within the budget; the run is written once, at the end (no epoch of it to resume)."""
+    budget_end = started + given.train.time_limit
+
+    def held_out(candidate: Candidate, deadline: float) -> HeldOut:
+        cfg, prepared = candidate.config, candidate.data
+        torch.manual_seed(cfg.train.seed)
+        model = build_forecaster(cfg.model, prepared.layout, cfg.train.loss, cfg.train.quantiles).to(ctx.device)
+        _run_leakage_checks(model, prepared, cfg)
+        train_windows = prepared.split_windows("train", cfg.train.train_stride)
+        shown = show_progress and ctx.is_main
+        if shown:
+            print(f"search: {candidate.name} (context {cfg.model.context_len}, loss {cfg.train.loss})", file=sys.stderr)
+        runner = _Runner(cfg, prepared, model, _optimizer(model, cfg), None, None, ctx, shown, deadline)
+        state = LoopState()
+        runner.loop(state, train_windows, prepared.split_windows("val"))
+        model.load_state_dict(runner.best_state)
+        model.eval()
+        to_best = state.history[state.best_epoch - 1]["seconds"]
+        return HeldOut(
+            candidate, model, runner.best_val_outputs, len(train_windows), state.best_epoch, state.epoch,
+            state.train_seconds, to_best, state.stopped_by, state.history,
+        )  # fmt: skip
+
+    searched = search(given, data, budget_end, _calibration_seconds(data), held_out)
+    cfg, chosen = searched.config, searched.data
+    members = [m.model for m in searched.members]
+    model = members[0] if len(members) == 1 else Ensemble(members)
+    val_windows = chosen.split_windows("val")
+    predictor, decision = choose_and_calibrate(_uncalibrated(cfg, chosen, model), val_windows, chosen, searched.outputs)
+    final = None
+    if cfg.train.final_fit:
+        fits = [
+            _final_fit(
+                m.candidate.config, chosen, ctx, m.n_train_windows, m.best_epoch, out_dir, show_progress, budget_end
+            )
+            for m in searched.members
+        ]
+        final = fits[0] if len(fits) == 1 else FinalFit(
+            Ensemble([f.model for f in fits]), fits[0].until, sum(f.steps for f in fits), fits[0].n_windows,
+            sum(f.seconds for f in fits),
+        )  # fmt: skip
+    first = searched.members[0]
+    summary = TrainSummary(
+        first.best_epoch,
+        searched.val_loss,
+        first.epochs_run,
+        time.monotonic() - started,
+        sum(p.numel() for p in model.parameters()),
+        first.n_train_windows,
+        len(val_windows),
+        (searched.line(),) + _lines(decision, predictor, final, first.best_epoch),
+        f"each candidate stopped by patience or the search's deadline (search.csv); {len(members)} member"
+        + "s" * (len(members) > 1),
+    )
+    predictor = predictor.replace(summary=summary, data=chosen, final=final)
+    if folder is not None:
+        save_config(cfg, folder.path / CONFIG_FILE)
+        atomic_write_text(folder.path / SEARCH_FILE, searched.log.to_csv(index=False))
+        history = pd.concat(
+            [pd.DataFrame(m.history).assign(member=i) for i, m in enumerate(searched.members)], ignore_index=True
+        )
+        _write_run(folder, predictor, history)
+        folder.publish()
+    return predictor
+
+
+def _calibration_seconds(data: Prepared) -> float:
+    """What the fallback and calibration after the search are expected to take: every forecaster of a sample of
+    validation windows, timed, scaled to all of them, twice (the choice, then the cross-fitted forecast)."""
+    val_windows = data.split_windows("val")
+    n = len(val_windows)
+    if not n:
+        return 0.0
+    sample = val_windows.take(torch.arange(min(n, CALIBRATION_SAMPLE)))
+    windows = sample.split(data.config.model.context_len)
+    cfg = data.config
+    probe = _uncalibrated(cfg, data, build_forecaster(cfg.model, data.layout, cfg.train.loss, cfg.train.quantiles))
+    started = time.monotonic()
+    probe.forecasters(windows, (torch.zeros_like(windows.target), None))
+    return 2 * (time.monotonic() - started) * n / len(sample)
+
+
+def _lines(decision: Decision, predictor: Predictor, final: FinalFit | None, best_epoch: int) -> tuple[str, ...]:
+    """The summary's lines: the fallback's choice, the calibration's note, the final fit."""
+    note = predictor.calibration.note()
+    return (
+        tuple(decision.lines())
+        + ((note,) if note else ())
+        + ((_final_line(final, best_epoch),) if final is not None else ())
+    )
+
+
+def _write_run(folder: runfolder.RunFolder, predictor: Predictor, history: pd.DataFrame) -> None:
+    """The finished run's history, its plot and model.pt."""
+    from tsformer.plots import plot_history
+
+    atomic_write_text(folder.path / "history.csv", history.to_csv(index=False))
+    plot_history(history[history["member"] == 0] if "member" in history else history, folder.path / "loss.png")
+    save_predictor(predictor, folder.path / MODEL_FILE)
 
 
 def _final_fit(
@@ -167,6 +289,7 @@ def _final_fit(
     best_epoch: int,
     out_dir: Path | None,
     show_progress: bool,
+    deadline: float = math.inf,
 ) -> FinalFit:
     """The final model: from the held-out model's initial weights and recipe, its optimiser steps up to its best
     epoch (the same learning rate at each step, as many windows per epoch) on windows drawn from every row."""
@@ -174,7 +297,7 @@ def _final_fit(
     windows = all_rows.split_windows("train", cfg.train.train_stride)
     torch.manual_seed(cfg.train.seed)  # the held-out model's initial weights
     model = build_forecaster(cfg.model, data.layout, cfg.train.loss, cfg.train.quantiles).to(ctx.device)
-    runner = _Runner(cfg, all_rows, model, _optimizer(model, cfg), None, None, ctx, show_progress)
+    runner = _Runner(cfg, all_rows, model, _optimizer(model, cfg), None, None, ctx, show_progress, deadline)
     steps_per_epoch = _steps_per_epoch(_epoch_size(n_held_out_windows, cfg), ctx.world_size, cfg.train.batch_size)
     started = time.monotonic()
     try:
@@ -214,6 +337,8 @@ def _stopped(state: LoopState, cfg: Config) -> str:
     tc = cfg.train
     if state.stopped_by == "patience":
         return f"stopped when validation stopped improving ({tc.patience} epochs without a better loss, train.patience)"
+    if state.stopped_by == "time" and tc.time_limit:
+        return f"stopped at the search's deadline (train.time_limit={tc.time_limit:g} s), not by convergence"
     if state.stopped_by == "time":
         return f"stopped at the time limit (train.max_minutes={tc.max_minutes:g}), not by convergence"
     limit = f"stopped at the epoch limit ({tc.epochs}, --epochs)"
@@ -295,8 +420,10 @@ class _Runner:
         folder: runfolder.RunFolder | None,
         ctx: distributed.Dist,
         show_progress: bool,
+        deadline: float = math.inf,
     ):
         self.cfg, self.data, self.model, self.optimizer = cfg, data, model, optimizer
+        self.deadline = deadline  # time.monotonic() at which training stops (the search's budget), as max_minutes
         self.out_dir, self.folder, self.ctx = out_dir, folder, ctx  # folder: None on ranks that do not write
         self.wrapped = distributed.wrap(model, ctx)
         self.show_progress = show_progress and ctx.is_main
@@ -373,7 +500,8 @@ class _Runner:
             losses.append(self._step(batch, lr, epoch, i))
             state.step += 1
             progress.step(epoch, i, losses[-1])
-            if tc.max_minutes and time.monotonic() - started > 60 * tc.max_minutes:
+            now = time.monotonic()
+            if now > self.deadline or (tc.max_minutes and now - started > 60 * tc.max_minutes):
                 state.finished, state.stopped_by = True, "time"
                 break
         return sum(losses) / len(losses), lr
@@ -464,30 +592,11 @@ class _Runner:
         )
         return total / max(1, int(target_observed.sum()))
 
-    def predictor(self, model: ForecasterBase) -> Predictor:
-        """An uncalibrated Predictor of `model` on this run's data (no fallback, no intervals yet)."""
-        data, frame = self.data, self.data.frame
-        return Predictor(
-            config=self.cfg,
-            layout=data.layout,
-            time_col=frame.time_col,
-            freq=frame.freq,
-            id_cols=frame.id_cols,
-            series=frame.keys,
-            scaler=data.scaler,
-            borders=data.borders,
-            model=model,
-            static=None if frame.static is None else frame.static[list(data.layout.static)].reset_index(drop=True),
-            static_scale=data.static_scale,
-            static_from=frame.static_from,
-            data_fingerprint=data.fingerprint,
-        )
-
     def _save(self, state: LoopState, improved: bool) -> None:
         """Best weights, the resumable state and the history; the first save puts the run in place."""
         if self.folder is None:
             return
-        current = self.predictor(self.model)
+        current = _uncalibrated(self.cfg, self.data, self.model)
         if improved:
             save_predictor(current, self.folder.path / MODEL_FILE)
         train_state = {
@@ -499,3 +608,23 @@ class _Runner:
         atomic_write_text(self.folder.path / "history.csv", pd.DataFrame(state.history).to_csv(index=False))
         self.folder.publish()
         self.saved_epoch = state.epoch
+
+
+def _uncalibrated(cfg: Config, data: Prepared, model: ForecasterBase) -> Predictor:
+    """An uncalibrated Predictor of `model` on `data` (no fallback, no intervals yet)."""
+    frame = data.frame
+    return Predictor(
+        config=cfg,
+        layout=data.layout,
+        time_col=frame.time_col,
+        freq=frame.freq,
+        id_cols=frame.id_cols,
+        series=frame.keys,
+        scaler=data.scaler,
+        borders=data.borders,
+        model=model,
+        static=None if frame.static is None else frame.static[list(data.layout.static)].reset_index(drop=True),
+        static_scale=data.static_scale,
+        static_from=frame.static_from,
+        data_fingerprint=data.fingerprint,
+    )

@@ -76,7 +76,7 @@ def resolve_from_data(cfg: Config, frame: SeriesFrame) -> tuple[Config, tuple[st
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, loss=loss))
         what = "a panel" if panel else "one series" if frame.id_cols else "a wide file"
         chosen.append(f"train.loss {loss} ({what})")
-        flags.append("train.loss=mse|mae")
+        flags.append("train.loss=mse|mae|mase")
     if not cfg.train.epochs:
         cfg, note = _choose_epochs(cfg, frame, borders)
         chosen.append(note)

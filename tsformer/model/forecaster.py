@@ -18,7 +18,24 @@ from tsformer.model.cycle import Cycle
 from tsformer.model.encoding import PatchProjection, sinusoidal_encoding
 from tsformer.model.inference import ForecasterBase
 
-LOSSES = {"mse": F.mse_loss, "mae": F.l1_loss}
+# mase: the mae of errors divided by each window's naive scale (`naive_scale`), so every window weighs as MASE does
+LOSSES = {"mse": F.mse_loss, "mae": F.l1_loss, "mase": F.l1_loss}
+NAIVE_SCALE_FLOOR = 0.02  # the smallest naive scale a window's errors are divided by (standardised units)
+
+
+def naive_scale(x: torch.Tensor, observed: torch.Tensor | None, lag: int) -> torch.Tensor:
+    """Each window's and column's in-sample naive MAE (B, C): the mean |x_t - x_(t-lag)| over its context x (B, L, C)
+    where both steps are observed (lag 1 when the context is not longer than `lag`), at least NAIVE_SCALE_FLOOR;
+    the floor where no pair is observed. The M4 MASE's scale, from the context alone."""
+    lag = lag if x.shape[1] > lag else 1
+    change = (x[:, lag:] - x[:, :-lag]).abs()  # (B, L - lag, C)
+    if observed is None:
+        both = torch.ones_like(change)
+    else:
+        seen = (observed if observed.dim() == 3 else observed.unsqueeze(-1)).expand_as(x)
+        both = (seen[:, lag:] & seen[:, :-lag]).to(x.dtype)
+    scale = (change * both).sum(1) / both.sum(1).clamp(min=1.0)
+    return scale.clamp(min=NAIVE_SCALE_FLOOR)
 
 
 def pinball_loss(
@@ -153,7 +170,7 @@ class Forecaster(ForecasterBase):
             raise ValueError(f"model.cycle {cfg.cycle} but the layout gives the phase of a cycle of {layout.cycle}")
         if loss not in LOSSES:  # "auto" is chosen from the data before training (tsformer.data.choices)
             raise ConfigError(f"train.loss must be {' or '.join(LOSSES)} when a model is built, got {loss!r}")
-        self.loss_fn = LOSSES[loss]
+        self.loss_fn, self.scale_free = LOSSES[loss], loss == "mase"
         self.n_tokens = cfg.n_tokens
         self.pad_len = self.n_tokens * cfg.patch_len - cfg.context_len  # left pad to whole patches
         self.token_channels = 1 if cfg.channel_independent else n_series
@@ -368,12 +385,16 @@ class Forecaster(ForecasterBase):
         every_token = target.dim() == 4
         predicted = tokens if every_token else forecast
         weights = None if target_observed is None else target_observed.to(predicted.dtype)
+        if quantiles is not None and not every_token:
+            quantiles = quantiles[:, -1]  # (B, H, C, Q)
+        if self.scale_free:  # errors in units of each window's naive MAE: (B, 1, C), or (B, 1, 1, C) for every token
+            scale = naive_scale(x, observed, self.cfg.patch_len).view(x.shape[0], *[1] * (target.dim() - 2), -1)
+            predicted, target = predicted / scale, target / scale
+            quantiles = None if quantiles is None else quantiles / scale.unsqueeze(-1)
         if weights is None:
             loss = self.loss_fn(predicted, target)
         else:
             loss = (self.loss_fn(predicted, target, reduction="none") * weights).sum() / weights.sum().clamp(min=1.0)
         if quantiles is not None:
-            loss = loss + pinball_loss(
-                quantiles if every_token else quantiles[:, -1], target, self.quantile_levels, weights
-            )
+            loss = loss + pinball_loss(quantiles, target, self.quantile_levels, weights)
         return forecast, loss

@@ -1,0 +1,246 @@
+"""The recipe search under a time budget (`train.time_limit`): held-out models of a small declared space, all
+scored on the run's one set of validation windows, every choice made there.
+
+The space, in the order it is tried while the budget lasts:
+1. the default recipe (what train runs without a time limit);
+2. a longer context: twice the automatic one, up to SEARCH_MAX_CONTEXT steps, where the training rows allow;
+3. another loss: mae for a wide file (mse by default), the scale-free mase for a panel (mae by default);
+4. more members of the best of those: the same recipe from the next seeds, each kept only when the mean
+   forecast of the members kept so far and it scores better on validation (greedy forward selection, the way
+   ensemble selection adds models), up to MAX_MEMBERS; the first one that does not help ends the search.
+
+Each candidate is planned from what the trained ones took: it starts only when its held-out run, the final
+fits of the members it would join and the fallback and calibration are expected to fit in what is left, and
+its training stops at a deadline that keeps that room, so the budget holds even where a plan was off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from tsformer.config import Config, longer_context
+from tsformer.data.choices import resolve_from_data
+from tsformer.data.prepare import Prepared, prepare
+from tsformer.model import ForecasterBase
+
+MAX_MEMBERS = 5  # the most members the search ensembles
+# the loss tried beside the default's: a wide file's mse against mae; a panel's mae against the scale-free mase
+OTHER_LOSS = {"mse": "mae", "mae": "mase", "mase": "mae"}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One recipe to train: its name in the log, its resolved config and the data prepared for it."""
+
+    name: str  # "default", "context 672", "loss mse", "seed 2"
+    config: Config
+    data: Prepared
+
+
+@dataclass
+class HeldOut:
+    """A candidate trained on the training rows, at its best validation epoch."""
+
+    candidate: Candidate
+    model: ForecasterBase  # in eval mode, the best epoch's weights
+    outputs: tuple[torch.Tensor, torch.Tensor | None]  # its validation forecasts (N, H, C) and quantiles or None
+    n_train_windows: int
+    best_epoch: int
+    epochs_run: int
+    seconds: float  # its training's wall time, validation included
+    seconds_to_best: float  # up to its best epoch: what its final fit is expected to take
+    stopped_by: str
+    history: list[dict[str, float]]
+
+
+# trains a candidate until its best epoch or the deadline (time.monotonic()) and returns it
+TrainHeldOut = Callable[[Candidate, float], HeldOut]
+
+
+@dataclass
+class Searched:
+    """The members chosen (one recipe, one or more seeds) and the search's log."""
+
+    members: list[HeldOut]
+    val_loss: float  # validation MSE of the members' mean forecast
+    default_val_loss: float  # of the default recipe alone
+    log: pd.DataFrame  # one row per candidate trained or left out
+    budget: float
+
+    @property
+    def config(self) -> Config:
+        """The chosen recipe's config, with its members."""
+        cfg = self.members[0].candidate.config
+        return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, members=len(self.members)))
+
+    @property
+    def data(self) -> Prepared:
+        return dataclasses.replace(self.members[0].candidate.data, config=self.config)
+
+    @property
+    def outputs(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return mean_outputs([m.outputs for m in self.members])
+
+    def line(self) -> str:
+        trained = self.log[self.log["outcome"] != "not tried (time)"]
+        skipped = self.log.loc[self.log["outcome"] == "not tried (time)", "candidate"].tolist()
+        cfg = self.config
+        return (
+            f"recipe search within {self.budget:g} s (train.time_limit): {len(trained)} candidates trained and scored "
+            f"on the same validation windows (search.csv); chose context {cfg.model.context_len}, loss "
+            f"{cfg.train.loss}, {len(self.members)} member{'s' * (len(self.members) > 1)}: validation MSE "
+            f"{self.val_loss:.4f} against {self.default_val_loss:.4f} for the default recipe alone"
+            + (f"; not tried for time: {', '.join(skipped)}" if skipped else "")
+        )
+
+
+def mean_outputs(outputs: list[tuple[torch.Tensor, torch.Tensor | None]]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The members' mean forecast and quantiles, as `Ensemble` forms them."""
+    point = torch.stack([p for p, _ in outputs]).mean(0)
+    if outputs[0][1] is None:
+        return point, None
+    return point, torch.stack([q for _, q in outputs]).mean(0)
+
+
+def validation_mse(point: torch.Tensor, data: Prepared) -> float:
+    """MSE of forecasts (N, H, C) of `data`'s validation windows over every observed target."""
+    windows = data.split_windows("val").split(data.config.model.context_len)
+    error = (point - windows.target).square()
+    if windows.target_observed is None:
+        return float(error.double().mean()) if error.numel() else float("inf")
+    observed = windows.target_observed
+    return float(error[observed].double().sum() / max(1, int(observed.sum())))
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Step 2 or 3 of the space, prepared only when it is tried."""
+
+    name: str
+    context_len: int
+    make: Callable[[], Candidate | str]  # the candidate, or why the data cannot take it
+
+
+def variants(given: Config, data: Prepared) -> list[Variant | str]:
+    """Steps 2 and 3 of the space; one the data cannot take is its name and why, for the log."""
+    cfg = data.config
+    model, train = cfg.model, cfg.train
+    found: list[Variant | str] = []
+    longest_rows = int(data.borders.train_end.max())
+    longer = longer_context(longest_rows, model.horizon, model.patch_len, model.context_len)
+
+    def with_longer_context() -> Candidate | str:
+        longer_cfg = dataclasses.replace(
+            given, model=dataclasses.replace(given.model, context_len=longer, patch_len=model.patch_len)
+        )
+        longer_cfg, _ = resolve_from_data(longer_cfg, data.frame)
+        longer_data = prepare(data.frame, longer_cfg, ())
+        if not _same_validation(data, longer_data):  # a longer context may leave early validation windows out
+            return "its validation windows differ from the default's, so it cannot be compared"
+        return Candidate(f"context {longer}", longer_cfg, longer_data)
+
+    if longer:
+        found.append(Variant(f"context {longer}", longer, with_longer_context))
+    else:
+        found.append(f"longer context: none leaves as many training windows as steps ({longest_rows} rows)")
+    other = OTHER_LOSS.get(train.loss)
+    if other is not None:
+        other_cfg = dataclasses.replace(cfg, train=dataclasses.replace(train, loss=other))
+        other_data = dataclasses.replace(data, config=other_cfg)
+        found.append(
+            Variant(f"loss {other}", model.context_len, lambda: Candidate(f"loss {other}", other_cfg, other_data))
+        )
+    return found
+
+
+def search(
+    given: Config, data: Prepared, budget_end: float, calibration_seconds: float, train: TrainHeldOut
+) -> Searched:
+    """The members chosen on validation by training the space's candidates while `budget_end` (time.monotonic())
+    allows; `calibration_seconds` is kept free for the fallback and calibration after the search."""
+    budget = given.train.time_limit
+    rows: list[dict] = []  # the log, in the order candidates were tried
+
+    def record(name: str, held: HeldOut | None, outcome: str, members_loss: float = float("nan")) -> dict:
+        row: dict = {"candidate": name, "outcome": outcome}
+        if held is not None:
+            cfg = held.candidate.config
+            row |= {
+                "context_len": cfg.model.context_len,
+                "loss": cfg.train.loss,
+                "seed": cfg.train.seed,
+                "epochs_run": held.epochs_run,
+                "best_epoch": held.best_epoch,
+                "stopped_by": held.stopped_by,
+                "seconds": round(held.seconds, 2),
+                "val_mse": validation_mse(held.outputs[0], held.candidate.data),
+                "members_val_mse": members_loss,
+            }
+        rows.append(row)
+        return row
+
+    def fits(estimate: float, finals: float) -> bool:
+        return time.monotonic() + estimate + finals + calibration_seconds <= budget_end
+
+    def deadline(finals: float) -> float:
+        return budget_end - calibration_seconds - finals
+
+    # the default recipe: half of what is left for its run, half for its final fit
+    start = time.monotonic()
+    default = train(Candidate("default", data.config, data), start + (deadline(0.0) - start) / 2)
+    best, best_row = default, record("default", default, "chosen")
+    default_loss = best_loss = best_row["val_mse"]
+    for variant in variants(given, data):
+        if isinstance(variant, str):
+            name, why = variant.split(": ", 1)
+            record(name, None, f"left out: {why}")
+            continue
+        ratio = variant.context_len / data.config.model.context_len
+        estimate, final = default.seconds * ratio, max(default.seconds_to_best * ratio, best.seconds_to_best)
+        if not fits(estimate, final):
+            record(variant.name, None, "not tried (time)")
+            continue
+        candidate = variant.make()
+        if isinstance(candidate, str):
+            record(variant.name, None, f"left out: {candidate}")
+            continue
+        held = train(candidate, deadline(final))
+        row = record(variant.name, held, "lost")
+        if row["val_mse"] < best_loss:
+            best_row["outcome"] = "lost"
+            best, best_row, best_loss = held, row, row["val_mse"]
+            row["outcome"] = "chosen"
+    members, members_loss = [best], best_loss
+    recipe = best.candidate
+    for k in range(1, MAX_MEMBERS):
+        seed_cfg = dataclasses.replace(
+            recipe.config, train=dataclasses.replace(recipe.config.train, seed=recipe.config.train.seed + k)
+        )
+        name = f"seed {seed_cfg.train.seed}"
+        estimate = float(np.mean([m.seconds for m in members]))
+        finals = sum(m.seconds_to_best for m in members) + float(np.mean([m.seconds_to_best for m in members]))
+        if not fits(estimate, finals):
+            record(name, None, "not tried (time)")
+            break
+        held = train(Candidate(name, seed_cfg, dataclasses.replace(recipe.data, config=seed_cfg)), deadline(finals))
+        loss = validation_mse(mean_outputs([m.outputs for m in members + [held]])[0], recipe.data)
+        if loss >= members_loss:
+            record(name, held, "left out: the members' validation did not improve", loss)
+            break
+        members.append(held)
+        members_loss = loss
+        record(name, held, "member", loss)
+    return Searched(members, members_loss, default_loss, pd.DataFrame(rows), budget)
+
+
+def _same_validation(a: Prepared, b: Prepared) -> bool:
+    """Whether two preparations of one frame score the same validation targets."""
+    (starts_a, _), (starts_b, _) = a.target_starts("val"), b.target_starts("val")
+    return np.array_equal(starts_a, starts_b)
