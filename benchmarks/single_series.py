@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
@@ -45,8 +46,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--series", required=True, help="the folder benchmarks/peers/single_series.py wrote")
     parser.add_argument("--runs-dir", default="runs/bench/single", help="where the run folders go")
+    parser.add_argument("--set", action="append", default=[], dest="overrides", help="config override (repeatable)")
     parser.add_argument("--no-write", action="store_true", help="print the results only")
     args = parser.parse_args()
+    overrides = {key: yaml.safe_load(value) for key, value in (o.split("=", 1) for o in args.overrides)}
 
     import tsformer
 
@@ -60,7 +63,11 @@ def main() -> None:
         started = time.monotonic()
         with contextlib.redirect_stderr(io.StringIO()) as printed:
             predictor = tsformer.fit(
-                folder / f"{name}.csv", horizon=horizon, out=Path(args.runs_dir) / name, overwrite=True
+                folder / f"{name}.csv",
+                horizon=horizon,
+                config=overrides,
+                out=Path(args.runs_dir) / name,
+                overwrite=True,
             )
             forecast = predictor.predict()
         wall = time.monotonic() - started
@@ -83,6 +90,7 @@ def main() -> None:
             "tsformer_relative": mae(shipped, truth) / naive,
             "forecaster": "/".join(sorted(set(forecast["forecaster"]))),
             "train_predict_s": round(wall, 1),
+            "model_val_mse": predictor.summary.best_val_loss,
             "seasonal_naive_mase": naive / scale,
             "notes": [line for line in printed.getvalue().splitlines() if line.startswith(("value:", "final model"))],
         }
@@ -92,7 +100,8 @@ def main() -> None:
         rows.append(row)
         print(
             f"{name}: tsformer MASE {row['tsformer_mase']:.3f} ({row['forecaster']}), AutoETS "
-            f"{row['AutoETS_mase']:.3f}, seasonal naive {row['seasonal_naive_mase']:.3f}; {wall:.0f} s",
+            f"{row['AutoETS_mase']:.3f}, seasonal naive {row['seasonal_naive_mase']:.3f}; the model's validation "
+            f"MSE {row['model_val_mse']:.4f}; {wall:.0f} s",
             flush=True,
         )
     table = pd.DataFrame(rows)

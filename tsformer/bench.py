@@ -44,8 +44,8 @@ def run_benchmark(
     """
     config_path = Path(config_path)
     name = config_path.stem
-    cfg = load_config(config_path)
-    cfg = with_data_path(cfg, resolve_data_path(cfg.data.path, data_dir))
+    given = load_config(config_path)
+    cfg = given = with_data_path(given, resolve_data_path(given.data.path, data_dir))
     dataset = Path(cfg.data.path).stem.lower()
     _reference_rows(dataset, Path(reference))  # a malformed reference file fails now, not after training
     run_dir = Path(runs_dir) / name
@@ -59,7 +59,9 @@ def run_benchmark(
     checks = check_predictor(predictor, data)
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     scores = {k: {"mse": v["mean"]["mse"], "mae": v["mean"]["mae"]} for k, v in report.scores.items()}
-    ablation = _ablation(cfg, Path(runs_dir) / f"{name}_no_transformer", show_progress)
+    # under the same selection: a searched run's ablation searches from the same given config within the same budget
+    ablated = given if cfg.train.time_limit else cfg
+    ablation = _ablation(ablated, Path(runs_dir) / f"{name}_no_transformer", show_progress)
     result = {
         "name": name,
         "dataset": dataset,

@@ -237,7 +237,7 @@ class TrainConfig:
     epoch_windows: int = 0
     max_minutes: float = 0.0  # stop after this wall time (0 = no limit); breaks exact reproducibility
     # seconds for the whole of train, searching recipes on validation within them (`tsformer.search`): a longer
-    # context, the other loss, more members; 0 = no search, the one default recipe
+    # context, another loss, more members; 0 = no search, the one default recipe
     time_limit: float = 0.0
     seed: int = 0
     num_threads: int = 0  # torch CPU threads (0 = torch's default)

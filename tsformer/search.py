@@ -91,6 +91,7 @@ class Searched:
     def line(self) -> str:
         trained = self.log[self.log["outcome"] != "not tried (time)"]
         skipped = self.log.loc[self.log["outcome"] == "not tried (time)", "candidate"].tolist()
+        cut = trained.loc[trained["stopped_by"] == "time", "candidate"].tolist()
         cfg = self.config
         return (
             f"recipe search within {self.budget:g} s (train.time_limit): {len(trained)} candidates trained and scored "
@@ -98,6 +99,11 @@ class Searched:
             f"{cfg.train.loss}, {len(self.members)} member{'s' * (len(self.members) > 1)}: validation MSE "
             f"{self.val_loss:.4f} against {self.default_val_loss:.4f} for the default recipe alone"
             + (f"; not tried for time: {', '.join(skipped)}" if skipped else "")
+            + (
+                f"; stopped at the deadline before converging: {', '.join(cut)} (a longer --time-limit helps)"
+                if cut
+                else ""
+            )
         )
 
 
@@ -165,10 +171,31 @@ def search(
 ) -> Searched:
     """The members chosen on validation by training the space's candidates while `budget_end` (time.monotonic())
     allows; `calibration_seconds` is kept free for the fallback and calibration after the search."""
-    budget = given.train.time_limit
-    rows: list[dict] = []  # the log, in the order candidates were tried
+    run = _Search(budget_end, calibration_seconds, train)
+    start = time.monotonic()  # the default recipe: half of what is left for its run, half for its final fit
+    default = train(Candidate("default", data.config, data), start + (run.deadline(0.0) - start) / 2)
+    default_row = run.record("default", default, "chosen")
+    best, best_loss = run.best_recipe(default, default_row, variants(given, data))
+    members, members_loss = run.members(best, best_loss)
+    return Searched(members, members_loss, default_row["val_mse"], pd.DataFrame(run.rows), given.train.time_limit)
 
-    def record(name: str, held: HeldOut | None, outcome: str, members_loss: float = float("nan")) -> dict:
+
+class _Search:
+    """The search's budget and log; each step trains what fits."""
+
+    def __init__(self, budget_end: float, calibration_seconds: float, train: TrainHeldOut):
+        self.budget_end, self.calibration_seconds, self.train = budget_end, calibration_seconds, train
+        self.rows: list[dict] = []  # the log, in the order candidates were tried
+
+    def fits(self, estimate: float, finals: float) -> bool:
+        """Whether a run of `estimate` seconds, then final fits of `finals` and the calibration fit in the budget."""
+        return time.monotonic() + estimate + finals + self.calibration_seconds <= self.budget_end
+
+    def deadline(self, finals: float) -> float:
+        """When a run must stop to leave `finals` seconds of final fits and the calibration."""
+        return self.budget_end - self.calibration_seconds - finals
+
+    def record(self, name: str, held: HeldOut | None, outcome: str, members_loss: float = float("nan")) -> dict:
         row: dict = {"candidate": name, "outcome": outcome}
         if held is not None:
             cfg = held.candidate.config
@@ -183,61 +210,55 @@ def search(
                 "val_mse": validation_mse(held.outputs[0], held.candidate.data),
                 "members_val_mse": members_loss,
             }
-        rows.append(row)
+        self.rows.append(row)
         return row
 
-    def fits(estimate: float, finals: float) -> bool:
-        return time.monotonic() + estimate + finals + calibration_seconds <= budget_end
+    def best_recipe(self, default: HeldOut, default_row: dict, space: list[Variant | str]) -> tuple[HeldOut, float]:
+        """Steps 2 and 3: each variant that fits, against the best so far; -> the best and its validation MSE."""
+        best, best_row = default, default_row
+        for variant in space:
+            if isinstance(variant, str):
+                name, why = variant.split(": ", 1)
+                self.record(name, None, f"left out: {why}")
+                continue
+            ratio = variant.context_len / default.candidate.config.model.context_len
+            estimate, final = default.seconds * ratio, max(default.seconds_to_best * ratio, best.seconds_to_best)
+            if not self.fits(estimate, final):
+                self.record(variant.name, None, "not tried (time)")
+                continue
+            candidate = variant.make()
+            if isinstance(candidate, str):
+                self.record(variant.name, None, f"left out: {candidate}")
+                continue
+            held = self.train(candidate, self.deadline(final))
+            row = self.record(variant.name, held, "lost")
+            if row["val_mse"] < best_row["val_mse"]:
+                best_row["outcome"], row["outcome"] = "lost", "chosen"
+                best, best_row = held, row
+        return best, best_row["val_mse"]
 
-    def deadline(finals: float) -> float:
-        return budget_end - calibration_seconds - finals
-
-    # the default recipe: half of what is left for its run, half for its final fit
-    start = time.monotonic()
-    default = train(Candidate("default", data.config, data), start + (deadline(0.0) - start) / 2)
-    best, best_row = default, record("default", default, "chosen")
-    default_loss = best_loss = best_row["val_mse"]
-    for variant in variants(given, data):
-        if isinstance(variant, str):
-            name, why = variant.split(": ", 1)
-            record(name, None, f"left out: {why}")
-            continue
-        ratio = variant.context_len / data.config.model.context_len
-        estimate, final = default.seconds * ratio, max(default.seconds_to_best * ratio, best.seconds_to_best)
-        if not fits(estimate, final):
-            record(variant.name, None, "not tried (time)")
-            continue
-        candidate = variant.make()
-        if isinstance(candidate, str):
-            record(variant.name, None, f"left out: {candidate}")
-            continue
-        held = train(candidate, deadline(final))
-        row = record(variant.name, held, "lost")
-        if row["val_mse"] < best_loss:
-            best_row["outcome"] = "lost"
-            best, best_row, best_loss = held, row, row["val_mse"]
-            row["outcome"] = "chosen"
-    members, members_loss = [best], best_loss
-    recipe = best.candidate
-    for k in range(1, MAX_MEMBERS):
-        seed_cfg = dataclasses.replace(
-            recipe.config, train=dataclasses.replace(recipe.config.train, seed=recipe.config.train.seed + k)
-        )
-        name = f"seed {seed_cfg.train.seed}"
-        estimate = float(np.mean([m.seconds for m in members]))
-        finals = sum(m.seconds_to_best for m in members) + float(np.mean([m.seconds_to_best for m in members]))
-        if not fits(estimate, finals):
-            record(name, None, "not tried (time)")
-            break
-        held = train(Candidate(name, seed_cfg, dataclasses.replace(recipe.data, config=seed_cfg)), deadline(finals))
-        loss = validation_mse(mean_outputs([m.outputs for m in members + [held]])[0], recipe.data)
-        if loss >= members_loss:
-            record(name, held, "left out: the members' validation did not improve", loss)
-            break
-        members.append(held)
-        members_loss = loss
-        record(name, held, "member", loss)
-    return Searched(members, members_loss, default_loss, pd.DataFrame(rows), budget)
+    def members(self, best: HeldOut, best_loss: float) -> tuple[list[HeldOut], float]:
+        """Step 4: the best recipe from the next seeds, each kept while the members' mean improves on validation."""
+        members, members_loss, recipe = [best], best_loss, best.candidate
+        for k in range(1, MAX_MEMBERS):
+            train_cfg = dataclasses.replace(recipe.config.train, seed=recipe.config.train.seed + k)
+            seed_cfg = dataclasses.replace(recipe.config, train=train_cfg)
+            name = f"seed {train_cfg.seed}"
+            to_best = [m.seconds_to_best for m in members]
+            finals = sum(to_best) + float(np.mean(to_best))
+            if not self.fits(float(np.mean([m.seconds for m in members])), finals):
+                self.record(name, None, "not tried (time)")
+                break
+            candidate = Candidate(name, seed_cfg, dataclasses.replace(recipe.data, config=seed_cfg))
+            held = self.train(candidate, self.deadline(finals))
+            loss = validation_mse(mean_outputs([m.outputs for m in members + [held]])[0], recipe.data)
+            if loss >= members_loss:
+                self.record(name, held, "left out: the members' validation did not improve", loss)
+                break
+            members.append(held)
+            members_loss = loss
+            self.record(name, held, "member", loss)
+        return members, members_loss
 
 
 def _same_validation(a: Prepared, b: Prepared) -> bool:

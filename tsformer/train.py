@@ -26,6 +26,7 @@ import torch
 
 from tsformer import distributed, runfolder
 from tsformer.calibration import choose_and_calibrate
+from tsformer.candidates import CHUNK_WINDOWS
 from tsformer.checkpoint import save_predictor
 from tsformer.config import MAX_SEED, Config, save_config, with_data_path
 from tsformer.data import Prepared, Source, WindowIndex, Windows, training_data
@@ -248,7 +249,8 @@ def _searched(
 
 def _calibration_seconds(data: Prepared) -> float:
     """What the fallback and calibration after the search are expected to take: every forecaster of a sample of
-    validation windows, timed, scaled to all of them, twice (the choice, then the cross-fitted forecast)."""
+    validation windows, timed and scaled to all of them (twice where they come in several blocks: the choice,
+    then the cross-fitted forecast; one block's forecasts are kept)."""
     val_windows = data.split_windows("val")
     n = len(val_windows)
     if not n:
@@ -259,7 +261,8 @@ def _calibration_seconds(data: Prepared) -> float:
     probe = _uncalibrated(cfg, data, build_forecaster(cfg.model, data.layout, cfg.train.loss, cfg.train.quantiles))
     started = time.monotonic()
     probe.forecasters(windows, (torch.zeros_like(windows.target), None))
-    return 2 * (time.monotonic() - started) * n / len(sample)
+    passes = 1 if n <= CHUNK_WINDOWS else 2
+    return passes * (time.monotonic() - started) * n / len(sample)
 
 
 def _lines(decision: Decision, predictor: Predictor, final: FinalFit | None, best_epoch: int) -> tuple[str, ...]:
