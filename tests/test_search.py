@@ -63,13 +63,16 @@ def data(tmp_path):
 def test_the_space_is_tried_in_order_and_members_are_kept_while_validation_improves(data, monkeypatch):
     clock, calls = Clock(), []
     monkeypatch.setattr(search_module, "time", types.SimpleNamespace(monotonic=clock.monotonic))
-    noise = {"default": 1.0, "context 32": 0.8, "loss mae": 1.2, "seed 1": 0.8, "seed 2": 0.8, "seed 3": 5.0}
+    noise = {"default": 1.0, "context 32": 0.8, "cycle 168": 1.1, "loss mae": 1.2, "seed 1": 0.8, "seed 2": 0.8}
+    noise["seed 3"] = 5.0
     found = search(searched_config(600), data, 600.0, 0.0, fake_trainer(clock, noise, {}, calls))
-    assert [name for name, _ in calls] == ["default", "context 32", "loss mae", "seed 1", "seed 2", "seed 3"]
+    tried = ["default", "context 32", "cycle 168", "loss mae", "seed 1", "seed 2", "seed 3"]
+    assert [name for name, _ in calls] == tried
     log = found.log.set_index("candidate")
     assert log["outcome"].to_dict() == {
         "default": "lost",
         "context 32": "chosen",
+        "cycle 168": "lost",
         "loss mae": "lost",
         "seed 1": "member",
         "seed 2": "member",
@@ -89,21 +92,22 @@ def test_the_space_is_tried_in_order_and_members_are_kept_while_validation_impro
 def test_a_candidate_starts_only_when_it_and_the_final_fits_fit_the_budget(data, monkeypatch):
     clock, calls = Clock(), []
     monkeypatch.setattr(search_module, "time", types.SimpleNamespace(monotonic=clock.monotonic))
-    noise = {"default": 1.0, "context 32": 0.8, "loss mae": 0.9, "seed 1": 0.8}
+    noise = {"default": 1.0, "context 32": 0.8, "cycle 168": 1.1, "loss mae": 0.9, "seed 1": 0.8}
     # each takes 10 s (5 to its best epoch); 8 s are kept for the fallback and calibration
     trainer = fake_trainer(clock, noise, {"default": 10.0, "loss mae": 10.0}, calls)
     found = search(searched_config(40), data, 40.0, 8.0, trainer)
     assert calls[0] == ("default", pytest.approx((40.0 - 8.0) / 2))  # half of what is left: its run, then its final fit
-    # at 10 s, context 32 would take 20 s and a 10 s final fit: 10 + 20 + 10 + 8 > 40; the other loss 10 + 5 fits;
-    # at 20 s, a second member would take 10 and two final fits 10: 20 + 10 + 10 + 8 > 40
+    # at 10 s, context 32 would take 20 s and a 10 s final fit: 10 + 20 + 10 + 8 > 40; the cycle (1 s) 10 + 5 fits,
+    # and at 11 s so does the other loss; at 21 s a second member would take 10 and two final fits 10: 21 + 20 + 8 > 40
     log = found.log.set_index("candidate")["outcome"].to_dict()
     assert log == {
         "default": "lost",
         "context 32": "not tried (time)",
+        "cycle 168": "lost",
         "loss mae": "chosen",
         "seed 1": "not tried (time)",
     }
-    assert calls[1] == ("loss mae", pytest.approx(40.0 - 8.0 - 5.0))  # its training stops where the room begins
+    assert calls[2] == ("loss mae", pytest.approx(40.0 - 8.0 - 5.0))  # its training stops where the room begins
     assert "not tried for time: context 32, seed 1" in found.line()
 
 
@@ -131,7 +135,7 @@ def searched_run(tmp_path_factory):
 def test_a_searched_run_ships_the_members_chosen_and_checks_as_one_model(searched_run):
     predictor, folder = searched_run
     log = pd.read_csv(folder / SEARCH_FILE)
-    assert log["candidate"].tolist()[:3] == ["default", "context 32", "loss mae"]
+    assert log["candidate"].tolist()[:4] == ["default", "context 32", "cycle 168", "loss mae"]
     members = int((log["outcome"] == "member").sum()) + 1
     saved = load_predictor(folder / "model.pt")
     assert saved.config.model.members == members == predictor.config.model.members

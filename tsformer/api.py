@@ -51,7 +51,7 @@ def fit(
     config: any setting as dotted keys ({"train.epochs": 5, "train.seed": 0}), nested sections
         ({"train": {"epochs": 5}}), a YAML path, or a Config; the named arguments above override it.
     time_limit: seconds for the whole fit (or "15m", "1h"): a recipe search on validation within them
-        (`tsformer.search`: a longer context, another loss, more members); default none, one recipe.
+        (`tsformer.search`: a longer context, a weekly cycle, another loss, more members); default none, one recipe.
     out: a run folder to train into (checkpoints every epoch, resumable with resume=True; `tsformer evaluate
         OUT` and the other commands read it); None trains in memory and writes nothing.
     progress: print progress and notes on how the data was read.

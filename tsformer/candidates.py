@@ -51,13 +51,18 @@ def season_for(freq: str, context_len: int) -> int:
     return usable_season(season_length(freq), context_len)
 
 
-def week_for(freq: str, context_len: int) -> int:
-    """Steps per week for data below a day whose context reaches a week back (168 hourly); 0 otherwise."""
+def steps_per_week(freq: str) -> int:
+    """Steps in a week for data below a day (168 hourly, 672 every 15 minutes); 0 for a day or longer."""
     try:
         step = to_offset(freq).nanos
     except ValueError:  # calendar offsets (months, business days): a day or longer
         return 0
-    week = 7 * DAY_NS // step if step < DAY_NS and (7 * DAY_NS) % step == 0 else 0
+    return 7 * DAY_NS // step if step < DAY_NS and (7 * DAY_NS) % step == 0 else 0
+
+
+def week_for(freq: str, context_len: int) -> int:
+    """Steps per week for data below a day whose context reaches a week back (168 hourly); 0 otherwise."""
+    week = steps_per_week(freq)
     return week if 0 < week <= context_len else 0
 
 

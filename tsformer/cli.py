@@ -163,7 +163,8 @@ def train(
         None,
         "--time-limit",
         help="Seconds for the whole run, e.g. 900, 90s, 15m or 1h: within them a recipe search on validation tries a "
-        "longer context, another loss and more members, and keeps the best (default: none, the one default recipe).",
+        "longer context, a weekly cycle, another loss and more members, and keeps the best (default: none, the one "
+        "default recipe).",
     ),
     candidates: str | None = typer.Option(
         None,

@@ -4,8 +4,9 @@ scored on the run's one set of validation windows, every choice made there.
 The space, in the order it is tried while the budget lasts:
 1. the default recipe (what train runs without a time limit);
 2. a longer context: twice the automatic one, up to SEARCH_MAX_CONTEXT steps, where the training rows allow;
-3. another loss: mae for a wide file (mse by default), the scale-free mase for a panel (mae by default);
-4. more members of the best of those: the same recipe from the next seeds, each kept only when the mean
+3. a learned weekly cycle (`model.cycle`, 168 for hourly data) for data below a day;
+4. another loss: mae for a wide file (mse by default), the scale-free mase for a panel (mae by default);
+5. more members of the best of those: the same recipe from the next seeds, each kept only when the mean
    forecast of the members kept so far and it scores better on validation (greedy forward selection, the way
    ensemble selection adds models), up to MAX_MEMBERS; the first one that does not help ends the search.
 
@@ -25,6 +26,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from tsformer.candidates import steps_per_week
 from tsformer.config import Config, longer_context
 from tsformer.data.choices import resolve_from_data
 from tsformer.data.prepare import Prepared, prepare
@@ -135,27 +137,36 @@ class Variant:
 
 
 def variants(given: Config, data: Prepared) -> list[Variant | str]:
-    """Steps 2 and 3 of the space; one the data cannot take is its name and why, for the log."""
+    """Steps 2 to 4 of the space; one the data cannot take is its name and why, for the log."""
     cfg = data.config
     model, train = cfg.model, cfg.train
     found: list[Variant | str] = []
     longest_rows = int(data.borders.train_end.max())
     longer = longer_context(longest_rows, model.horizon, model.patch_len, model.context_len)
 
-    def with_longer_context() -> Candidate | str:
-        longer_cfg = dataclasses.replace(
-            given, model=dataclasses.replace(given.model, context_len=longer, patch_len=model.patch_len)
-        )
-        longer_cfg, _ = resolve_from_data(longer_cfg, data.frame)
-        longer_data = prepare(data.frame, longer_cfg, ())
-        if not _same_validation(data, longer_data):  # a longer context may leave early validation windows out
-            return "its validation windows differ from the default's, so it cannot be compared"
-        return Candidate(f"context {longer}", longer_cfg, longer_data)
+    def prepared(name: str, **changes) -> Callable[[], Candidate | str]:
+        """The given config with `changes` to its model, its automatic settings chosen again, prepared."""
+
+        def make() -> Candidate | str:
+            changed, _ = resolve_from_data(
+                dataclasses.replace(given, model=dataclasses.replace(given.model, **changes)), data.frame
+            )
+            changed_data = prepare(data.frame, changed, ())
+            if not _same_validation(data, changed_data):  # a longer context may leave early validation windows out
+                return "its validation windows differ from the default's, so it cannot be compared"
+            return Candidate(name, changed, changed_data)
+
+        return make
 
     if longer:
-        found.append(Variant(f"context {longer}", longer, with_longer_context))
+        name = f"context {longer}"
+        found.append(Variant(name, longer, prepared(name, context_len=longer, patch_len=model.patch_len)))
     else:
         found.append(f"longer context: none leaves as many training windows as steps ({longest_rows} rows)")
+    week = steps_per_week(data.frame.freq)
+    if week and model.cycle != week:
+        name = f"cycle {week}"
+        found.append(Variant(name, model.context_len, prepared(name, cycle=week)))
     other = OTHER_LOSS.get(train.loss)
     if other is not None:
         other_cfg = dataclasses.replace(cfg, train=dataclasses.replace(train, loss=other))
@@ -214,7 +225,7 @@ class _Search:
         return row
 
     def best_recipe(self, default: HeldOut, default_row: dict, space: list[Variant | str]) -> tuple[HeldOut, float]:
-        """Steps 2 and 3: each variant that fits, against the best so far; -> the best and its validation MSE."""
+        """Steps 2 to 4: each variant that fits, against the best so far; -> the best and its validation MSE."""
         best, best_row = default, default_row
         for variant in space:
             if isinstance(variant, str):
@@ -238,7 +249,7 @@ class _Search:
         return best, best_row["val_mse"]
 
     def members(self, best: HeldOut, best_loss: float) -> tuple[list[HeldOut], float]:
-        """Step 4: the best recipe from the next seeds, each kept while the members' mean improves on validation."""
+        """Step 5: the best recipe from the next seeds, each kept while the members' mean improves on validation."""
         members, members_loss, recipe = [best], best_loss, best.candidate
         for k in range(1, MAX_MEMBERS):
             train_cfg = dataclasses.replace(recipe.config.train, seed=recipe.config.train.seed + k)
