@@ -708,3 +708,8 @@ def test_input_errors_come_before_torch_is_imported(tmp_path, run, argv):
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path)
     assert done.stdout.strip() == "2 False", done.stdout + done.stderr
     assert done.stderr.startswith("Error: ") and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_time_limit_that_is_not_a_duration(tmp_path, tiny_csv):
+    train_error(tmp_path, tiny_csv, "--time-limit 'soon' is not a duration", "15m", extra=("--time-limit", "soon"))
+    train_error(tmp_path, tiny_csv, "--time-limit must be a positive duration", extra=("--time-limit", "0"))

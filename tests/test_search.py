@@ -160,3 +160,15 @@ def test_the_time_limit_holds_when_training_would_run_longer():
     wall = time.monotonic() - started
     assert 0.7 * 8 < wall <= 1.1 * 8
     assert predictor.summary.train_seconds <= 1.1 * 8
+
+
+def test_a_searched_run_is_not_resumed_but_says_why(searched_run):
+    from typer.testing import CliRunner
+
+    from tsformer.cli import app
+
+    _, folder = searched_run
+    result = CliRunner().invoke(app, ["train", "--resume", "--out", str(folder)])
+    assert result.exit_code == 2
+    assert result.stderr.strip().startswith(f"Error: {folder} holds a recipe search (train.time_limit)")
+    assert "there is no epoch of it to resume" in result.stderr
