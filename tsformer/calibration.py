@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from tsformer.candidates import CHUNK_WINDOWS
 from tsformer.data import Prepared, Split, WindowIndex
 from tsformer.fallback import Decision, WindowErrors, apply, choose
 from tsformer.intervals import (
+    CHUNK_WINDOWS,
     SCALE_FLOOR,
     Calibration,
     calibrate,

@@ -26,11 +26,11 @@ from pandas.tseries.frequencies import to_offset
 
 from tsformer.classical import CLASSICAL, classical_forecasts
 from tsformer.config import CANDIDATE_NAMES
+from tsformer.intervals import CHUNK_WINDOWS
 from tsformer.metrics import forward_fill, repeat_last, season_length, seasonal_naive, usable_season
 
 CANDIDATES = CANDIDATE_NAMES  # in order of preference on a tie; the config checks train.candidates against them
 BUILT_IN = tuple(name for name in CANDIDATES if name not in CLASSICAL)  # every run has these (weekly where they apply)
-CHUNK_WINDOWS = 16_384  # windows forecast at a time: their forward-filled contexts and sums stay small
 WEEKLY = ("weekly_naive", "weekly_drift")  # only where the context reaches a week back, below a day
 LABELS = {
     "model": "the model",

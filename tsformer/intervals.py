@@ -23,7 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-CHUNK_WINDOWS = 16_384  # windows whose context change is measured at a time
+# windows forecast or measured at a time (the candidates, the context change, the fallback's blocks): their
+# forward-filled contexts, float64 copies and sums stay small
+CHUNK_WINDOWS = 16_384
 SCALE_FLOOR = 0.1  # no window's scale is below this share of the typical validation window's
 
 

@@ -117,13 +117,18 @@ def mean_outputs(outputs: list[tuple[torch.Tensor, torch.Tensor | None]]) -> tup
     return point, torch.stack([q for _, q in outputs]).mean(0)
 
 
-def validation_mse(point: torch.Tensor, data: Prepared) -> float:
-    """MSE of forecasts (N, H, C) of `data`'s validation windows over every observed target."""
+def validation_targets(data: Prepared) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The targets (N, H, C) of `data`'s validation windows and their observed mask or None: every candidate's
+    (the search compares only candidates with the same validation targets, `_same_validation`)."""
     windows = data.split_windows("val").split(data.config.model.context_len)
-    error = (point - windows.target).square()
-    if windows.target_observed is None:
+    return windows.target, windows.target_observed
+
+
+def validation_mse(point: torch.Tensor, target: torch.Tensor, observed: torch.Tensor | None) -> float:
+    """MSE of forecasts (N, H, C) of the validation windows over every observed target."""
+    error = (point - target).square()
+    if observed is None:
         return float(error.double().mean()) if error.numel() else float("inf")
-    observed = windows.target_observed
     return float(error[observed].double().sum() / max(1, int(observed.sum())))
 
 
@@ -182,7 +187,7 @@ def search(
 ) -> Searched:
     """The members chosen on validation by training the space's candidates while `budget_end` (time.monotonic())
     allows; `calibration_seconds` is kept free for the fallback and calibration after the search."""
-    run = _Search(budget_end, calibration_seconds, train)
+    run = _Search(budget_end, calibration_seconds, train, validation_targets(data))
     start = time.monotonic()  # the default recipe: half of what is left for its run, half for its final fit
     default = train(Candidate("default", data.config, data), start + (run.deadline(0.0) - start) / 2)
     default_row = run.record("default", default, "chosen")
@@ -194,8 +199,15 @@ def search(
 class _Search:
     """The search's budget and log; each step trains what fits."""
 
-    def __init__(self, budget_end: float, calibration_seconds: float, train: TrainHeldOut):
+    def __init__(
+        self,
+        budget_end: float,
+        calibration_seconds: float,
+        train: TrainHeldOut,
+        targets: tuple[torch.Tensor, torch.Tensor | None],
+    ):
         self.budget_end, self.calibration_seconds, self.train = budget_end, calibration_seconds, train
+        self.targets = targets  # the validation windows' targets and mask, gathered once
         self.rows: list[dict] = []  # the log, in the order candidates were tried
 
     def fits(self, estimate: float, finals: float) -> bool:
@@ -218,7 +230,7 @@ class _Search:
                 "best_epoch": held.best_epoch,
                 "stopped_by": held.stopped_by,
                 "seconds": round(held.seconds, 2),
-                "val_mse": validation_mse(held.outputs[0], held.candidate.data),
+                "val_mse": validation_mse(held.outputs[0], *self.targets),
                 "members_val_mse": members_loss,
             }
         self.rows.append(row)
@@ -262,7 +274,7 @@ class _Search:
                 break
             candidate = Candidate(name, seed_cfg, dataclasses.replace(recipe.data, config=seed_cfg))
             held = self.train(candidate, self.deadline(finals))
-            loss = validation_mse(mean_outputs([m.outputs for m in members + [held]])[0], recipe.data)
+            loss = validation_mse(mean_outputs([m.outputs for m in members + [held]])[0], *self.targets)
             if loss >= members_loss:
                 self.record(name, held, "left out: the members' validation did not improve", loss)
                 break

@@ -26,7 +26,6 @@ import torch
 
 from tsformer import distributed, runfolder
 from tsformer.calibration import choose_and_calibrate
-from tsformer.candidates import CHUNK_WINDOWS
 from tsformer.checkpoint import save_predictor
 from tsformer.config import MAX_SEED, Config, save_config, with_data_path
 from tsformer.data import Prepared, Source, WindowIndex, Windows, training_data
@@ -34,6 +33,7 @@ from tsformer.errors import CheckpointError, ConfigError, DataError, Interrupted
 from tsformer.fallback import Decision
 from tsformer.files import atomic_write_text
 from tsformer.final import FinalFit, every_row, last_timestamps
+from tsformer.intervals import CHUNK_WINDOWS
 from tsformer.leakage import check_data, check_model, require_passed
 from tsformer.model import Ensemble, ForecasterBase, build_forecaster
 from tsformer.predictor import Predictor, load_predictor, load_train_state
