@@ -25,6 +25,33 @@ def test_the_version_is_printed():
     assert result.exit_code == 0 and result.output.strip() == f"tsformer {tsformer.__version__}"
 
 
+def test_the_process_ends_without_the_interpreters_teardown_once_the_command_is_done(tmp_path):
+    """main() flushes, runs the exit handlers and ends the process with the command's status (os._exit), so a
+    command does not wait a second more for torch's modules to be torn down."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import atexit, os, sys\nfrom tsformer import cli\n"
+        "atexit.register(lambda: print('exit handler ran'))\n"
+        "os._exit = lambda code: (print('os._exit', code), sys.stdout.flush(), os.kill(os.getpid(), 9))\n"
+        "sys.argv = ['tsformer', *sys.argv[1:]]\ncli.main()\nprint('teardown reached')"
+    )
+    version = subprocess.run([sys.executable, "-c", probe, "--version"], capture_output=True, text=True)
+    assert version.stdout.splitlines()[1:] == ["exit handler ran", "os._exit 0"], version.stdout
+    missing = subprocess.run([sys.executable, "-c", probe, "evaluate", str(tmp_path / "none")], capture_output=True,
+                             text=True)  # fmt: skip
+    assert missing.stdout.splitlines() == ["exit handler ran", "os._exit 2"] and missing.stderr.startswith("Error: ")
+
+
+@pytest.mark.parametrize("code, status", [(None, 0), (0, 0), (2, 2), (130, 130), ("stopped", 1)])
+def test_exit_status_follows_sys_exit(code, status, capsys):
+    from tsformer.cli import exit_status
+
+    assert exit_status(code) == status
+    assert capsys.readouterr().err == ("stopped\n" if code == "stopped" else "")
+
+
 def test_train_evaluate_predict_check(tiny_csv, tmp_path):
     run = tmp_path / "run"
     result = runner.invoke(app, ["train", str(tiny_csv), "--out", str(run), "--quiet", *TINY_FLAGS])
