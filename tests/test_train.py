@@ -170,3 +170,32 @@ def test_an_epoch_budget_trains_that_many_windows_drawn_anew_each_epoch(tiny_csv
     first, second = torch.cat(held_out[:2]), torch.cat(held_out[2:])
     assert len(set(first.tolist())) == 40 and set(first.tolist()) != set(second.tolist())  # a new draw
     assert predictor.final.steps == predictor.summary.best_epoch * 2  # the final fit's epochs are as long
+
+
+def test_sampled_epochs_cover_every_series_of_a_panel_alike(tmp_path, monkeypatch):
+    from test_long_format import long_frame
+
+    csv = tmp_path / "long.csv"
+    long_frame({"A": 90, "B": 400, "C": 80, "D": 120}).to_csv(csv, index=False)  # B holds most windows
+    cfg = tiny_config(csv)
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, epochs=3, epoch_windows=16, batch_size=16))
+    drawn = []
+    original = train_module.WindowIndex.take
+
+    def spy(self, index, device="cpu"):
+        drawn.append(self.floors[index].clone())  # each window's series, by its first row
+        return original(self, index, device)
+
+    loop = train_module._Runner.loop
+
+    def counted_loop(self, *args):  # the batches the epochs take, not those of the checks before them
+        drawn.clear()
+        return loop(self, *args)
+
+    monkeypatch.setattr(train_module.WindowIndex, "take", spy)
+    monkeypatch.setattr(train_module._Runner, "loop", counted_loop)
+    train(cfg, show_progress=False)
+    epochs = drawn[:3]  # one batch of 16 an epoch
+    for epoch in epochs:
+        assert sorted(torch.unique(epoch, return_counts=True)[1].tolist()) == [4, 4, 4, 4]  # 4 from each series
+    assert len({tuple(epoch.tolist()) for epoch in epochs}) == 3

@@ -233,7 +233,8 @@ class TrainConfig:
     loss: str = "auto"  # mse, mae, or auto: mae for a panel (long format), mse for a wide file
     all_positions: bool = True  # train every token to forecast the horizon after it
     train_stride: int = 1  # use every n-th training window (1 = all)
-    # windows an epoch trains on, drawn uniformly without replacement, a new draw each epoch; 0: every window
+    # windows an epoch trains on, a new draw each epoch, uniform over series (each gives the same number, all of
+    # its own when it has fewer; `WindowIndex.epoch_draw`); 0: every window
     epoch_windows: int = 0
     max_minutes: float = 0.0  # stop after this wall time (0 = no limit); breaks exact reproducibility
     # seconds for the whole of train, searching recipes on validation within them (`tsformer.search`): a longer

@@ -487,8 +487,8 @@ class _Runner:
         tc = self.cfg.train
         epoch = state.epoch + 1
         epoch_seed = tc.seed * 1_000_003 + epoch
-        order = torch.randperm(len(train_windows), generator=torch.Generator().manual_seed(epoch_seed))
-        order = order[: _epoch_size(len(order), self.cfg)]  # train.epoch_windows: a uniform draw of them
+        generator = torch.Generator().manual_seed(epoch_seed)
+        order = train_windows.epoch_draw(_epoch_size(len(train_windows), self.cfg), generator)
         if self.ctx.world_size > 1:
             padding = -len(order) % self.ctx.world_size
             order = torch.cat([order, order[:padding]])[self.ctx.rank :: self.ctx.world_size]
