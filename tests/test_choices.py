@@ -96,7 +96,7 @@ def test_a_calendar_that_is_not_a_bool_is_refused_when_the_config_is_built():
 def test_given_settings_are_kept_without_a_note():
     cfg = Config(
         data=DataConfig(calendar=False),
-        model=ModelConfig(horizon=24, context_len=48, patch_len=24),
+        model=ModelConfig(horizon=24, context_len=48, patch_len=24, cycle=0),
         train=TrainConfig(loss="mae", epochs=7, candidates=("seasonal_naive",)),
     )
     assert resolve_from_data(cfg, read_series(hourly(weekday_effect=4.0), cfg.data)) == (cfg, ())
@@ -136,6 +136,9 @@ def test_prepare_refuses_unresolved_settings():
     with pytest.raises(ConfigError, match="automatic settings must be chosen first"):
         prepare(frame, cfg)
     resolved = dataclasses.replace(cfg, data=DataConfig(calendar=False), train=TrainConfig(loss="mse", epochs=10))
+    with pytest.raises(ConfigError, match="automatic settings must be chosen first"):  # model.cycle still automatic
+        prepare(frame, resolved)
+    resolved = dataclasses.replace(resolved, model=dataclasses.replace(resolved.model, cycle=0))
     assert prepare(frame, resolved).config == resolved
 
 
@@ -162,3 +165,29 @@ def test_a_default_run_stores_what_was_chosen(tmp_path):
     ]
     assert "chosen from the data: calendar features left out (with them a linear probe's" in result.stderr
     assert not (tmp_path / "run" / "calibration").exists()
+
+
+def panel_of(n_rows: int, freq: str = "h", n_series: int = 3) -> pd.DataFrame:
+    """unique_id, ds, y: `n_series` series of `n_rows` steps each."""
+    stamps = pd.date_range("2024-01-01", periods=n_rows, freq=freq).strftime("%Y-%m-%d %H:%M:%S")
+    rng = np.random.default_rng(0)
+    return pd.concat(
+        pd.DataFrame({"unique_id": f"s{i}", "ds": stamps, "y": rng.normal(size=n_rows)}) for i in range(n_series)
+    )
+
+
+def cycle_chosen(table: pd.DataFrame, horizon: int = 24) -> tuple[int, str]:
+    cfg = Config(model=ModelConfig(horizon=horizon, context_len=48, patch_len=24), train=TrainConfig(epochs=3))
+    chosen, notes = resolve_from_data(cfg, read_series(table, DataConfig()))
+    return chosen.model.cycle, next((part for note in notes for part in note.split("; ") if "model.cycle" in part), "")
+
+
+def test_a_panel_below_a_day_gets_the_weekly_cycle_and_other_data_none():
+    assert cycle_chosen(panel_of(800)) == (168, "model.cycle 168 (a weekly cycle for a panel of data below a day)")
+    assert cycle_chosen(panel_of(800, "30min"))[0] == 336
+    cycle, why = cycle_chosen(panel_of(300))  # 300 - 24 test - 72 validation = 204 training rows each
+    assert cycle == 0 and "the median series has 204 training rows, under the two weeks (336) it needs" in why
+    assert cycle_chosen(panel_of(400, "D"), horizon=7) == (0, "")  # days: no cycle to choose
+    assert cycle_chosen(hourly(weekday_effect=0.0)) == (0, "")  # a wide file keeps none
+    given = Config(model=ModelConfig(horizon=24, context_len=48, patch_len=24, cycle=24), train=TrainConfig(epochs=3))
+    assert resolve_from_data(given, read_series(panel_of(800), DataConfig()))[0].model.cycle == 24  # a given one stays

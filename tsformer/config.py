@@ -171,8 +171,9 @@ class ModelConfig:
     context_skip: bool = True  # add a linear map of the normalised context before each token to its forecast
     # A learned cycle of this many steps (24: hourly data's day), per target column, indexed by each step's
     # phase (from its timestamp, a known-future input): removed from the inputs, added back to the forecast
-    # (CycleNet's residual cycle). 0 = none.
-    cycle: int = 0
+    # (CycleNet's residual cycle). 0 = none; None = chosen from the data (`data.choices`): the weekly cycle for a
+    # panel of data below a day, none otherwise (a model built from an unresolved config has none)
+    cycle: int | None = None
     transformer: bool = True  # False: the ablation without the Transformer (context skip and cycle alone)
     members: int = 1  # forecast with the mean of this many models, each from its own initial weights
 
@@ -194,7 +195,10 @@ class ModelConfig:
             f"({self.context_len or f'automatic, at most {AUTO_MAX_CONTEXT}; set --context-len'})",
         )
         _require(0 <= self.dropout < 1, f"model.dropout must be in [0, 1), got {self.dropout}")
-        _require(self.cycle >= 0, f"model.cycle must be a number of steps >= 0 (0 = none), got {self.cycle}")
+        _require(
+            self.cycle is None or (isinstance(self.cycle, int) and self.cycle >= 0),
+            f"model.cycle must be a number of steps >= 0 (0 = none), got {self.cycle}",
+        )
         _require(
             self.transformer or self.context_skip or self.cycle,
             "model.transformer=false leaves nothing to forecast with; keep model.context_skip or a model.cycle",

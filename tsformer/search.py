@@ -4,7 +4,8 @@ scored on the run's one set of validation windows, every choice made there.
 The space, in the order it is tried while the budget lasts:
 1. the default recipe (what train runs without a time limit);
 2. a longer context: twice the automatic one, up to SEARCH_MAX_CONTEXT steps, where the training rows allow;
-3. a learned weekly cycle (`model.cycle`, 168 for hourly data) for data below a day;
+3. for data below a day, the other choice of the learned weekly cycle (`model.cycle`, 168 for hourly data): the
+   week where the default has no cycle, none where it has the week (a panel's default);
 4. another loss: mae for a wide file (mse by default), the scale-free mase for a panel (mae by default);
 5. more members of the best of those: the same recipe from the next seeds, each kept only when the mean
    forecast of the members kept so far and it scores better on validation (greedy forward selection, the way
@@ -169,9 +170,10 @@ def variants(given: Config, data: Prepared) -> list[Variant | str]:
     else:
         found.append(f"longer context: none leaves as many training windows as steps ({longest_rows} rows)")
     week = steps_per_week(data.frame.freq)
-    if week and model.cycle != week:
-        name = f"cycle {week}"
-        found.append(Variant(name, model.context_len, prepared(name, cycle=week)))
+    if week:  # the other choice of the weekly cycle: the week where the default has none, none where it has one
+        cycle = 0 if model.cycle == week else week
+        name = f"cycle {cycle}" if cycle else "no cycle"
+        found.append(Variant(name, model.context_len, prepared(name, cycle=cycle)))
     other = OTHER_LOSS.get(train.loss)
     if other is not None:
         other_cfg = dataclasses.replace(cfg, train=dataclasses.replace(train, loss=other))

@@ -4,6 +4,9 @@
 - train.epochs: the most epochs, from the training windows (`config.auto_epochs`; patience ends training);
 - data.calendar: calendar features are used where a cheap probe shows the calendar explains what the season
   does not (`calendar_gain`), measured on validation rows;
+- model.cycle: a learned weekly cycle (168 for hourly data) for a panel of data below a day whose series' training
+  rows span two weeks or more (it won validation on M4 Hourly and on the four electricity markets,
+  benchmarks/NOTES.md), none otherwise;
 - train.loss: mae for a panel (long format with many series, judged by MAE, MASE and sMAPE, where each
   series should weigh by its own absolute errors), mse for a wide file or a single series (judged by MSE);
 - train.candidates: the built-in candidates that apply, and ETS and Theta (`tsformer.classical`) where
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tsformer.candidates import CLASSICAL, candidate_names
+from tsformer.candidates import CLASSICAL, candidate_names, steps_per_week
 from tsformer.config import Config, auto_epochs, resolve_auto
 from tsformer.data.calendar import calendar_features, calendar_names
 from tsformer.data.loader import SeriesFrame
@@ -70,8 +73,14 @@ def resolve_from_data(cfg: Config, frame: SeriesFrame) -> tuple[Config, tuple[st
         if why:
             chosen.append(f"calendar features {'used' if calendar else 'left out'} ({why})")
             flags.append("data.calendar=true|false")
+    panel = bool(frame.id_cols) and frame.n_ids > 1  # one series in long format is read as one series
+    if cfg.model.cycle is None:
+        cycle, why = _choose_cycle(frame, borders, panel)
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, cycle=cycle))
+        if why:
+            chosen.append(f"model.cycle {cycle} ({why})")
+            flags.append("model.cycle=N")
     if cfg.train.loss == "auto":
-        panel = bool(frame.id_cols) and frame.n_ids > 1  # one series in long format is read as one series
         loss = "mae" if panel else "mse"
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, loss=loss))
         what = "a panel" if panel else "one series" if frame.id_cols else "a wide file"
@@ -137,6 +146,18 @@ def _choose_candidates(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -
 def _default_panel_split(cfg: Config, frame: SeriesFrame) -> bool:
     """Whether the split is long format's default (test and validation counted back from each series' end)."""
     return bool(frame.id_cols) and frame.n_ids > 1 and not cfg.data.split_borders and not cfg.data.split_ratios
+
+
+def _choose_cycle(frame: SeriesFrame, borders: SplitBorders, panel: bool) -> tuple[int, str]:
+    """The learned cycle's period, and why ("" when there is nothing to choose: a wide file, a single series, data
+    of a day or longer): the week for a panel whose median series holds two weeks of training rows."""
+    week = steps_per_week(frame.freq)
+    if not panel or not week:
+        return 0, ""
+    median_rows = int(np.median(borders.train_end))
+    if median_rows < 2 * week:
+        return 0, f"the median series has {median_rows} training rows, under the two weeks ({2 * week}) it needs"
+    return week, "a weekly cycle for a panel of data below a day"
 
 
 def _choose_calendar(frame: SeriesFrame, borders: SplitBorders) -> tuple[bool, str]:

@@ -114,7 +114,8 @@ def prepare(frame: SeriesFrame, cfg: Config, notes: tuple[str, ...] | None = Non
     """Training: split each series of `frame`, fit the train-only scaler (and the scale of the numeric static
     covariates), and scale. `cfg` has its automatic settings chosen (`choices.resolve_from_data`); `notes` are
     those so far for the user (default: the frame's)."""
-    if not cfg.model.resolved or cfg.data.calendar is None or cfg.train.loss == "auto" or not cfg.train.epochs:
+    unresolved = cfg.data.calendar is None or cfg.model.cycle is None or cfg.train.loss == "auto"
+    if not cfg.model.resolved or unresolved or not cfg.train.epochs:
         raise ConfigError("the automatic settings must be chosen first (data.resolve_from_data)")
     notes = frame.notes if notes is None else notes
     if frame.id_cols and frame.n_ids == 1:  # the field's examples ship one series in long format

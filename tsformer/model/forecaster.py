@@ -166,7 +166,7 @@ class Forecaster(ForecasterBase):
         self.n_series = n_series = layout.n_targets
         self.register_buffer("quantile_levels", torch.tensor(sorted(quantiles)), persistent=False)
         self.n_past, self.n_future = n_past, n_features = layout.n_past, layout.n_future  # n_future: not the phase
-        if cfg.cycle != layout.cycle:
+        if (cfg.cycle or 0) != layout.cycle:
             raise ValueError(f"model.cycle {cfg.cycle} but the layout gives the phase of a cycle of {layout.cycle}")
         if loss not in LOSSES:  # "auto" is chosen from the data before training (tsformer.data.choices)
             raise ConfigError(f"train.loss must be {' or '.join(LOSSES)} when a model is built, got {loss!r}")
