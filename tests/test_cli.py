@@ -42,6 +42,9 @@ def test_the_process_ends_without_the_interpreters_teardown_once_the_command_is_
     missing = subprocess.run([sys.executable, "-c", probe, "evaluate", str(tmp_path / "none")], capture_output=True,
                              text=True)  # fmt: skip
     assert missing.stdout.splitlines() == ["exit handler ran", "os._exit 2"] and missing.stderr.startswith("Error: ")
+    for argv, status in ((["--version"], 0), (["evaluate", str(tmp_path / "none")], 2)):  # the real exit, unpatched
+        done = subprocess.run([sys.executable, "-m", "tsformer", *argv], capture_output=True, text=True)
+        assert done.returncode == status and (done.stdout if status == 0 else done.stderr).strip(), done
 
 
 @pytest.mark.parametrize("code, status", [(None, 0), (0, 0), (2, 2), (130, 130), ("stopped", 1)])

@@ -47,3 +47,13 @@ def test_one_series_draws_the_first_windows_of_the_random_order_and_no_budget_dr
     order = torch.randperm(500, generator=torch.Generator().manual_seed(3))
     assert torch.equal(windows.epoch_draw(64, torch.Generator().manual_seed(3)), order[:64])
     assert torch.equal(windows.epoch_draw(500, torch.Generator().manual_seed(3)), order)
+
+
+def test_a_budget_below_the_number_of_series_draws_the_series_at_random_whatever_their_sizes():
+    windows = index_of([2, 400])
+    firsts = [drawn_per_series(windows, windows.epoch_draw(1, torch.Generator().manual_seed(s)))[0] for s in range(400)]
+    assert 160 < sum(firsts) < 240  # the short series about half the time (binomial, 400 draws: 200 +- 10)
+    three = index_of([50, 50, 50])
+    counts = [drawn_per_series(three, three.epoch_draw(4, torch.Generator().manual_seed(s))) for s in range(300)]
+    extra = np.array(counts).argmax(axis=1)  # the series that got the fourth window
+    assert all(60 < (extra == k).sum() < 140 for k in range(3))  # each about 100 times

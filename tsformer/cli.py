@@ -482,13 +482,18 @@ def exit_status(code: object) -> int:
 
 
 def leave(code: int) -> None:
-    """Flush, run the exit handlers, and end the process with `code` at once."""
+    """Flush, run the exit handlers, and end the process with `code` at once.
+
+    Python's own exit would also join non-daemon threads; the commands start none that outlive them (the
+    classical fits' pool closes inside its `with`).
+    """
     import atexit
 
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
-        except (BrokenPipeError, ValueError):  # a closed pipe or stream: nothing more can reach it
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
             pass
     os._exit(code)

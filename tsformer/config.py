@@ -196,7 +196,7 @@ class ModelConfig:
         )
         _require(0 <= self.dropout < 1, f"model.dropout must be in [0, 1), got {self.dropout}")
         _require(
-            self.cycle is None or (isinstance(self.cycle, int) and self.cycle >= 0),
+            self.cycle is None or self.cycle >= 0,
             f"model.cycle must be a number of steps >= 0 (0 = none), got {self.cycle}",
         )
         _require(

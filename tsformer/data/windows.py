@@ -194,22 +194,24 @@ class WindowIndex:
     def epoch_draw(self, budget: int, generator: torch.Generator) -> torch.Tensor:
         """An epoch's windows in a random order: all of them, or `budget` drawn uniformly over series.
 
-        Each series gives the same number of windows (one more for some, chosen at random, where `budget` does
-        not divide evenly), a series with fewer gives all of its own and the rest is shared among the others, so
-        every series is in every epoch once `budget` reaches the number of series. With one series (a wide
-        file) this is the first `budget` of the random order.
+        Each series gives the same number of windows (one more for some series, drawn at random, where `budget`
+        does not divide evenly), a series with fewer gives all of its own and the rest is shared among the
+        others, so every series is in every epoch once `budget` reaches the number of series. With one series
+        (a wide file) this is the first `budget` of the random order.
         """
         order = torch.randperm(len(self), generator=generator)
         if budget >= len(order):
             return order
-        series = self.floors[order]  # a series' first row names it
+        _, series = torch.unique(self.floors[order], return_inverse=True)  # a series' first row names it
         grouped = torch.argsort(series, stable=True)  # positions in `order`, by series, in random order within
         first = torch.ones(len(order), dtype=torch.bool)
         first[1:] = series[grouped][1:] != series[grouped][:-1]
         position = torch.arange(len(order))
         rank = torch.empty_like(position)
         rank[grouped] = position - position[first][torch.cumsum(first, 0) - 1]  # its place within its series
-        chosen = torch.argsort(rank, stable=True)[:budget]  # every series' first, then every series' second, ...
+        n_series = int(series.max()) + 1
+        turn = torch.randperm(n_series, generator=generator)[series]  # the series' order within each rank
+        chosen = torch.argsort(rank * n_series + turn)[:budget]  # every series' first, then every second, ...
         return order[chosen.sort().values]
 
     def take(self, index: torch.Tensor, device: torch.device | str = "cpu") -> Windows:
