@@ -34,7 +34,7 @@ class RunsCommand:
 
 def _valid_checkpoint() -> Predictor:
     cfg = load_config(None, ["model.context_len=16", "model.horizon=4", "model.d_model=8", "model.n_heads=2",
-                             "model.d_ff=16", "model.patch_len=4", "model.n_layers=1",
+                             "model.d_ff=16", "model.patch_len=4", "model.n_layers=1", "model.cycle=0",
                              "data.calendar=false", "train.loss=mse"])  # fmt: skip
     layout = Layout(("load", "temp"))
     return Predictor(
@@ -140,6 +140,14 @@ def test_genuine_checkpoint_round_trips(tmp_path):
     assert loaded.config == ckpt.config and loaded.layout.targets == ckpt.layout.targets
     for key, tensor in ckpt.model.state_dict().items():
         assert torch.equal(tensor, loaded.model.state_dict()[key])
+
+
+def test_a_run_from_before_the_learned_cycle_loads_with_none(tmp_path):
+    """model.cycle unset now means "chosen from the data"; a run that stored no cycle key had none."""
+    payload = _payload(tmp_path)
+    payload["config"]["model"].pop("cycle")
+    torch.save(payload, tmp_path / "old.pt")
+    assert load_predictor(tmp_path / "old.pt").config.model.cycle == 0
 
 
 def test_a_format_7_checkpoint_still_loads(tmp_path):

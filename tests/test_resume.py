@@ -258,6 +258,7 @@ def test_kill_during_checkpoint_write_keeps_previous_file(tmp_path, monkeypatch)
             "model.n_heads=2",
             "model.d_ff=16",
             "model.patch_len=4",
+            "model.cycle=0",
             "train.loss=mse",
             "data.calendar=true",
         ],

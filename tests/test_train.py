@@ -144,24 +144,28 @@ def test_a_small_file_trains_past_ten_epochs_until_validation_stops_improving(ti
     assert len(pd.read_csv(tmp_path / "run" / "history.csv")) == 17
 
 
-def test_an_epoch_budget_trains_that_many_windows_drawn_anew_each_epoch(tiny_csv, tmp_path, monkeypatch):
-    cfg = tiny_config(tiny_csv)
-    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, epochs=2, epoch_windows=40, final_fit=True))
+def epoch_batches(monkeypatch, record) -> list[torch.Tensor]:
+    """What `record(windows, index)` gives for each batch the training epochs take (not the checks before them)."""
     drawn = []
-    original = train_module.WindowIndex.take
+    original, loop = train_module.WindowIndex.take, train_module._Runner.loop
 
     def spy(self, index, device="cpu"):
-        drawn.append(index.clone())
+        drawn.append(record(self, index).clone())
         return original(self, index, device)
 
-    loop = train_module._Runner.loop
-
-    def counted_loop(self, *args):  # the batches the epochs take, not those of the checks before them
+    def counted_loop(self, *args):
         drawn.clear()
         return loop(self, *args)
 
     monkeypatch.setattr(train_module.WindowIndex, "take", spy)
     monkeypatch.setattr(train_module._Runner, "loop", counted_loop)
+    return drawn
+
+
+def test_an_epoch_budget_trains_that_many_windows_drawn_anew_each_epoch(tiny_csv, tmp_path, monkeypatch):
+    cfg = tiny_config(tiny_csv)
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, epochs=2, epoch_windows=40, final_fit=True))
+    drawn = epoch_batches(monkeypatch, lambda windows, index: index)
     predictor = train(cfg, show_progress=False)
     n_windows = predictor.summary.n_train_windows
     assert n_windows > 80  # the budget is a part of every epoch
@@ -179,21 +183,7 @@ def test_sampled_epochs_cover_every_series_of_a_panel_alike(tmp_path, monkeypatc
     long_frame({"A": 90, "B": 400, "C": 80, "D": 120}).to_csv(csv, index=False)  # B holds most windows
     cfg = tiny_config(csv)
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, epochs=3, epoch_windows=16, batch_size=16))
-    drawn = []
-    original = train_module.WindowIndex.take
-
-    def spy(self, index, device="cpu"):
-        drawn.append(self.floors[index].clone())  # each window's series, by its first row
-        return original(self, index, device)
-
-    loop = train_module._Runner.loop
-
-    def counted_loop(self, *args):  # the batches the epochs take, not those of the checks before them
-        drawn.clear()
-        return loop(self, *args)
-
-    monkeypatch.setattr(train_module.WindowIndex, "take", spy)
-    monkeypatch.setattr(train_module._Runner, "loop", counted_loop)
+    drawn = epoch_batches(monkeypatch, lambda windows, index: windows.floors[index])  # each window's series
     train(cfg, show_progress=False)
     epochs = drawn[:3]  # one batch of 16 an epoch
     for epoch in epochs:

@@ -188,10 +188,13 @@ def _fields(payload: dict[str, Any], path: Path) -> dict[str, Any]:
 
 
 def _current_keys(raw: Any) -> Any:
-    """A stored config without the keys an earlier format had and this one dropped (format 7 and 8 runs stored
-    train.interval_calibration, removed with the calibration model)."""
+    """A stored config in today's keys: without those an earlier format had and this one dropped (format 7 and 8
+    runs stored train.interval_calibration, removed with the calibration model), and model.cycle 0 where a run
+    from before the learned cycle stored none (it has no cycle; unset now means chosen from the data)."""
     if isinstance(raw, dict) and isinstance(raw.get("train"), dict) and "interval_calibration" in raw["train"]:
-        return {**raw, "train": {k: v for k, v in raw["train"].items() if k != "interval_calibration"}}
+        raw = {**raw, "train": {k: v for k, v in raw["train"].items() if k != "interval_calibration"}}
+    if isinstance(raw, dict) and isinstance(raw.get("model"), dict) and raw["model"].get("cycle") is None:
+        raw = {**raw, "model": {**raw["model"], "cycle": 0}}
     return raw
 
 
