@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import sys
@@ -487,8 +488,6 @@ def leave(code: int) -> None:
     Python's own exit would also join non-daemon threads; the commands start none that outlive them (the
     classical fits' pool closes inside its `with`).
     """
-    import atexit
-
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -153,7 +153,7 @@ def fold_val_len(cfg: Config, data: Prepared, before: np.ndarray) -> int:
     horizon, data_cfg = cfg.model.horizon, cfg.data
     if data_cfg.split_borders:
         return int((data.borders.val_end - data.borders.train_end).min())
-    if data.frame.id_cols and data.frame.n_ids > 1 and not data_cfg.split_ratios:
+    if data.frame.is_panel and not data_cfg.split_ratios:
         return val_horizons(data_cfg, before, horizon) * horizon
     train_share, val_share, _ = data_cfg.split_ratios or DEFAULT_SPLIT_RATIOS
     return max(horizon, round(int(before.min()) * val_share / (train_share + val_share)))

@@ -170,8 +170,8 @@ def variants(given: Config, data: Prepared) -> list[Variant | str]:
     else:
         found.append(f"longer context: none leaves as many training windows as steps ({longest_rows} rows)")
     week = steps_per_week(data.frame.freq)
-    if week and (model.cycle != week or model.transformer or model.context_skip):  # no cycle needs another part
-        cycle = 0 if model.cycle == week else week  # the other choice: the week, or none where the default has it
+    cycle = 0 if model.cycle == week else week  # the other choice: the week, or none where the default has it
+    if week and (cycle or model.transformer or model.context_skip):  # a model without a cycle needs another part
         name = f"cycle {cycle}" if cycle else "no cycle"
         found.append(Variant(name, model.context_len, prepared(name, cycle=cycle)))
     other = OTHER_LOSS.get(train.loss)

@@ -73,7 +73,7 @@ def resolve_from_data(cfg: Config, frame: SeriesFrame) -> tuple[Config, tuple[st
         if why:
             chosen.append(f"calendar features {'used' if calendar else 'left out'} ({why})")
             flags.append("data.calendar=true|false")
-    panel = bool(frame.id_cols) and frame.n_ids > 1  # one series in long format is read as one series
+    panel = frame.is_panel
     if cfg.model.cycle is None:
         cycle, why = _choose_cycle(frame, borders, panel)
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, cycle=cycle))
@@ -145,7 +145,7 @@ def _choose_candidates(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -
 
 def _default_panel_split(cfg: Config, frame: SeriesFrame) -> bool:
     """Whether the split is long format's default (test and validation counted back from each series' end)."""
-    return bool(frame.id_cols) and frame.n_ids > 1 and not cfg.data.split_borders and not cfg.data.split_ratios
+    return frame.is_panel and not cfg.data.split_borders and not cfg.data.split_ratios
 
 
 def _choose_cycle(frame: SeriesFrame, borders: SplitBorders, panel: bool) -> tuple[int, str]:

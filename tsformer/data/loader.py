@@ -81,6 +81,11 @@ class SeriesFrame:
         return len(self.keys)
 
     @property
+    def is_panel(self) -> bool:
+        """Several series in long format (one series in long format is read as one series)."""
+        return bool(self.id_cols) and self.n_ids > 1
+
+    @property
     def names(self) -> tuple[str, ...]:
         """Each series' name: its id values joined by '/' ("" for a wide file)."""
         return tuple("/".join(key) for key in self.keys)
