@@ -202,6 +202,7 @@ def measure_training(steps: int = 30, batch: int = 128, threads: int = 2) -> dic
     from tsformer.config import ModelConfig, TrainConfig
     from tsformer.layout import Layout
     from tsformer.model import Forecaster
+    from tsformer.train import build_optimizer
 
     torch.set_num_threads(threads)
     out = {}
@@ -210,7 +211,7 @@ def measure_training(steps: int = 30, batch: int = 128, threads: int = 2) -> dic
         cfg = ModelConfig(context_len=context_len, patch_len=patch_len, horizon=horizon)
         model = Forecaster(cfg, Layout(tuple(f"s{j}" for j in range(columns))), loss).train()
         tc = TrainConfig()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay)
+        optimizer = build_optimizer(model, tc)
         windows = torch.randn(batch, context_len + horizon, columns)
         seconds = []
         for _ in range(steps + 3):

@@ -27,7 +27,7 @@ import torch
 from tsformer import distributed, runfolder
 from tsformer.calibration import choose_and_calibrate
 from tsformer.checkpoint import save_predictor
-from tsformer.config import MAX_SEED, Config, save_config, with_data_path
+from tsformer.config import MAX_SEED, Config, TrainConfig, save_config, with_data_path
 from tsformer.data import Prepared, Source, WindowIndex, Windows, training_data
 from tsformer.errors import CheckpointError, ConfigError, DataError, Interrupted, TrainingError
 from tsformer.fallback import Decision
@@ -137,7 +137,7 @@ def _train(
     train_windows = data.split_windows("train", cfg.train.train_stride)
     val_windows = data.split_windows("val")
     model.to(ctx.device)
-    optimizer = _optimizer(model, cfg)
+    optimizer = build_optimizer(model, cfg.train)
     state = _restore(train_state, previous, model, optimizer) if previous is not None else LoopState()
     if folder is not None and previous is None:
         save_config(cfg, folder.path / CONFIG_FILE)
@@ -193,7 +193,7 @@ def _searched(
         shown = show_progress and ctx.is_main
         if shown:
             print(f"search: {candidate.name} (context {cfg.model.context_len}, loss {cfg.train.loss})", file=sys.stderr)
-        runner = _Runner(cfg, prepared, model, _optimizer(model, cfg), None, None, ctx, shown, deadline)
+        runner = _Runner(cfg, prepared, model, build_optimizer(model, cfg.train), None, None, ctx, shown, deadline)
         state = LoopState()
         runner.loop(state, train_windows, prepared.split_windows("val"))
         model.load_state_dict(runner.best_state)
@@ -300,7 +300,7 @@ def _final_fit(
     windows = all_rows.split_windows("train", cfg.train.train_stride)
     torch.manual_seed(cfg.train.seed)  # the held-out model's initial weights
     model = build_forecaster(cfg.model, data.layout, cfg.train.loss, cfg.train.quantiles).to(ctx.device)
-    runner = _Runner(cfg, all_rows, model, _optimizer(model, cfg), None, None, ctx, show_progress, deadline)
+    runner = _Runner(cfg, all_rows, model, build_optimizer(model, cfg.train), None, None, ctx, show_progress, deadline)
     steps_per_epoch = _steps_per_epoch(_epoch_size(n_held_out_windows, cfg), ctx.world_size, cfg.train.batch_size)
     started = time.monotonic()
     try:
@@ -385,13 +385,14 @@ def _run_leakage_checks(model: ForecasterBase, data: Prepared, cfg: Config) -> N
     require_passed(check_model(model) + check_data(data, cfg))
 
 
-def _optimizer(model: ForecasterBase, cfg: Config) -> torch.optim.Optimizer:
-    """AdamW; no weight decay on biases, normalisation gains and the learned cycle (a level, not a map)."""
+def build_optimizer(model: ForecasterBase, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW, fused (one kernel for every parameter: 10 % of the CPU step was the per-tensor update); no weight
+    decay on biases, normalisation gains and the learned cycle (a level, not a map)."""
     decay = [p for name, p in model.named_parameters() if p.dim() >= 2 and not name.endswith("cycle.values")]
     chosen = {id(p) for p in decay}
     no_decay = [p for p in model.parameters() if id(p) not in chosen]
-    groups = [{"params": decay, "weight_decay": cfg.train.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.train.lr)
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, fused=True)
 
 
 def _restore(

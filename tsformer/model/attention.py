@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tsformer.model.dropout import Dropout
+
 
 def causal_mask(n_tokens: int, device: torch.device | None = None) -> torch.Tensor:
     """(T, T) bool, True where query i may attend key j, i.e. j <= i."""
@@ -59,7 +61,7 @@ class MultiHeadAttention(nn.Module):
         self.w_k = nn.Linear(d_model, d_model)
         self.w_v = nn.Linear(d_model, d_model)
         self.w_o = nn.Linear(d_model, d_model)
-        self.weights_dropout = nn.Dropout(dropout)  # on the attention weights (the fused kernel takes its rate)
+        self.weights_dropout = Dropout(dropout)  # on the attention weights, in training
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
@@ -69,9 +71,10 @@ class MultiHeadAttention(nn.Module):
         """x (B, T, d_model), mask (B or 1, 1, T, T) bool, None = causal only -> (B, T, d_model)."""
         b, t, d = x.shape
         q, k, v = self.split_heads(self.w_q(x)), self.split_heads(self.w_k(x)), self.split_heads(self.w_v(x))
-        if self.fused:  # with no mask, the kernel's own causal path (`is_causal`), about 40 % faster on CPU
-            dropout_p = self.weights_dropout.p if self.training else 0.0
-            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=mask is None)
+        # the fused kernel where no weight is dropped (with dropout it takes the formula's path on CPU anyway, and
+        # draws its mask with the slow bernoulli_); with no mask, its own causal path (`is_causal`)
+        if self.fused and not (self.training and self.weights_dropout.p):
+            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
         else:
             mask = causal_mask(t, x.device) if mask is None else mask
             heads = scaled_dot_product(q, k, v, mask, self.weights_dropout)  # (B, n_heads, T, d_head)

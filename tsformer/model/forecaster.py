@@ -15,6 +15,7 @@ from tsformer.model import normalisation
 from tsformer.model.attention import MultiHeadAttention, attention_mask
 from tsformer.model.covariates import CovariateEmbedding, Covariates, FutureSkip, StaticEmbedding, future_windows
 from tsformer.model.cycle import Cycle
+from tsformer.model.dropout import Dropout
 from tsformer.model.encoding import PatchProjection, sinusoidal_encoding
 from tsformer.model.inference import ForecasterBase
 
@@ -55,7 +56,7 @@ class FeedForward(nn.Module):
     def __init__(self, d_model: int, d_ff: int, dropout: float):
         super().__init__()
         self.net = nn.Sequential(
-            nn.Linear(d_model, d_ff), nn.GELU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model), nn.Dropout(dropout)
+            nn.Linear(d_model, d_ff), nn.GELU(), Dropout(dropout), nn.Linear(d_ff, d_model), Dropout(dropout)
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -131,7 +132,7 @@ class Block(nn.Module):
         super().__init__()
         self.norm_attn = nn.LayerNorm(cfg.d_model)
         self.attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout, fused=cfg.attention == "fused")
-        self.resid_dropout = nn.Dropout(cfg.dropout)  # on the attention branch's output
+        self.resid_dropout = Dropout(cfg.dropout)  # on the attention branch's output
         self.norm_ff = nn.LayerNorm(cfg.d_model)
         self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
 
@@ -182,7 +183,7 @@ class Forecaster(ForecasterBase):
         if transformer:
             n_extra = 2 * self.token_channels if cfg.stats_features else 0
             self.projection = PatchProjection(cfg.patch_len, self.token_channels, cfg.d_model, n_extra)
-            self.input_dropout = nn.Dropout(cfg.dropout)
+            self.input_dropout = Dropout(cfg.dropout)
             self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
             self.final_norm = nn.LayerNorm(cfg.d_model)
         self.context_skip = ContextSkip(self.n_tokens, cfg.patch_len, cfg.horizon) if cfg.context_skip else None
