@@ -37,7 +37,7 @@ TINY_SIZE_FLAGS = [
 ]
 # the automatic settings given, as the defaults were before they were chosen from the data (tests/test_choices.py
 # covers choosing them), one validation horizon in long format and no final fit (tests/test_final.py covers both),
-# the built-in candidates (tests/test_classical.py covers ETS and Theta)
+# the built-in candidates (tests/test_classical.py covers ETS and Theta) and one member (tests/test_ensemble.py: more)
 PINNED_FLAGS = [
     "--set",
     "data.calendar=true",
@@ -49,6 +49,8 @@ PINNED_FLAGS = [
     "train.loss=mse",
     "--set",
     "train.candidates=" + ",".join(BUILT_IN),
+    "--set",
+    "model.members=1",
 ]
 TINY_FLAGS = TINY_SIZE_FLAGS + PINNED_FLAGS
 
@@ -69,7 +71,9 @@ def write_csv(path: Path, frame: pd.DataFrame) -> Path:
 
 
 def tiny_config(csv: Path | str = "", fallback: bool = True, **model) -> Config:
-    model_cfg = dict(context_len=16, horizon=4, patch_len=4, d_model=8, n_heads=2, n_layers=1, d_ff=16, dropout=0.0)
+    model_cfg = dict(
+        context_len=16, horizon=4, patch_len=4, d_model=8, n_heads=2, n_layers=1, d_ff=16, dropout=0.0, members=1
+    )
     model_cfg.update(model)
     return Config(  # the automatic settings given (tests/test_choices.py covers choosing them)
         data=DataConfig(path=str(csv), calendar=True, val_horizons=1),

@@ -31,6 +31,7 @@ TINY = {
     "data.val_horizons": 1,
     "train.final_fit": False,
     "train.candidates": list(BUILT_IN),
+    "model.members": 1,
 }  # the model of TINY_FLAGS
 HORIZON = 4
 

@@ -58,7 +58,7 @@ def test_benchmark_pipeline_on_a_slice(tmp_path):
 TINY_BENCH = (
     "data:\n  path: tiny.csv\n  calendar: true\n"
     "model:\n  context_len: 16\n  horizon: 4\n  patch_len: 4\n  d_model: 8\n  n_heads: 2\n"
-    "  d_ff: 16\n  n_layers: 1\ntrain:\n  epochs: 1\n  batch_size: 32\n  num_threads: 1\n  loss: mse\n"
+    "  d_ff: 16\n  n_layers: 1\n  members: 1\ntrain:\n  epochs: 1\n  batch_size: 32\n  num_threads: 1\n  loss: mse\n"
     "  candidates: [repeat_last, seasonal_naive, drift, seasonal_drift]\n"
 )
 

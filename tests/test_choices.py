@@ -67,10 +67,12 @@ def test_resolve_chooses_calendar_loss_and_sizes_and_says_so():
     )
     assert notes[1].endswith(
         "over 202 rows; used from -5 %); train.loss mse (a wide file); at most 56 epochs (1,052 training windows; "
-        "patience 3 ends it earlier); set with --set data.calendar=true|false, --set train.loss=mse|mae|mase, "
-        "--set train.epochs=N"
+        "patience 3 ends it earlier); model.members 3 (the mean of 3 models from their own initial weights, as 9 "
+        "steps an epoch are few); set with --set data.calendar=true|false, --set train.loss=mse|mae|mase, "
+        "--set train.epochs=N, --set model.members=N"
     )
     assert chosen.train.epochs == 56  # 9 steps of 128 windows an epoch: 56 epochs reach 500 steps
+    assert chosen.model.members == 3  # 10 epochs of 9 steps are fewer than 500
 
 
 def test_a_panel_gets_the_mae_loss():
@@ -96,7 +98,7 @@ def test_a_calendar_that_is_not_a_bool_is_refused_when_the_config_is_built():
 def test_given_settings_are_kept_without_a_note():
     cfg = Config(
         data=DataConfig(calendar=False),
-        model=ModelConfig(horizon=24, context_len=48, patch_len=24, cycle=0),
+        model=ModelConfig(horizon=24, context_len=48, patch_len=24, cycle=0, members=1),
         train=TrainConfig(loss="mae", epochs=7, candidates=("seasonal_naive",)),
     )
     assert resolve_from_data(cfg, read_series(hourly(weekday_effect=4.0), cfg.data)) == (cfg, ())
@@ -109,8 +111,38 @@ def test_a_frequency_without_calendar_cycles_needs_no_probe():
     assert chosen.data.calendar is False
     assert notes[1] == (
         "chosen from the data: train.loss mse (a wide file); at most 100 epochs (35 training windows; patience 3 "
-        "ends it earlier); set with --set train.loss=mse|mae|mase, --set train.epochs=N"
+        "ends it earlier); model.members 3 (the mean of 3 models from their own initial weights, as 1 steps an "
+        "epoch are few); set with --set train.loss=mse|mae|mase, --set train.epochs=N, --set model.members=N"
     )
+
+
+def members_chosen(n_rows: int, **train) -> int:
+    """model.members chosen for a wide hourly file of `n_rows` rows (the first 80 % training rows)."""
+    table = pd.DataFrame(
+        {"date": pd.date_range("2020-01-01", periods=n_rows, freq="h"), "v": np.sin(np.arange(n_rows) / 3.0)}
+    )
+    data = DataConfig(calendar=False, split_borders=(n_rows * 4 // 5, n_rows * 9 // 10, n_rows))
+    cfg = Config(
+        data=data, model=ModelConfig(horizon=24, context_len=48, patch_len=24, cycle=0), train=TrainConfig(**train)
+    )
+    chosen, _ = resolve_from_data(cfg, read_series(table, cfg.data))
+    return chosen.model.members
+
+
+def test_three_members_where_ten_epochs_take_fewer_than_500_steps_else_one():
+    # 0.8 n - 48 - 24 + 1 training windows, 128 a step: 50 steps an epoch (10 epochs: 500 steps) from 6,273
+    assert members_chosen(8_000) == 1  # 6,329 windows: 50 steps
+    assert members_chosen(7_930) == 1  # 6,273 windows: 50 steps
+    assert members_chosen(7_920) == 3  # 6,265 windows: 49 steps
+    assert members_chosen(7_920, batch_size=64) == 1  # 98 steps an epoch
+    assert members_chosen(8_000, epoch_windows=1_000) == 3  # an epoch's budget counts, not every window
+
+
+def test_the_recipe_search_and_a_given_count_keep_their_members():
+    assert members_chosen(1_000, time_limit=600.0) == 1  # the search adds members itself
+    table = hourly(weekday_effect=0.0)
+    cfg = Config(model=ModelConfig(horizon=24, members=2))
+    assert resolve_from_data(cfg, read_series(table, cfg.data))[0].model.members == 2
 
 
 def test_auto_none_and_bools_are_read_for_the_calendar():

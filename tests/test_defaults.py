@@ -109,7 +109,8 @@ def test_etth1_sized_hourly_data_keeps_336_and_24(tmp_path, horizon):
     data = training_data(cfg)
     resolved = data.config
     assert (resolved.model.context_len, resolved.model.patch_len) == (336, 24)
-    assert resolved.model == ModelConfig(context_len=336, patch_len=24, horizon=horizon, cycle=0)  # a wide file: none
+    # a wide file: no cycle; 60 to 65 steps an epoch: one member
+    assert resolved.model == ModelConfig(context_len=336, patch_len=24, horizon=horizon, cycle=0, members=1)
     assert data.borders.to_list() == [[8640], [11520], [14400]]
 
 

@@ -58,6 +58,7 @@ AUTO_PATCH_NO_SEASON = 4  # the automatic patch_len for a frequency with no know
 AUTO_MIN_STEPS = 500
 AUTO_MIN_EPOCHS = 10
 AUTO_MAX_EPOCHS = 100
+AUTO_MEMBERS = 3  # an automatic model.members where training is short (`data.choices`)
 
 
 def _require(ok: bool, message: str) -> None:
@@ -175,15 +176,20 @@ class ModelConfig:
     # panel of data below a day, none otherwise (a model built from an unresolved config has none)
     cycle: int | None = None
     transformer: bool = True  # False: the ablation without the Transformer (context skip and cycle alone)
-    members: int = 1  # forecast with the mean of this many models, each from its own initial weights
+    # forecast with the mean of this many models, each from its own initial weights; 0 = chosen from the data
+    # (`data.choices`): AUTO_MEMBERS where an epoch is short (fewer than AUTO_MIN_STEPS steps in AUTO_MIN_EPOCHS
+    # epochs), one otherwise and under the recipe search, which ensembles its own (a model built unresolved has one)
+    members: int = 0
 
     def __post_init__(self) -> None:
         _check_finite(self, "model")
         for name in ("context_len", "patch_len"):
             value = getattr(self, name)
             _require(value >= 0, f"model.{name} must be at least 1 (or 0 to choose it from the data), got {value}")
-        for name in ("horizon", "d_model", "n_heads", "n_layers", "d_ff", "members"):
+        for name in ("horizon", "d_model", "n_heads", "n_layers", "d_ff"):
             _require(getattr(self, name) >= 1, f"model.{name} must be at least 1, got {getattr(self, name)}")
+        members = self.members
+        _require(members >= 0, f"model.members must be at least 1 (or 0 to choose it from the data), got {members}")
         _require(
             self.d_model % self.n_heads == 0,
             f"model.n_heads ({self.n_heads}) must divide model.d_model ({self.d_model})",

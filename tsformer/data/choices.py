@@ -2,6 +2,10 @@
 
 - model.context_len and model.patch_len: from the training rows and the frequency (`config.resolve_auto`);
 - train.epochs: the most epochs, from the training windows (`config.auto_epochs`; patience ends training);
+- model.members: AUTO_MEMBERS models averaged where an epoch is short (fewer than AUTO_MIN_STEPS optimiser steps
+  in AUTO_MIN_EPOCHS epochs, so a member trains about AUTO_MIN_STEPS steps), one otherwise; one under the recipe
+  search (`train.time_limit`), which adds members itself. The mean of several seeds has a lower expected squared
+  error than one seed, and it won validation in the three electricity runs (benchmarks/NOTES.md, session 22);
 - data.calendar: calendar features are used where a cheap probe shows the calendar explains what the season
   does not (`calendar_gain`), measured on validation rows;
 - model.cycle: a learned weekly cycle (168 for hourly data) for a panel of data below a day whose series' training
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tsformer.candidates import CLASSICAL, candidate_names, steps_per_week
-from tsformer.config import Config, auto_epochs, resolve_auto
+from tsformer.config import AUTO_MEMBERS, AUTO_MIN_EPOCHS, AUTO_MIN_STEPS, Config, auto_epochs, resolve_auto
 from tsformer.data.calendar import calendar_features, calendar_names
 from tsformer.data.loader import SeriesFrame
 from tsformer.data.split import SplitBorders, panel_min_history, split_borders, val_horizons, window_counts
@@ -86,10 +90,19 @@ def resolve_from_data(cfg: Config, frame: SeriesFrame) -> tuple[Config, tuple[st
         what = "a panel" if panel else "one series" if frame.id_cols else "a wide file"
         chosen.append(f"train.loss {loss} ({what})")
         flags.append("train.loss=mse|mae|mase")
+    n_windows = _epoch_windows(cfg, frame, borders) if not (cfg.train.epochs and cfg.model.members) else 0
     if not cfg.train.epochs:
-        cfg, note = _choose_epochs(cfg, frame, borders)
-        chosen.append(note)
+        epochs = auto_epochs(n_windows, cfg.train.batch_size)
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, epochs=epochs))
+        each = "training windows" if not cfg.train.epoch_windows else "training windows an epoch, train.epoch_windows"
+        chosen.append(f"at most {epochs} epochs ({n_windows:,} {each}; patience {cfg.train.patience} ends it earlier)")
         flags.append("train.epochs=N")
+    if not cfg.model.members:
+        members, why = _choose_members(cfg, n_windows)
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, members=members))
+        if why:
+            chosen.append(f"model.members {members} ({why})")
+            flags.append("model.members=N")
     if chosen:
         notes.append(f"chosen from the data: {'; '.join(chosen)}; set with {', '.join('--set ' + f for f in flags)}")
     if not cfg.train.candidates:
@@ -108,17 +121,26 @@ def choice_split(cfg: Config, frame: SeriesFrame) -> tuple[Config, SplitBorders]
     return cfg, split_borders(cfg.data, frame, cfg.model.context_len, cfg.model.horizon, min_history=1)
 
 
-def _choose_epochs(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> tuple[Config, str]:
-    """train.epochs from the training windows (`config.auto_epochs`): the most epochs; patience ends it."""
+def _epoch_windows(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> int:
+    """The windows an epoch trains on: every training window (every train_stride-th), or train.epoch_windows."""
     model, tc = cfg.model, cfg.train
     history = panel_min_history("train", model.context_len, model.horizon) if frame.id_cols else model.context_len
     counts = window_counts("train", borders, history, model.horizon)
     n_windows = -(-int(counts.sum()) // tc.train_stride)
-    n_windows = min(n_windows, tc.epoch_windows) if tc.epoch_windows else n_windows  # what an epoch trains on
-    epochs = auto_epochs(n_windows, tc.batch_size)
-    cfg = dataclasses.replace(cfg, train=dataclasses.replace(tc, epochs=epochs))
-    each = "training windows" if not tc.epoch_windows else "training windows an epoch, train.epoch_windows"
-    return cfg, f"at most {epochs} epochs ({n_windows:,} {each}; patience {tc.patience} ends it earlier)"
+    return min(n_windows, tc.epoch_windows) if tc.epoch_windows else n_windows
+
+
+def _choose_members(cfg: Config, n_windows: int) -> tuple[int, str]:
+    """model.members: AUTO_MEMBERS where AUTO_MIN_EPOCHS epochs of `n_windows` take fewer than AUTO_MIN_STEPS
+    steps, else one (and one under the recipe search, which chooses its members); the reason, or "" for one."""
+    if cfg.train.time_limit:
+        return 1, ""
+    steps_per_epoch = -(-n_windows // cfg.train.batch_size)
+    if steps_per_epoch * AUTO_MIN_EPOCHS >= AUTO_MIN_STEPS:
+        return 1, ""
+    return AUTO_MEMBERS, (
+        f"the mean of {AUTO_MEMBERS} models from their own initial weights, as {steps_per_epoch} steps an epoch are few"
+    )
 
 
 def _choose_candidates(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> tuple[Config, str]:

@@ -82,6 +82,6 @@ def build_forecaster(
     cfg: ModelConfig, layout: Layout, loss: str = "mse", quantiles: tuple[float, ...] = ()
 ) -> Forecaster | Ensemble:
     """One Forecaster reading `layout`, or an Ensemble of `cfg.members` of them drawn one after another from
-    the RNG."""
-    members = [Forecaster(cfg, layout, loss, quantiles) for _ in range(cfg.members)]
-    return members[0] if cfg.members == 1 else Ensemble(members)
+    the RNG (one for an unresolved 0)."""
+    members = [Forecaster(cfg, layout, loss, quantiles) for _ in range(max(1, cfg.members))]
+    return members[0] if len(members) == 1 else Ensemble(members)
