@@ -183,13 +183,11 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         _check_finite(self, "model")
-        for name in ("context_len", "patch_len"):
+        for name in ("context_len", "patch_len", "members"):
             value = getattr(self, name)
             _require(value >= 0, f"model.{name} must be at least 1 (or 0 to choose it from the data), got {value}")
         for name in ("horizon", "d_model", "n_heads", "n_layers", "d_ff"):
             _require(getattr(self, name) >= 1, f"model.{name} must be at least 1, got {getattr(self, name)}")
-        members = self.members
-        _require(members >= 0, f"model.members must be at least 1 (or 0 to choose it from the data), got {members}")
         _require(
             self.d_model % self.n_heads == 0,
             f"model.n_heads ({self.n_heads}) must divide model.d_model ({self.d_model})",
@@ -361,8 +359,12 @@ def auto_epochs(n_train_windows: int, batch_size: int) -> int:
     """The most epochs of an automatic train.epochs: enough for AUTO_MIN_STEPS optimiser steps of `batch_size`
     windows, at least AUTO_MIN_EPOCHS and at most AUTO_MAX_EPOCHS (a few hundred windows get 100 short epochs,
     M4 Hourly's 234,682 get 10); patience stops training once validation stops improving."""
-    steps_per_epoch = max(1, -(-n_train_windows // batch_size))
-    return min(AUTO_MAX_EPOCHS, max(AUTO_MIN_EPOCHS, -(-AUTO_MIN_STEPS // steps_per_epoch)))
+    return min(AUTO_MAX_EPOCHS, max(AUTO_MIN_EPOCHS, -(-AUTO_MIN_STEPS // epoch_steps(n_train_windows, batch_size))))
+
+
+def epoch_steps(n_windows: int, batch_size: int) -> int:
+    """Optimiser steps an epoch of `n_windows` takes on one process (at least one)."""
+    return max(1, -(-n_windows // batch_size))
 
 
 def longer_context(n_train_rows: int, horizon: int, patch_len: int, context_len: int) -> int:

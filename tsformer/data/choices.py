@@ -29,7 +29,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from tsformer.candidates import CLASSICAL, candidate_names, steps_per_week
-from tsformer.config import AUTO_MEMBERS, AUTO_MIN_EPOCHS, AUTO_MIN_STEPS, Config, auto_epochs, resolve_auto
+from tsformer.config import (
+    AUTO_MEMBERS,
+    AUTO_MIN_EPOCHS,
+    AUTO_MIN_STEPS,
+    Config,
+    auto_epochs,
+    epoch_steps,
+    resolve_auto,
+)
 from tsformer.data.calendar import calendar_features, calendar_names
 from tsformer.data.loader import SeriesFrame
 from tsformer.data.split import SplitBorders, panel_min_history, split_borders, val_horizons, window_counts
@@ -90,12 +98,10 @@ def resolve_from_data(cfg: Config, frame: SeriesFrame) -> tuple[Config, tuple[st
         what = "a panel" if panel else "one series" if frame.id_cols else "a wide file"
         chosen.append(f"train.loss {loss} ({what})")
         flags.append("train.loss=mse|mae|mase")
-    n_windows = _epoch_windows(cfg, frame, borders) if not (cfg.train.epochs and cfg.model.members) else 0
+    n_windows = _epoch_windows(cfg, frame, borders)
     if not cfg.train.epochs:
-        epochs = auto_epochs(n_windows, cfg.train.batch_size)
-        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, epochs=epochs))
-        each = "training windows" if not cfg.train.epoch_windows else "training windows an epoch, train.epoch_windows"
-        chosen.append(f"at most {epochs} epochs ({n_windows:,} {each}; patience {cfg.train.patience} ends it earlier)")
+        cfg, note = _choose_epochs(cfg, n_windows)
+        chosen.append(note)
         flags.append("train.epochs=N")
     if not cfg.model.members:
         members, why = _choose_members(cfg, n_windows)
@@ -130,12 +136,21 @@ def _epoch_windows(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> in
     return min(n_windows, tc.epoch_windows) if tc.epoch_windows else n_windows
 
 
+def _choose_epochs(cfg: Config, n_windows: int) -> tuple[Config, str]:
+    """train.epochs from the windows an epoch trains on (`config.auto_epochs`): the most epochs; patience ends it."""
+    tc = cfg.train
+    epochs = auto_epochs(n_windows, tc.batch_size)
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(tc, epochs=epochs))
+    each = "training windows" if not tc.epoch_windows else "training windows an epoch, train.epoch_windows"
+    return cfg, f"at most {epochs} epochs ({n_windows:,} {each}; patience {tc.patience} ends it earlier)"
+
+
 def _choose_members(cfg: Config, n_windows: int) -> tuple[int, str]:
     """model.members: AUTO_MEMBERS where AUTO_MIN_EPOCHS epochs of `n_windows` take fewer than AUTO_MIN_STEPS
     steps, else one (and one under the recipe search, which chooses its members); the reason, or "" for one."""
     if cfg.train.time_limit:
         return 1, ""
-    steps_per_epoch = -(-n_windows // cfg.train.batch_size)
+    steps_per_epoch = epoch_steps(n_windows, cfg.train.batch_size)
     if steps_per_epoch * AUTO_MIN_EPOCHS >= AUTO_MIN_STEPS:
         return 1, ""
     return AUTO_MEMBERS, (

@@ -12,8 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-BITS = 16
-LEVELS = 2**BITS  # p is rounded to a multiple of 1 / LEVELS
+LEVELS = 2**16  # the values of an int16 draw; p is rounded to a multiple of 1 / LEVELS
 
 
 def keep_mask(shape: torch.Size, p: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
