@@ -19,6 +19,7 @@ from tsformer.errors import DataError
 from tsformer.leakage import check_model
 from tsformer.model import Covariates, Forecaster
 from tsformer.model import forecaster as forecaster_module
+from tsformer.model.cycle import Cycle
 from tsformer.predictor import load_predictor
 from tsformer.runs import predict_run
 from tsformer.train import train
@@ -79,6 +80,31 @@ def test_a_pure_cycle_is_forecast_exactly_by_its_learned_values(context_len, n_f
     torch.testing.assert_close(forecast, series[:, cfg.context_len :])
     every_token = model.forecast_tokens(series[:, : cfg.context_len], None, covariates)
     torch.testing.assert_close(every_token, model.token_targets(series))  # each token's own horizon
+
+
+def test_the_cycle_reads_its_values_at_each_phase_and_its_gradient_is_the_same_on_every_run():
+    """Indexing's gradient accumulated in an order that varied with two threads, so seeded runs differed."""
+    torch.manual_seed(0)
+    cycle = Cycle(PERIOD, 2)
+    with torch.no_grad():
+        cycle.values.normal_()
+    phase = torch.randint(0, 10_000, (128, 14, 48)).float()  # a training batch's horizon phases
+    out = cycle(phase)  # (128, 14, 48, 2)
+    torch.testing.assert_close(out[3, 5, 7], cycle.values[int(phase[3, 5, 7]) % PERIOD], rtol=0, atol=0)
+    weights = torch.randn(out.shape)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        grads = []
+        for _ in range(5):
+            cycle.values.grad = None
+            (cycle(phase) * weights).sum().backward()
+            grads.append(cycle.values.grad.clone())
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(grads[0], grad) for grad in grads[1:])
+    counts = torch.bincount(torch.remainder(phase.long(), PERIOD).view(-1), minlength=PERIOD)
+    torch.testing.assert_close(grads[0].abs().sum(1) > 0, counts > 0)  # every phase read gets a gradient
 
 
 def test_the_model_checks_pass_with_a_cycle_and_catch_one_read_past_the_horizon(monkeypatch):

@@ -211,6 +211,14 @@ def test_parts_of_the_last_token_path_equal_the_every_token_parts():
     mean, std = torch.randn(n, t, k), torch.rand(n, t, k) + 0.5
     every = model.context_skip(series, mask, mean, std)  # (N, T, H, k)
     torch.testing.assert_close(model.context_skip.last(series, mask, mean[:, -1], std[:, -1]), every[:, -1])
+    linear, steps = model.context_skip.linear, t * 4
+    for token in (0, 3, t - 1):  # the formula, by hand: the standardised window ending at the token's end
+        end = (token + 1) * 4
+        window, real = series[:, max(0, end - steps) : end], mask[:, max(0, end - steps) : end].unsqueeze(-1)
+        scaled = (window - mean[:, token : token + 1]) / std[:, token : token + 1] * real  # (N, <= T*P, k)
+        scaled = torch.cat([scaled.new_zeros(n, steps - scaled.shape[1], k), scaled], dim=1)  # (N, T*P, k)
+        expected = linear(scaled.transpose(1, 2)).transpose(1, 2)  # (N, H, k)
+        torch.testing.assert_close(every[:, token], expected)
 
 
 def test_forward_trains_every_token_but_infers_from_the_last_only(monkeypatch):

@@ -20,5 +20,9 @@ class Cycle(nn.Module):
         self.values = nn.Parameter(torch.zeros(period, n_series))
 
     def forward(self, phase: torch.Tensor) -> torch.Tensor:
-        """phase (...) real (rounded, then taken modulo the period) -> the cycle there, (..., C)."""
-        return self.values[torch.remainder(phase.round().long(), self.period)]
+        """phase (...) real (rounded, then taken modulo the period) -> the cycle there, (..., C).
+
+        `index_select`, whose gradient adds in a fixed order: indexing's accumulates in an order that varies with
+        the threads, so two runs with the same seed would differ in the last bits."""
+        index = torch.remainder(phase.round().long(), self.period)
+        return self.values.index_select(0, index.reshape(-1)).view(*index.shape, self.values.shape[1])
