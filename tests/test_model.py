@@ -43,6 +43,15 @@ def test_attention_is_softmax_of_scaled_scores_times_v():
         torch.testing.assert_close(out[i], expected)
 
 
+def test_attention_weights_stay_finite_for_large_scores_and_match_torch_softmax():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 6, 4) * 300, torch.randn(2, 6, 4), torch.eye(6).expand(2, 6, 6)  # exp(score) overflows
+    weights = scaled_dot_product(q, k, v, causal_mask(6))  # v = I: the output rows are the weight rows
+    scores = (q @ k.transpose(-2, -1) / 2).masked_fill(~causal_mask(6), float("-inf"))
+    assert torch.isfinite(weights).all()
+    torch.testing.assert_close(weights, torch.softmax(scores, dim=-1))
+
+
 def test_causal_mask_gives_zero_weight_to_the_future():
     torch.manual_seed(0)
     q, k = torch.randn(5, 4), torch.randn(5, 4)

@@ -41,7 +41,10 @@ def scaled_dot_product(
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., T_q, T_k)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
+    # the row-wise softmax written out, exp(s - max) / sum exp(s - max): on CPU torch.softmax is slow on rows this
+    # short (one per query over T keys); the shift is a constant of the row, so it carries no gradient
+    exp = (scores - scores.detach().amax(dim=-1, keepdim=True)).exp()
+    weights = exp / exp.sum(dim=-1, keepdim=True)
     if dropout is not None:
         weights = dropout(weights)
     return weights @ v  # (..., T_q, d_v)
