@@ -210,12 +210,14 @@ def test_last_token_inference_equals_the_last_token_of_every_token_forward(overr
         assert every[:, -1].abs().max() > 0.1  # not trivially zero
 
 
-def test_parts_of_the_last_token_path_equal_the_every_token_parts():
-    model = trained_looking(ModelConfig(context_len=30, horizon=5, patch_len=4, d_model=16, n_heads=2), 2)
+@pytest.mark.parametrize("horizon", [5, 40])  # shorter than the context's 32 padded steps, and longer
+def test_parts_of_the_last_token_path_equal_the_every_token_parts(horizon):
+    model = trained_looking(ModelConfig(context_len=30, horizon=horizon, patch_len=4, d_model=16, n_heads=2), 2)
     n, t, k = 4, model.n_tokens, model.token_channels
     hidden, token_real = torch.randn(n, t, 16), torch.rand(n, t) > 0.3
     torch.testing.assert_close(model.head.last(hidden, token_real), model.head(hidden, token_real)[:, -1])
     series, mask = torch.randn(n, t * 4, k), torch.rand(n, t * 4) > 0.3
+    mask[:2] = True  # two fully observed sequences
     series = series * mask.unsqueeze(-1)  # pads are zero, as `_sequences` leaves them
     mean, std = torch.randn(n, t, k), torch.rand(n, t, k) + 0.5
     every = model.context_skip(series, mask, mean, std)  # (N, T, H, k)

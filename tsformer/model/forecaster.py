@@ -98,8 +98,6 @@ class ContextSkip(nn.Module):
 
     Window k holds the n_tokens * patch_len steps before the end of token k (zeros before the start),
     so output k still sees nothing after token k; for the last token it is the whole context.
-    The map of a standardised window, W((w - mean) / std * real) + b, is computed as
-    (W w - mean W real) / std + b: the statistics touch (N, T, H, k) outputs, not every window's steps.
     """
 
     def __init__(self, n_tokens: int, patch_len: int, horizon: int):
@@ -113,26 +111,18 @@ class ContextSkip(nn.Module):
         """Every token's: series (N, T*P, k), mask (N, T*P), mean/std (N, T, k) -> (N, T, H, k), standardised."""
         steps = self.n_tokens * self.patch_len
         lead = steps - self.patch_len
-        real = mask.to(series.dtype)  # (N, T*P)
-        padded = F.pad(series * real.unsqueeze(-1), (0, 0, lead, 0))  # (N, lead + T*P, k)
+        padded = F.pad(series * mask.unsqueeze(-1).to(series.dtype), (0, 0, lead, 0))  # (N, lead + T*P, k)
+        real = F.pad(mask, (lead, 0), value=False).to(series.dtype)  # (N, lead + T*P)
         windows = padded.unfold(1, steps, self.patch_len)  # (N, T, k, T*P): window k ends at token k's end
-        window_real = F.pad(real, (lead, 0)).unfold(1, steps, self.patch_len).unsqueeze(2)  # (N, T, 1, T*P)
-        return self._standardised(windows, window_real, mean, std).transpose(2, 3)  # (N, T, H, k)
+        window_real = real.unfold(1, steps, self.patch_len).unsqueeze(2)  # (N, T, 1, T*P)
+        scaled = (windows - mean.unsqueeze(-1)) / std.unsqueeze(-1) * window_real
+        return self.linear(scaled).transpose(2, 3)  # (N, T, H, k)
 
     def last(self, series: torch.Tensor, mask: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
         """The last token's only, equal to forward(...)[:, -1]: mean/std (N, k) of the last token -> (N, H, k)."""
-        real = mask.to(series.dtype)  # (N, T*P): the last token's window is the whole context
-        windows = (series * real.unsqueeze(-1)).transpose(1, 2)  # (N, k, T*P)
-        return self._standardised(windows, real.unsqueeze(1), mean, std).transpose(1, 2)  # (N, H, k)
-
-    def _standardised(
-        self, windows: torch.Tensor, window_real: torch.Tensor, mean: torch.Tensor, std: torch.Tensor
-    ) -> torch.Tensor:
-        """W((w - mean) / std * real) + b for windows (..., k, S) zero where not real, window_real (..., 1, S) and
-        mean/std (..., k) -> (..., k, H)."""
-        mapped = F.linear(windows, self.linear.weight)  # (..., k, H)
-        mapped_real = F.linear(window_real, self.linear.weight)  # (..., 1, H): W real
-        return (mapped - mean.unsqueeze(-1) * mapped_real) / std.unsqueeze(-1) + self.linear.bias
+        real = mask.unsqueeze(-1).to(series.dtype)  # (N, T*P, 1)
+        scaled = (series * real - mean.unsqueeze(1)) / std.unsqueeze(1) * real  # (N, T*P, k): its window is all
+        return self.linear(scaled.transpose(1, 2)).transpose(1, 2)  # (N, H, k)
 
 
 class Block(nn.Module):
