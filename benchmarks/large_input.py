@@ -187,36 +187,39 @@ def measure_inference(n_windows: int = 4096, repeats: int = 5, threads: int = 2)
 
 # name: (context_len, patch_len, horizon, columns, loss), as their benchmarks resolve them; without the learned
 # cycle M4 Hourly now gets (a lookup and an add per step, next to nothing beside the Transformer)
-TRAINING_MODELS = {
-    "M4 Hourly": (336, 24, 48, 1, "mae"),
-    "ETTh1 default": (336, 24, 96, N_SERIES, "mse"),
+TRAINING_MODELS = {  # context, patch, horizon, columns, loss and learned cycle of each run's default model
+    "M4 Hourly": (336, 24, 48, 1, "mae", 168),
+    "ETTh1 default": (336, 24, 96, N_SERIES, "mse", 0),
 }
 
 
 def measure_training(steps: int = 30, batch: int = 128, threads: int = 2) -> dict:
-    """Training windows per second of the M4 Hourly and the ETTh1 default models: the step `train` takes (every
-    token's targets, forward, backward, gradient clipping, AdamW) on random batches of `batch` windows, the
-    median of `steps` steps after three warm-up steps."""
+    """Training windows per second of the M4 Hourly and the ETTh1 default models (M4's with its weekly cycle): the
+    step `train` takes (every token's targets, forward, backward, gradient clipping, AdamW) on random batches of
+    `batch` windows, the median of `steps` steps after three warm-up steps."""
     import torch
 
     from tsformer.config import ModelConfig, TrainConfig
     from tsformer.layout import Layout
-    from tsformer.model import Forecaster
+    from tsformer.model import Covariates, Forecaster
     from tsformer.train import build_optimizer
 
     torch.set_num_threads(threads)
     out = {}
-    for name, (context_len, patch_len, horizon, columns, loss) in TRAINING_MODELS.items():
+    for name, (context_len, patch_len, horizon, columns, loss, cycle) in TRAINING_MODELS.items():
         torch.manual_seed(0)
-        cfg = ModelConfig(context_len=context_len, patch_len=patch_len, horizon=horizon)
-        model = Forecaster(cfg, Layout(tuple(f"s{j}" for j in range(columns))), loss).train()
+        cfg = ModelConfig(context_len=context_len, patch_len=patch_len, horizon=horizon, cycle=cycle)
+        model = Forecaster(cfg, Layout(tuple(f"s{j}" for j in range(columns)), cycle=cycle), loss).train()
         tc = TrainConfig()
         optimizer = build_optimizer(model, tc)
         windows = torch.randn(batch, context_len + horizon, columns)
+        phases = torch.randint(0, max(cycle, 1), (batch, 1)) + torch.arange(context_len + horizon)  # (B, L + H)
+        covariates = Covariates(phase=phases.float()) if cycle else None
         seconds = []
         for _ in range(steps + 3):
             started = time.perf_counter()
-            _, value = model(windows[:, :context_len], None, target=model.token_targets(windows))
+            targets = model.token_targets(windows)
+            _, value = model(windows[:, :context_len], None, target=targets, covariates=covariates)
             optimizer.zero_grad(set_to_none=True)
             value.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
@@ -280,8 +283,8 @@ def markdown(result: dict) -> str:
         f"series: {load.get('windows_are_views')} (as copies: {load.get('windows_as_copies_mib'):,} MiB).",
         "",
         *(inference_markdown(result["inference"]) if "inference" in result else []),
-        *([f"Training: **{training_line(result['training'])}** (the step `train` takes, random batches; "
-           "`measure_training`).", ""] if "training" in result else []),
+        *([f"Training: **{training_line(result['training'])}** (the step `train` takes, random batches, "
+           "M4's default model with its weekly cycle; `measure_training`).", ""] if "training" in result else []),
         "Commands (each under `/usr/bin/time -v`):",
         "",
         "```",
