@@ -223,3 +223,18 @@ def test_a_panel_below_a_day_gets_the_weekly_cycle_and_other_data_none():
     assert cycle_chosen(hourly(weekday_effect=0.0)) == (0, "")  # a wide file keeps none
     given = Config(model=ModelConfig(horizon=24, context_len=48, patch_len=24, cycle=24), train=TrainConfig(epochs=3))
     assert resolve_from_data(given, read_series(panel_of(800), DataConfig()))[0].model.cycle == 24  # a given one stays
+
+
+def context_chosen(table: pd.DataFrame, horizon: int = 24) -> int:
+    cfg = Config(model=ModelConfig(horizon=horizon), train=TrainConfig(epochs=3))
+    return resolve_from_data(cfg, read_series(table, DataConfig()))[0].model.context_len
+
+
+def test_a_panel_below_a_day_reads_whole_weeks_past_two_weeks_and_other_data_two_weeks():
+    assert context_chosen(panel_of(2016)) == 672  # 1920 training rows a series: four weeks, the most under 720
+    assert context_chosen(panel_of(1200)) == 504  # 1104 rows: 1081 windows' half, 540 steps, three weeks
+    assert context_chosen(panel_of(1000)) == 336  # 904 rows: 440 steps, two weeks as for other data
+    assert context_chosen(panel_of(800)) == 336  # 704 rows: 340 steps
+    assert context_chosen(panel_of(2016, n_series=1)) == 336  # one series in long format is not a panel
+    assert context_chosen(hourly(weekday_effect=0.0)) == 336  # nor a wide file (1411 training rows)
+    assert context_chosen(panel_of(2016, "D"), horizon=7) == 336  # nor days

@@ -1,6 +1,9 @@
 """The settings left automatic, chosen from the data's training and validation rows before training.
 
-- model.context_len and model.patch_len: from the training rows and the frequency (`config.resolve_auto`);
+- model.context_len and model.patch_len: from the training rows and the frequency (`config.resolve_auto`); a
+  panel of data below a day may read longer contexts, in whole weeks (its longest series' training rows
+  permitting): that won validation in all three electricity runs, where ETTh1, a wide file, lost at 720 and
+  M4 Hourly at 360 (benchmarks/NOTES.md, session 24);
 - train.epochs: the most epochs, from the training windows (`config.auto_epochs`; patience ends training);
 - model.members: AUTO_MEMBERS models averaged where an epoch is short (fewer than AUTO_MIN_STEPS optimiser steps
   in AUTO_MIN_EPOCHS epochs, so a member trains about AUTO_MIN_STEPS steps), one otherwise; one under the recipe
@@ -76,8 +79,10 @@ def resolve_from_data(cfg: Config, frame: SeriesFrame) -> tuple[Config, tuple[st
     if frame.timestamps.tz is not None and not cfg.data.utc_offset:  # stored, so later files are read at it
         offset = written_offset(frame.timestamps[:1])
         cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, utc_offset=offset))
+    panel = frame.is_panel
     if not cfg.model.resolved:
-        cfg, note = resolve_auto(cfg, int(borders.train_end.max()), season_length(frame.freq), frame.freq)
+        week = steps_per_week(frame.freq) if panel else 0
+        cfg, note = resolve_auto(cfg, int(borders.train_end.max()), season_length(frame.freq), frame.freq, week)
         notes.append(note)
     if cfg.data.calendar is None:
         calendar, why = _choose_calendar(frame, borders)
@@ -85,7 +90,6 @@ def resolve_from_data(cfg: Config, frame: SeriesFrame) -> tuple[Config, tuple[st
         if why:
             chosen.append(f"calendar features {'used' if calendar else 'left out'} ({why})")
             flags.append("data.calendar=true|false")
-    panel = frame.is_panel
     if cfg.model.cycle is None:
         cycle, why = _choose_cycle(frame, borders, panel)
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, cycle=cycle))
