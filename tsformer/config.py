@@ -50,8 +50,7 @@ CANDIDATE_NAMES = (
     "theta",
 )
 AUTO_MAX_CONTEXT = 336  # the longest automatic context_len: two weeks of hourly data, the ETTh1 setting
-# a panel of data below a day may read more than AUTO_MAX_CONTEXT steps in whole weeks, up to this many (`data.choices`)
-PANEL_MAX_CONTEXT = 720
+PANEL_MAX_CONTEXT = 720  # a panel of data below a day may read past AUTO_MAX_CONTEXT in whole weeks, up to this
 SEARCH_MAX_CONTEXT = 720  # the longest context the recipe search (train.time_limit) tries: 30 days of hourly data
 AUTO_MAX_PATCH = 24  # the longest automatic patch_len: a day of hourly data
 AUTO_PATCH_NO_SEASON = 4  # the automatic patch_len for a frequency with no known season (yearly, 2-day, ...)
@@ -194,7 +193,7 @@ class ModelConfig:
             self.d_model % self.n_heads == 0,
             f"model.n_heads ({self.n_heads}) must divide model.d_model ({self.d_model})",
         )
-        context = self.context_len or AUTO_MAX_CONTEXT  # an automatic context is at most AUTO_MAX_CONTEXT
+        context = self.context_len or AUTO_MAX_CONTEXT  # an automatic context: at most this (a panel's weeks aside)
         _require(
             self.patch_len <= context,
             f"model.patch_len ({self.patch_len}) must not exceed model.context_len "
@@ -338,7 +337,7 @@ def resolve_auto(cfg: Config, n_train_rows: int, season: int, freq: str = "", we
       windows as context steps (n_train_rows - context_len - horizon + 1 >= context_len); so 336 from
       767 training rows for horizon 96 (ETTh1 has 8640). If no multiple does, one patch, as long as that
       leaves a window; otherwise a "too few rows" DataError that names the numbers. Given `week` (steps per
-      week; `data.choices` gives it for a panel of data below a day), the most whole weeks up to
+      week; `data.choices` gives it for a panel of data below a day) that is whole patches, the most whole weeks up to
       PANEL_MAX_CONTEXT steps that leave as many windows, where that is longer: 504 for the electricity
       benchmark's 1176 training rows, and still 336 for M4 Hourly's 768.
 
@@ -390,11 +389,13 @@ def _auto_patch_len(season: int) -> int:
 
 def _auto_context_len(n_train_rows: int, horizon: int, patch_len: int, week: int = 0) -> int:
     """The longest multiple of patch_len up to AUTO_MAX_CONTEXT with windows >= context_len, else one patch; or,
-    given `week`, the most whole weeks up to PANEL_MAX_CONTEXT with as many windows, where that is longer."""
+    given `week` (a multiple of patch_len), the most whole weeks up to PANEL_MAX_CONTEXT with as many windows,
+    where that is longer."""
     usable = n_train_rows - horizon + 1  # training windows there would be with no context at all
     patches = min(AUTO_MAX_CONTEXT, usable // 2) // patch_len
-    weeks = min(PANEL_MAX_CONTEXT, usable // 2) // week * week if week else 0
-    if weeks > patches * patch_len:  # a week is whole patches: patch_len divides the day
+    whole = week and week % patch_len == 0  # weeks of whole patches (a given patch_len may not divide the week)
+    weeks = min(PANEL_MAX_CONTEXT, usable // 2) // week * week if whole else 0
+    if weeks > patches * patch_len:
         return weeks
     if patches >= 1:
         return patches * patch_len

@@ -1,9 +1,8 @@
 """The settings left automatic, chosen from the data's training and validation rows before training.
 
 - model.context_len and model.patch_len: from the training rows and the frequency (`config.resolve_auto`); a
-  panel of data below a day may read longer contexts, in whole weeks (its longest series' training rows
-  permitting): that won validation in all three electricity runs, where ETTh1, a wide file, lost at 720 and
-  M4 Hourly at 360 (benchmarks/NOTES.md, session 24);
+  panel of data below a day may read past 336 steps in whole weeks, up to 720, where its longest series'
+  training rows allow (benchmarks/NOTES.md, session 24);
 - train.epochs: the most epochs, from the training windows (`config.auto_epochs`; patience ends training);
 - model.members: AUTO_MEMBERS models averaged where an epoch is short (fewer than AUTO_MIN_STEPS optimiser steps
   in AUTO_MIN_EPOCHS epochs, so a member trains about AUTO_MIN_STEPS steps), one otherwise; one under the recipe
