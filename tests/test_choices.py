@@ -230,11 +230,12 @@ def context_chosen(table: pd.DataFrame, horizon: int = 24) -> int:
     return resolve_from_data(cfg, read_series(table, DataConfig()))[0].model.context_len
 
 
-def test_a_panel_below_a_day_reads_whole_weeks_past_336_steps_and_other_data_up_to_336():
+def test_a_small_panel_below_a_day_reads_whole_weeks_past_336_steps_and_other_data_up_to_336():
     assert context_chosen(panel_of(2016)) == 672  # 1920 training rows a series: four weeks, the most under 720
     assert context_chosen(panel_of(1200)) == 504  # 1104 rows: 1081 windows' half, 540 steps, three weeks
     assert context_chosen(panel_of(1000)) == 336  # 904 rows: 440 steps, two weeks as for other data
     assert context_chosen(panel_of(800)) == 336  # 704 rows: 340 steps
+    assert context_chosen(panel_of(2016, n_series=10)) == 336  # 18,970 windows: epochs not short, not a small panel
     assert context_chosen(panel_of(2016, n_series=1)) == 336  # one series in long format is not a panel
     assert context_chosen(hourly(weekday_effect=0.0)) == 336  # nor a wide file (1411 training rows)
     assert context_chosen(panel_of(2016, "D"), horizon=7) == 336  # nor days

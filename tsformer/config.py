@@ -50,7 +50,7 @@ CANDIDATE_NAMES = (
     "theta",
 )
 AUTO_MAX_CONTEXT = 336  # the longest automatic context_len: two weeks of hourly data, the ETTh1 setting
-PANEL_MAX_CONTEXT = 720  # a panel of data below a day may read past AUTO_MAX_CONTEXT in whole weeks, up to this
+PANEL_MAX_CONTEXT = 720  # a small panel below a day may read past AUTO_MAX_CONTEXT in whole weeks, up to this
 SEARCH_MAX_CONTEXT = 720  # the longest context the recipe search (train.time_limit) tries: 30 days of hourly data
 AUTO_MAX_PATCH = 24  # the longest automatic patch_len: a day of hourly data
 AUTO_PATCH_NO_SEASON = 4  # the automatic patch_len for a frequency with no known season (yearly, 2-day, ...)
@@ -337,9 +337,9 @@ def resolve_auto(cfg: Config, n_train_rows: int, season: int, freq: str = "", we
       windows as context steps (n_train_rows - context_len - horizon + 1 >= context_len); so 336 from
       767 training rows for horizon 96 (ETTh1 has 8640). If no multiple does, one patch, as long as that
       leaves a window; otherwise a "too few rows" DataError that names the numbers. Given `week` (steps per
-      week; `data.choices` gives it for a panel of data below a day) that is whole patches, the most whole weeks up to
-      PANEL_MAX_CONTEXT steps that leave as many windows, where that is longer: 504 for the electricity
-      benchmark's 1176 training rows, and still 336 for M4 Hourly's 768.
+      week, whole patches; `data.choices` gives it for a small panel of data below a day), the most whole
+      weeks up to PANEL_MAX_CONTEXT steps that leave as many windows, where that is longer: 504 for the
+      electricity benchmark's 1176 training rows.
 
     Returns the resolved config and one line saying what was chosen ("" when nothing was automatic).
     """

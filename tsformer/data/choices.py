@@ -1,8 +1,10 @@
 """The settings left automatic, chosen from the data's training and validation rows before training.
 
 - model.context_len and model.patch_len: from the training rows and the frequency (`config.resolve_auto`); a
-  panel of data below a day may read past 336 steps in whole weeks, up to 720, where its longest series'
-  training rows allow (benchmarks/NOTES.md, session 24);
+  small panel of data below a day (one whose epochs are short, as for model.members below) may read past 336
+  steps in whole weeks, up to 720, where its longest series' training rows allow. That won validation on the
+  electricity markets and lost it on ETTh1's columns as a panel and on M4 Hourly (benchmarks/NOTES.md,
+  session 24);
 - train.epochs: the most epochs, from the training windows (`config.auto_epochs`; patience ends training);
 - model.members: AUTO_MEMBERS models averaged where an epoch is short (fewer than AUTO_MIN_STEPS optimiser steps
   in AUTO_MIN_EPOCHS epochs, so a member trains about AUTO_MIN_STEPS steps), one otherwise; one under the recipe
@@ -80,8 +82,11 @@ def resolve_from_data(cfg: Config, frame: SeriesFrame) -> tuple[Config, tuple[st
         cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, utc_offset=offset))
     panel = frame.is_panel
     if not cfg.model.resolved:
-        week = steps_per_week(frame.freq) if panel else 0
-        cfg, note = resolve_auto(cfg, int(borders.train_end.max()), season_length(frame.freq), frame.freq, week)
+        rows, season = int(borders.train_end.max()), season_length(frame.freq)
+        resolved, note = resolve_auto(cfg, rows, season, frame.freq)
+        if panel and _short_epochs(resolved, _epoch_windows(resolved, frame, borders)):  # a small panel: whole weeks
+            resolved, note = resolve_auto(cfg, rows, season, frame.freq, steps_per_week(frame.freq))
+        cfg = resolved
         notes.append(note)
     if cfg.data.calendar is None:
         calendar, why = _choose_calendar(frame, borders)
@@ -151,14 +156,17 @@ def _choose_epochs(cfg: Config, n_windows: int) -> tuple[Config, str]:
 def _choose_members(cfg: Config, n_windows: int) -> tuple[int, str]:
     """model.members: AUTO_MEMBERS where AUTO_MIN_EPOCHS epochs of `n_windows` take fewer than AUTO_MIN_STEPS
     steps, else one (and one under the recipe search, which chooses its members); the reason, or "" for one."""
-    if cfg.train.time_limit:
+    if cfg.train.time_limit or not _short_epochs(cfg, n_windows):
         return 1, ""
     steps_per_epoch = epoch_steps(n_windows, cfg.train.batch_size)
-    if steps_per_epoch * AUTO_MIN_EPOCHS >= AUTO_MIN_STEPS:
-        return 1, ""
     return AUTO_MEMBERS, (
         f"the mean of {AUTO_MEMBERS} models from their own initial weights, as {steps_per_epoch} steps an epoch are few"
     )
+
+
+def _short_epochs(cfg: Config, n_windows: int) -> bool:
+    """Whether AUTO_MIN_EPOCHS epochs of `n_windows` take fewer than AUTO_MIN_STEPS optimiser steps."""
+    return epoch_steps(n_windows, cfg.train.batch_size) * AUTO_MIN_EPOCHS < AUTO_MIN_STEPS
 
 
 def _choose_candidates(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> tuple[Config, str]:
