@@ -98,7 +98,7 @@ def test_a_calendar_that_is_not_a_bool_is_refused_when_the_config_is_built():
 def test_given_settings_are_kept_without_a_note():
     cfg = Config(
         data=DataConfig(calendar=False),
-        model=ModelConfig(horizon=24, context_len=48, patch_len=24, cycle=0, members=1),
+        model=ModelConfig(horizon=24, context_len=48, patch_len=24, cycle=0, members=1, dropout=0.3),
         train=TrainConfig(loss="mae", epochs=7, candidates=("seasonal_naive",)),
     )
     assert resolve_from_data(cfg, read_series(hourly(weekday_effect=4.0), cfg.data)) == (cfg, ())
@@ -116,17 +116,19 @@ def test_a_frequency_without_calendar_cycles_needs_no_probe():
     )
 
 
-def members_chosen(n_rows: int, **train) -> int:
-    """model.members chosen for a wide hourly file of `n_rows` rows (the first 80 % training rows)."""
+def chosen_for(n_rows: int, dropout: float | None = None, **train) -> Config:
+    """The config resolved for a wide hourly file of `n_rows` rows (the first 80 % training rows)."""
     table = pd.DataFrame(
         {"date": pd.date_range("2020-01-01", periods=n_rows, freq="h"), "v": np.sin(np.arange(n_rows) / 3.0)}
     )
     data = DataConfig(calendar=False, split_borders=(n_rows * 4 // 5, n_rows * 9 // 10, n_rows))
-    cfg = Config(
-        data=data, model=ModelConfig(horizon=24, context_len=48, patch_len=24, cycle=0), train=TrainConfig(**train)
-    )
-    chosen, _ = resolve_from_data(cfg, read_series(table, cfg.data))
-    return chosen.model.members
+    model = ModelConfig(horizon=24, context_len=48, patch_len=24, cycle=0, dropout=dropout)
+    cfg = Config(data=data, model=model, train=TrainConfig(**train))
+    return resolve_from_data(cfg, read_series(table, cfg.data))[0]
+
+
+def members_chosen(n_rows: int, **train) -> int:
+    return chosen_for(n_rows, **train).model.members
 
 
 def test_three_members_where_ten_epochs_take_fewer_than_500_steps_else_one():
@@ -136,6 +138,16 @@ def test_three_members_where_ten_epochs_take_fewer_than_500_steps_else_one():
     assert members_chosen(7_920) == 3  # 6,265 windows: 49 steps
     assert members_chosen(7_920, batch_size=64) == 1  # 98 steps an epoch
     assert members_chosen(8_000, epoch_windows=1_000) == 3  # an epoch's budget counts, not every window
+
+
+def test_long_epochs_train_at_most_five_epochs_with_less_dropout():
+    # 0.8 n - 48 - 24 + 1 training windows, 8 a step: 1,000 steps an epoch from 7,993 windows (n = 10,080)
+    long, short = chosen_for(10_080, batch_size=8), chosen_for(10_079, batch_size=8)
+    assert (long.model.dropout, long.train.epochs) == (0.1, 5)
+    assert (short.model.dropout, short.train.epochs) == (0.3, 10)
+    given = chosen_for(10_080, dropout=0.2, batch_size=8, epochs=7)
+    assert (given.model.dropout, given.train.epochs) == (0.2, 7)  # given settings are kept
+    assert chosen_for(10_080, batch_size=16).model.dropout == 0.3  # 500 steps an epoch: not long
 
 
 def test_the_recipe_search_and_a_given_count_keep_their_members():

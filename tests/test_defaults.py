@@ -69,9 +69,10 @@ def test_defaults_are_automatic():
 
 @pytest.mark.parametrize(
     "n_windows, epochs",
-    [(234_682, 10), (8_209, 10), (1_523, 42), (300, 100), (0, 100)],  # M4 Hourly, ETTh1, the sample, short files
+    # M4 Hourly (1,834 steps an epoch: long), the shortest long epoch and one step fewer, ETTh1, the sample, short files
+    [(234_682, 5), (128_000, 5), (127_872, 10), (8_209, 10), (1_523, 42), (300, 100), (0, 100)],
 )
-def test_automatic_epochs_reach_500_steps_from_10_to_100_epochs(n_windows, epochs):
+def test_automatic_epochs_reach_500_steps_from_10_to_100_epochs_or_5_long_ones(n_windows, epochs):
     from tsformer.config import auto_epochs
 
     assert auto_epochs(n_windows, 128) == epochs
@@ -109,8 +110,9 @@ def test_etth1_sized_hourly_data_keeps_336_and_24(tmp_path, horizon):
     data = training_data(cfg)
     resolved = data.config
     assert (resolved.model.context_len, resolved.model.patch_len) == (336, 24)
-    # a wide file: no cycle; 60 to 65 steps an epoch: one member
-    assert resolved.model == ModelConfig(context_len=336, patch_len=24, horizon=horizon, cycle=0, members=1)
+    # a wide file: no cycle; 60 to 65 steps an epoch: one member, the usual dropout
+    expected = ModelConfig(context_len=336, patch_len=24, horizon=horizon, cycle=0, members=1, dropout=0.3)
+    assert resolved.model == expected
     assert data.borders.to_list() == [[8640], [11520], [14400]]
 
 

@@ -60,6 +60,13 @@ AUTO_MIN_STEPS = 500
 AUTO_MIN_EPOCHS = 10
 AUTO_MAX_EPOCHS = 100
 AUTO_MEMBERS = 3  # an automatic model.members where training is short (`data.choices`)
+# a long epoch (at least LONG_EPOCH_STEPS optimiser steps: a large panel, M4 Hourly's 1,834) trains at most
+# LONG_EPOCHS epochs with dropout LONG_EPOCH_DROPOUT: so many windows regularise the model themselves, and it
+# overfits later (benchmarks/NOTES.md, session 25); shorter epochs keep AUTO_DROPOUT
+LONG_EPOCH_STEPS = 1_000
+LONG_EPOCHS = 5
+LONG_EPOCH_DROPOUT = 0.1
+AUTO_DROPOUT = 0.3
 
 
 def _require(ok: bool, message: str) -> None:
@@ -163,7 +170,9 @@ class ModelConfig:
     n_heads: int = 4  # each head has d_model / n_heads dimensions
     n_layers: int = 2
     d_ff: int = 128  # feed-forward width
-    dropout: float = 0.3
+    # None = chosen from the data (`data.choices`): LONG_EPOCH_DROPOUT where an epoch is long, AUTO_DROPOUT
+    # otherwise and for a model built from an unresolved config (`dropout_rate`)
+    dropout: float | None = None
     channel_independent: bool = True  # each series its own sequence through shared weights
     stats_features: bool = True  # also feed each token its (causal, prefix) normalisation mean and log std
     attention: str = "fused"  # fused (scaled_dot_product_attention) or explicit (the formula)
@@ -199,7 +208,7 @@ class ModelConfig:
             f"model.patch_len ({self.patch_len}) must not exceed model.context_len "
             f"({self.context_len or f'automatic, at most {AUTO_MAX_CONTEXT}; set --context-len'})",
         )
-        _require(0 <= self.dropout < 1, f"model.dropout must be in [0, 1), got {self.dropout}")
+        _require(self.dropout is None or 0 <= self.dropout < 1, f"model.dropout must be in [0, 1), got {self.dropout}")
         _require(
             self.cycle is None or self.cycle >= 0,
             f"model.cycle must be a number of steps >= 0 (0 = none), got {self.cycle}",
@@ -217,6 +226,11 @@ class ModelConfig:
         return self.context_len > 0 and self.patch_len > 0
 
     @property
+    def dropout_rate(self) -> float:
+        """The dropout the model trains with: model.dropout, or AUTO_DROPOUT while it is still automatic."""
+        return AUTO_DROPOUT if self.dropout is None else self.dropout
+
+    @property
     def n_tokens(self) -> int:
         """Tokens per context: the context is left-padded to a whole number of patches."""
         if not self.resolved:
@@ -231,7 +245,7 @@ class ModelConfig:
 class TrainConfig:
     """Optimisation, early stopping and reproducibility."""
 
-    epochs: int = 0  # the most epochs; 0: from the training windows (`auto_epochs`), 10 up to 100
+    epochs: int = 0  # the most epochs; 0: from the training windows (`auto_epochs`), 10 to 100, or 5 long ones
     batch_size: int = 128
     lr: float = 1e-3
     min_lr_ratio: float = 0.05  # the cosine schedule decays to lr * min_lr_ratio
@@ -361,9 +375,17 @@ def resolve_auto(cfg: Config, n_train_rows: int, season: int, freq: str = "", we
 
 def auto_epochs(n_train_windows: int, batch_size: int) -> int:
     """The most epochs of an automatic train.epochs: enough for AUTO_MIN_STEPS optimiser steps of `batch_size`
-    windows, at least AUTO_MIN_EPOCHS and at most AUTO_MAX_EPOCHS (a few hundred windows get 100 short epochs,
-    M4 Hourly's 234,682 get 10); patience stops training once validation stops improving."""
+    windows, at least AUTO_MIN_EPOCHS and at most AUTO_MAX_EPOCHS (a few hundred windows get 100 short epochs),
+    or LONG_EPOCHS where an epoch is long (M4 Hourly's 234,682 windows get 5); patience stops training once
+    validation stops improving."""
+    if long_epochs(n_train_windows, batch_size):
+        return LONG_EPOCHS
     return min(AUTO_MAX_EPOCHS, max(AUTO_MIN_EPOCHS, -(-AUTO_MIN_STEPS // epoch_steps(n_train_windows, batch_size))))
+
+
+def long_epochs(n_train_windows: int, batch_size: int) -> bool:
+    """Whether an epoch of `n_train_windows` takes at least LONG_EPOCH_STEPS optimiser steps (a large panel)."""
+    return epoch_steps(n_train_windows, batch_size) >= LONG_EPOCH_STEPS
 
 
 def epoch_steps(n_windows: int, batch_size: int) -> int:

@@ -6,6 +6,10 @@
   electricity markets and lost it on ETTh1's columns as a panel and on M4 Hourly (benchmarks/NOTES.md,
   session 24);
 - train.epochs: the most epochs, from the training windows (`config.auto_epochs`; patience ends training);
+- model.dropout: LONG_EPOCH_DROPOUT where an epoch is long (at least LONG_EPOCH_STEPS optimiser steps, a large
+  panel, which also trains at most LONG_EPOCHS epochs), AUTO_DROPOUT otherwise. On M4 Hourly it lowered the
+  validation MSE and sMAPE and ended training after a third of the steps; ETTh1 lost with less dropout
+  (benchmarks/NOTES.md, session 25);
 - model.members: AUTO_MEMBERS models averaged where an epoch is short (fewer than AUTO_MIN_STEPS optimiser steps
   in AUTO_MIN_EPOCHS epochs, so a member trains about AUTO_MIN_STEPS steps), one otherwise; one under the recipe
   search (`train.time_limit`), which adds members itself. The mean of several seeds has a lower expected squared
@@ -34,12 +38,15 @@ import numpy as np
 
 from tsformer.candidates import CLASSICAL, candidate_names, steps_per_week
 from tsformer.config import (
+    AUTO_DROPOUT,
     AUTO_MEMBERS,
     AUTO_MIN_EPOCHS,
     AUTO_MIN_STEPS,
+    LONG_EPOCH_DROPOUT,
     Config,
     auto_epochs,
     epoch_steps,
+    long_epochs,
     resolve_auto,
 )
 from tsformer.data.calendar import calendar_features, calendar_names
@@ -111,6 +118,14 @@ def resolve_from_data(cfg: Config, frame: SeriesFrame) -> tuple[Config, tuple[st
         cfg, note = _choose_epochs(cfg, n_windows)
         chosen.append(note)
         flags.append("train.epochs=N")
+    if cfg.model.dropout is None:
+        long = long_epochs(n_windows, cfg.train.batch_size)
+        dropout = LONG_EPOCH_DROPOUT if long else AUTO_DROPOUT
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, dropout=dropout))
+        if long:
+            steps = epoch_steps(n_windows, cfg.train.batch_size)
+            chosen.append(f"model.dropout {dropout} ({steps:,} steps an epoch: so many windows regularise the model)")
+            flags.append("model.dropout=P")
     if not cfg.model.members:
         members, why = _choose_members(cfg, n_windows)
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, members=members))
@@ -150,7 +165,8 @@ def _choose_epochs(cfg: Config, n_windows: int) -> tuple[Config, str]:
     epochs = auto_epochs(n_windows, tc.batch_size)
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(tc, epochs=epochs))
     each = "training windows" if not tc.epoch_windows else "training windows an epoch, train.epoch_windows"
-    return cfg, f"at most {epochs} epochs ({n_windows:,} {each}; patience {tc.patience} ends it earlier)"
+    long = ", long epochs" if long_epochs(n_windows, tc.batch_size) else ""
+    return cfg, f"at most {epochs} epochs ({n_windows:,} {each}{long}; patience {tc.patience} ends it earlier)"
 
 
 def _choose_members(cfg: Config, n_windows: int) -> tuple[int, str]:

@@ -131,10 +131,10 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.norm_attn = nn.LayerNorm(cfg.d_model)
-        self.attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout, fused=cfg.attention == "fused")
-        self.resid_dropout = Dropout(cfg.dropout)  # on the attention branch's output
+        self.attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout_rate, fused=cfg.attention == "fused")
+        self.resid_dropout = Dropout(cfg.dropout_rate)  # on the attention branch's output
         self.norm_ff = nn.LayerNorm(cfg.d_model)
-        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout_rate)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         x = x + self.resid_dropout(self.attn(self.norm_attn(x), mask))
@@ -183,7 +183,7 @@ class Forecaster(ForecasterBase):
         if transformer:
             n_extra = 2 * self.token_channels if cfg.stats_features else 0
             self.projection = PatchProjection(cfg.patch_len, self.token_channels, cfg.d_model, n_extra)
-            self.input_dropout = Dropout(cfg.dropout)
+            self.input_dropout = Dropout(cfg.dropout_rate)
             self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
             self.final_norm = nn.LayerNorm(cfg.d_model)
         self.context_skip = ContextSkip(self.n_tokens, cfg.patch_len, cfg.horizon) if cfg.context_skip else None
