@@ -140,10 +140,10 @@ def test_three_members_where_ten_epochs_take_fewer_than_500_steps_else_one():
     assert members_chosen(8_000, epoch_windows=1_000) == 3  # an epoch's budget counts, not every window
 
 
-def test_long_epochs_train_at_most_five_epochs_with_less_dropout():
+def test_long_epochs_train_at_most_four_epochs_with_less_dropout():
     # 0.8 n - 48 - 24 + 1 training windows, 8 a step: 1,000 steps an epoch from 7,993 windows (n = 10,080)
     long, short = chosen_for(10_080, batch_size=8), chosen_for(10_079, batch_size=8)
-    assert (long.model.dropout, long.train.epochs) == (0.1, 5)
+    assert (long.model.dropout, long.train.epochs) == (0.1, 4)
     assert (short.model.dropout, short.train.epochs) == (0.3, 10)
     given = chosen_for(10_080, dropout=0.2, batch_size=8, epochs=7)
     assert (given.model.dropout, given.train.epochs) == (0.2, 7)  # given settings are kept

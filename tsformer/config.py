@@ -64,7 +64,7 @@ AUTO_MEMBERS = 3  # an automatic model.members where training is short (`data.ch
 # LONG_EPOCHS epochs with dropout LONG_EPOCH_DROPOUT: so many windows regularise the model themselves, and it
 # overfits later (benchmarks/NOTES.md, session 25); shorter epochs keep AUTO_DROPOUT
 LONG_EPOCH_STEPS = 1_000
-LONG_EPOCHS = 5
+LONG_EPOCHS = 4
 LONG_EPOCH_DROPOUT = 0.1
 AUTO_DROPOUT = 0.3
 
@@ -245,7 +245,7 @@ class ModelConfig:
 class TrainConfig:
     """Optimisation, early stopping and reproducibility."""
 
-    epochs: int = 0  # the most epochs; 0: from the training windows (`auto_epochs`), 10 to 100, or 5 long ones
+    epochs: int = 0  # the most epochs; 0: from the training windows (`auto_epochs`), 10 to 100, or 4 long ones
     batch_size: int = 128
     lr: float = 1e-3
     min_lr_ratio: float = 0.05  # the cosine schedule decays to lr * min_lr_ratio
@@ -376,7 +376,7 @@ def resolve_auto(cfg: Config, n_train_rows: int, season: int, freq: str = "", we
 def auto_epochs(n_train_windows: int, batch_size: int) -> int:
     """The most epochs of an automatic train.epochs: enough for AUTO_MIN_STEPS optimiser steps of `batch_size`
     windows, at least AUTO_MIN_EPOCHS and at most AUTO_MAX_EPOCHS (a few hundred windows get 100 short epochs),
-    or LONG_EPOCHS where an epoch is long (M4 Hourly's 234,682 windows get 5); patience stops training once
+    or LONG_EPOCHS where an epoch is long (M4 Hourly's 234,682 windows get 4); patience stops training once
     validation stops improving."""
     if long_epochs(n_train_windows, batch_size):
         return LONG_EPOCHS

@@ -8,7 +8,7 @@
 - train.epochs: the most epochs, from the training windows (`config.auto_epochs`; patience ends training);
 - model.dropout: LONG_EPOCH_DROPOUT where an epoch is long (at least LONG_EPOCH_STEPS optimiser steps, a large
   panel, which also trains at most LONG_EPOCHS epochs), AUTO_DROPOUT otherwise. On M4 Hourly it lowered the
-  validation MSE and sMAPE and ended training after a third of the steps; ETTh1 lost with less dropout
+  validation MSE and sMAPE, tied MASE, and took a quarter of the steps; ETTh1 lost with less dropout
   (benchmarks/NOTES.md, session 25);
 - model.members: AUTO_MEMBERS models averaged where an epoch is short (fewer than AUTO_MIN_STEPS optimiser steps
   in AUTO_MIN_EPOCHS epochs, so a member trains about AUTO_MIN_STEPS steps), one otherwise; one under the recipe
