@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tsformer.config import AUTO_DROPOUT, LONG_EPOCH_DROPOUT
+
 RESULTS = Path(__file__).resolve().parent / "results"
 LIMIT_GIB = 4.0
 N_SERIES = 7  # plus the date column: 8 columns; also ETTh1's
@@ -189,8 +191,8 @@ def measure_inference(n_windows: int = 4096, repeats: int = 5, threads: int = 2)
 # M4 Hourly's default model subtracts a weekly cycle, which puts gradients on its series and statistics, and its
 # long epochs train with dropout 0.1
 TRAINING_MODELS = {
-    "M4 Hourly": (336, 24, 48, 1, "mae", 168, 0.1),
-    "ETTh1 default": (336, 24, 96, N_SERIES, "mse", 0, 0.3),
+    "M4 Hourly": (336, 24, 48, 1, "mae", 168, LONG_EPOCH_DROPOUT),
+    "ETTh1 default": (336, 24, 96, N_SERIES, "mse", 0, AUTO_DROPOUT),
 }
 
 

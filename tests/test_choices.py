@@ -148,6 +148,25 @@ def test_long_epochs_train_at_most_four_epochs_with_less_dropout():
     given = chosen_for(10_080, dropout=0.2, batch_size=8, epochs=7)
     assert (given.model.dropout, given.train.epochs) == (0.2, 7)  # given settings are kept
     assert chosen_for(10_080, batch_size=16).model.dropout == 0.3  # 500 steps an epoch: not long
+    # four epochs only with the light dropout they were measured with; given epochs keep the light dropout
+    assert chosen_for(10_080, dropout=0.3, batch_size=8).train.epochs == 10
+    assert chosen_for(10_080, batch_size=8, epochs=7).model.dropout == 0.1
+    budget = chosen_for(10_080, batch_size=8, epoch_windows=4_000)  # an epoch's budget counts: 500 steps
+    assert (budget.model.dropout, budget.train.epochs) == (0.3, 10)
+
+
+def test_long_epochs_say_what_they_chose():
+    table = pd.DataFrame(
+        {"date": pd.date_range("2020-01-01", periods=10_080, freq="h"), "v": np.sin(np.arange(10_080) / 3.0)}
+    )
+    data = DataConfig(calendar=False, split_borders=(8_064, 9_072, 10_080))
+    cfg = Config(
+        data=data, model=ModelConfig(horizon=24, context_len=48, patch_len=24, cycle=0), train=TrainConfig(batch_size=8)
+    )
+    _, notes = resolve_from_data(cfg, read_series(table, cfg.data))
+    assert "at most 4 epochs (7,993 training windows, long epochs; patience 3 ends it earlier)" in notes[0]
+    assert "model.dropout 0.1 (1,000 steps an epoch: so many windows need less)" in notes[0]
+    assert "--set model.dropout=P" in notes[0]
 
 
 def test_the_recipe_search_and_a_given_count_keep_their_members():

@@ -53,3 +53,15 @@ def test_attention_in_training_drops_weights_and_stays_causal():
     assert x.grad[:, :3].abs().sum() > 0
     attention.eval()
     assert torch.equal(attention(x), attention(x))  # no dropout in eval
+
+
+def test_a_model_takes_its_configs_dropout_and_the_usual_one_while_it_is_automatic():
+    from tsformer.config import ModelConfig
+    from tsformer.layout import Layout
+    from tsformer.model import Forecaster
+
+    def rates(dropout):
+        cfg = ModelConfig(context_len=48, patch_len=24, horizon=24, d_model=8, n_heads=2, dropout=dropout)
+        return {m.p for m in Forecaster(cfg, Layout(("y",))).modules() if isinstance(m, Dropout)}
+
+    assert rates(None) == {0.3} and rates(0.1) == {0.1}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from tsformer.config import AUTO_MAX_EPOCHS, AUTO_MIN_EPOCHS, AUTO_MIN_STEPS, Config
+from tsformer.config import AUTO_MAX_EPOCHS, AUTO_MIN_EPOCHS, AUTO_MIN_STEPS, LONG_EPOCH_STEPS, LONG_EPOCHS, Config
 from tsformer.errors import TsformerError
 
 DEFAULTS = Config()  # what a flag left out gives, for --help
@@ -121,8 +121,9 @@ def train(
         None,
         "--epochs",
         help=f"Maximum epochs (default: from the training windows, {AUTO_MIN_EPOCHS} to {AUTO_MAX_EPOCHS}, enough for "
-        f"{AUTO_MIN_STEPS} optimiser steps; training stops earlier after {DEFAULTS.train.patience} epochs without a "
-        "better validation loss, train.patience).",
+        f"{AUTO_MIN_STEPS} optimiser steps, or {LONG_EPOCHS} where an epoch takes {LONG_EPOCH_STEPS:,} steps or more; "
+        f"training stops earlier after {DEFAULTS.train.patience} epochs without a better validation loss, "
+        "train.patience).",
     ),
     seed: int | None = typer.Option(
         None, "--seed", help=f"Random seed (default: {DEFAULTS.train.seed}; exactly reproducible on CPU)."

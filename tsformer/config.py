@@ -60,9 +60,9 @@ AUTO_MIN_STEPS = 500
 AUTO_MIN_EPOCHS = 10
 AUTO_MAX_EPOCHS = 100
 AUTO_MEMBERS = 3  # an automatic model.members where training is short (`data.choices`)
-# a long epoch (at least LONG_EPOCH_STEPS optimiser steps: a large panel, M4 Hourly's 1,834) trains at most
-# LONG_EPOCHS epochs with dropout LONG_EPOCH_DROPOUT: so many windows regularise the model themselves, and it
-# overfits later (benchmarks/NOTES.md, session 25); shorter epochs keep AUTO_DROPOUT
+# a long epoch (at least LONG_EPOCH_STEPS optimiser steps: a large panel, M4 Hourly's 1,834) trains with dropout
+# LONG_EPOCH_DROPOUT, as so many windows need less, and at most LONG_EPOCHS epochs, as with it validation peaks by
+# the third (benchmarks/NOTES.md, session 25); shorter epochs keep AUTO_DROPOUT, and a given dropout the usual epochs
 LONG_EPOCH_STEPS = 1_000
 LONG_EPOCHS = 4
 LONG_EPOCH_DROPOUT = 0.1
@@ -373,12 +373,12 @@ def resolve_auto(cfg: Config, n_train_rows: int, season: int, freq: str = "", we
     return dataclasses.replace(cfg, model=chosen), note
 
 
-def auto_epochs(n_train_windows: int, batch_size: int) -> int:
+def auto_epochs(n_train_windows: int, batch_size: int, light_dropout: bool = True) -> int:
     """The most epochs of an automatic train.epochs: enough for AUTO_MIN_STEPS optimiser steps of `batch_size`
     windows, at least AUTO_MIN_EPOCHS and at most AUTO_MAX_EPOCHS (a few hundred windows get 100 short epochs),
-    or LONG_EPOCHS where an epoch is long (M4 Hourly's 234,682 windows get 4); patience stops training once
-    validation stops improving."""
-    if long_epochs(n_train_windows, batch_size):
+    or LONG_EPOCHS where an epoch is long and the dropout is the automatic one that goes with it (M4 Hourly's
+    234,682 windows get 4); patience stops training once validation stops improving."""
+    if light_dropout and long_epochs(n_train_windows, batch_size):
         return LONG_EPOCHS
     return min(AUTO_MAX_EPOCHS, max(AUTO_MIN_EPOCHS, -(-AUTO_MIN_STEPS // epoch_steps(n_train_windows, batch_size))))
 

@@ -7,9 +7,9 @@
   session 24);
 - train.epochs: the most epochs, from the training windows (`config.auto_epochs`; patience ends training);
 - model.dropout: LONG_EPOCH_DROPOUT where an epoch is long (at least LONG_EPOCH_STEPS optimiser steps, a large
-  panel, which also trains at most LONG_EPOCHS epochs), AUTO_DROPOUT otherwise. On M4 Hourly it lowered the
-  validation MSE and sMAPE, tied MASE, and took a quarter of the steps; ETTh1 lost with less dropout
-  (benchmarks/NOTES.md, session 25);
+  panel, which then also trains at most LONG_EPOCHS epochs), AUTO_DROPOUT otherwise. On M4 Hourly it lowered
+  the validation MSE and sMAPE, tied MASE, and took about a third of the optimiser steps; ETTh1 lost with less
+  dropout (benchmarks/NOTES.md, session 25);
 - model.members: AUTO_MEMBERS models averaged where an epoch is short (fewer than AUTO_MIN_STEPS optimiser steps
   in AUTO_MIN_EPOCHS epochs, so a member trains about AUTO_MIN_STEPS steps), one otherwise; one under the recipe
   search (`train.time_limit`), which adds members itself. The mean of several seeds has a lower expected squared
@@ -124,7 +124,7 @@ def resolve_from_data(cfg: Config, frame: SeriesFrame) -> tuple[Config, tuple[st
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, dropout=dropout))
         if long:
             steps = epoch_steps(n_windows, cfg.train.batch_size)
-            chosen.append(f"model.dropout {dropout} ({steps:,} steps an epoch: so many windows regularise the model)")
+            chosen.append(f"model.dropout {dropout} ({steps:,} steps an epoch: so many windows need less)")
             flags.append("model.dropout=P")
     if not cfg.model.members:
         members, why = _choose_members(cfg, n_windows)
@@ -162,10 +162,10 @@ def _epoch_windows(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> in
 def _choose_epochs(cfg: Config, n_windows: int) -> tuple[Config, str]:
     """train.epochs from the windows an epoch trains on (`config.auto_epochs`): the most epochs; patience ends it."""
     tc = cfg.train
-    epochs = auto_epochs(n_windows, tc.batch_size)
+    epochs = auto_epochs(n_windows, tc.batch_size, light_dropout=cfg.model.dropout is None)
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(tc, epochs=epochs))
     each = "training windows" if not tc.epoch_windows else "training windows an epoch, train.epoch_windows"
-    long = ", long epochs" if long_epochs(n_windows, tc.batch_size) else ""
+    long = ", long epochs" if epochs != auto_epochs(n_windows, tc.batch_size, light_dropout=False) else ""
     return cfg, f"at most {epochs} epochs ({n_windows:,} {each}{long}; patience {tc.patience} ends it earlier)"
 
 
