@@ -116,15 +116,19 @@ def test_a_frequency_without_calendar_cycles_needs_no_probe():
     )
 
 
-def chosen_for(n_rows: int, dropout: float | None = None, **train) -> Config:
-    """The config resolved for a wide hourly file of `n_rows` rows (the first 80 % training rows)."""
+def resolved_for(n_rows: int, dropout: float | None = None, **train) -> tuple[Config, tuple[str, ...]]:
+    """The config and notes resolved for a wide hourly file of `n_rows` rows (the first 80 % training rows)."""
     table = pd.DataFrame(
         {"date": pd.date_range("2020-01-01", periods=n_rows, freq="h"), "v": np.sin(np.arange(n_rows) / 3.0)}
     )
     data = DataConfig(calendar=False, split_borders=(n_rows * 4 // 5, n_rows * 9 // 10, n_rows))
     model = ModelConfig(horizon=24, context_len=48, patch_len=24, cycle=0, dropout=dropout)
     cfg = Config(data=data, model=model, train=TrainConfig(**train))
-    return resolve_from_data(cfg, read_series(table, cfg.data))[0]
+    return resolve_from_data(cfg, read_series(table, cfg.data))
+
+
+def chosen_for(n_rows: int, dropout: float | None = None, **train) -> Config:
+    return resolved_for(n_rows, dropout, **train)[0]
 
 
 def members_chosen(n_rows: int, **train) -> int:
@@ -156,14 +160,7 @@ def test_long_epochs_train_at_most_four_epochs_with_less_dropout():
 
 
 def test_long_epochs_say_what_they_chose():
-    table = pd.DataFrame(
-        {"date": pd.date_range("2020-01-01", periods=10_080, freq="h"), "v": np.sin(np.arange(10_080) / 3.0)}
-    )
-    data = DataConfig(calendar=False, split_borders=(8_064, 9_072, 10_080))
-    cfg = Config(
-        data=data, model=ModelConfig(horizon=24, context_len=48, patch_len=24, cycle=0), train=TrainConfig(batch_size=8)
-    )
-    _, notes = resolve_from_data(cfg, read_series(table, cfg.data))
+    _, notes = resolved_for(10_080, batch_size=8)
     assert "at most 4 epochs (7,993 training windows, long epochs; patience 3 ends it earlier)" in notes[0]
     assert "model.dropout 0.1 (1,000 steps an epoch: so many windows need less)" in notes[0]
     assert "--set model.dropout=P" in notes[0]

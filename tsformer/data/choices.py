@@ -162,10 +162,11 @@ def _epoch_windows(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> in
 def _choose_epochs(cfg: Config, n_windows: int) -> tuple[Config, str]:
     """train.epochs from the windows an epoch trains on (`config.auto_epochs`): the most epochs; patience ends it."""
     tc = cfg.train
-    epochs = auto_epochs(n_windows, tc.batch_size, light_dropout=cfg.model.dropout is None)
+    light_dropout = cfg.model.dropout is None  # the long epochs' cap goes with their automatic dropout
+    epochs = auto_epochs(n_windows, tc.batch_size, light_dropout)
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(tc, epochs=epochs))
     each = "training windows" if not tc.epoch_windows else "training windows an epoch, train.epoch_windows"
-    long = ", long epochs" if epochs != auto_epochs(n_windows, tc.batch_size, light_dropout=False) else ""
+    long = ", long epochs" if light_dropout and long_epochs(n_windows, tc.batch_size) else ""
     return cfg, f"at most {epochs} epochs ({n_windows:,} {each}{long}; patience {tc.patience} ends it earlier)"
 
 
