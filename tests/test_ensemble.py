@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 import torch
 from helpers import layout_of, make_frame, tiny_config, write_csv
 
@@ -71,3 +72,65 @@ def test_a_run_with_members_trains_saves_and_predicts_their_mean(tmp_path):
     calendar = Covariates(None, torch.from_numpy(calendar_features(stamps, "h"))[None])  # (1, L + H, 4)
     each = [ckpt.scaler.inverse(m.predict(window, None, calendar)[0].numpy(), 0) for m in model.members]
     np.testing.assert_allclose(forecast, np.mean(each, axis=0), rtol=1e-4, atol=1e-4)
+
+
+def mixed(**train) -> Ensemble:
+    """Members reading the context's 16 and its last 8 steps (patches of 4), with the phase of a cycle of 4."""
+    torch.manual_seed(0)
+    cfg = tiny_config(members=0, member_contexts=(16, 8), cycle=4).model
+    return build_forecaster(cfg, layout_of(2, n_past=1, n_future=1, cycle=4), **train)
+
+
+def mixed_inputs(model: Ensemble, batch: int = 3) -> tuple[torch.Tensor, Covariates]:
+    cfg = model.cfg
+    span = cfg.context_len + cfg.horizon
+    x = torch.randn(batch, cfg.context_len, 2)
+    phase = (torch.arange(span) % 4).float().expand(batch, -1)  # (B, L + H)
+    return x, Covariates(torch.randn(batch, cfg.context_len, 1), torch.randn(batch, span, 1), phase)
+
+
+def test_members_of_different_contexts_read_the_last_steps_and_average_where_they_reach():
+    model = mixed(quantiles=(0.1, 0.9)).eval()
+    assert [m.cfg.context_len for m in model.members] == [16, 8] and model.offsets == [0, 8]
+    assert model.cfg.member_contexts == (16, 8) and model.n_tokens == 4
+    x, covariates = mixed_inputs(model)
+    long_point, long_q = model.members[0].outputs_tokens(x, None, covariates)  # (B, 4, H, C)
+    short_cov = Covariates(covariates.past[:, 8:], covariates.future[:, 8:], covariates.phase[:, 8:])
+    short_point, short_q = model.members[1].outputs_tokens(x[:, 8:], None, short_cov)  # (B, 2, H, C): tokens 2, 3
+    point, quantiles = model.outputs_tokens(x, None, covariates)
+    torch.testing.assert_close(point[:, :2], long_point[:, :2])  # only the long member reaches tokens 0 and 1
+    torch.testing.assert_close(point[:, 2:], (long_point[:, 2:] + short_point) / 2)
+    torch.testing.assert_close(quantiles[:, 2:], (long_q[:, 2:] + short_q) / 2)
+    torch.testing.assert_close(model.predict(x, None, covariates), point[:, -1])
+    window = torch.randn(3, 16 + 4, 2)
+    targets = model.token_targets(window)  # (B, 4, H, C)
+    _, loss = model(x, None, targets, None, covariates)
+    own = model.members[1](x[:, 8:], None, model.members[1].token_targets(window[:, 8:]), None, short_cov)[1]
+    expected = (model.members[0](x, None, targets, None, covariates)[1] + own) / 2
+    torch.testing.assert_close(loss, expected)
+
+
+def test_the_leakage_checks_pass_on_members_of_different_contexts_and_catch_misaligned_targets():
+    model = mixed()
+    results = {r.name: r for r in check_model(model)}
+    assert all(r.passed for r in results.values()), [r.line() for r in results.values() if not r.passed]
+    assert "each of the 2 members' own" in results["model/targets"].detail
+    model.member_targets = lambda targets: [targets, targets[:, :2]]  # the short member given the first tokens'
+    assert not {r.name: r for r in check_model(model)}["model/targets"].passed
+    model = mixed()
+    model.members[1].__class__ = Peeking
+    assert not {r.name: r for r in check_model(model)}["model/forward"].passed
+
+
+def test_member_contexts_resolve_the_context_and_are_checked():
+    from tsformer.config import ModelConfig
+    from tsformer.errors import ConfigError
+
+    cfg = tiny_config(context_len=0, members=0, member_contexts=(16, 8))
+    assert cfg.model.contexts == (16, 8)
+    with pytest.raises(ConfigError, match="longest first"):
+        ModelConfig(context_len=16, patch_len=4, member_contexts=(8, 16))
+    with pytest.raises(ConfigError, match="must be model.context_len"):
+        ModelConfig(context_len=32, patch_len=4, member_contexts=(16, 8))
+    with pytest.raises(ConfigError, match="2 contexts for model.members=3"):
+        ModelConfig(context_len=16, patch_len=4, members=3, member_contexts=(16, 8))

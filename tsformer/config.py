@@ -190,9 +190,33 @@ class ModelConfig:
     # (`data.choices`): AUTO_MEMBERS where an epoch is short (fewer than AUTO_MIN_STEPS steps in AUTO_MIN_EPOCHS
     # epochs), one otherwise and under the recipe search, which ensembles its own (a model built unresolved has one)
     members: int = 0
+    # each member's context_len, longest first, when the members read different stretches of the context (each
+    # its last steps of it; the longest is context_len); () = every member reads the whole context. Chosen from
+    # the data with model.members (`data.choices`): the context and half of it where an epoch is long
+    member_contexts: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _check_finite(self, "model")
+        if self.member_contexts:
+            _require(
+                self.members in (0, len(self.member_contexts)),
+                f"model.member_contexts gives {len(self.member_contexts)} contexts for model.members={self.members}",
+            )
+            _require(
+                list(self.member_contexts) == sorted(self.member_contexts, reverse=True)
+                and all(c >= 1 for c in self.member_contexts),
+                f"model.member_contexts must be steps, longest first, got {list(self.member_contexts)}",
+            )
+            _require(
+                self.context_len in (0, self.member_contexts[0]),
+                f"model.member_contexts' longest ({self.member_contexts[0]}) must be model.context_len "
+                f"({self.context_len}); set --context-len {self.member_contexts[0]}, or leave it automatic",
+            )
+            _require(
+                self.patch_len <= self.member_contexts[-1],
+                f"model.patch_len ({self.patch_len}) must not exceed the shortest of model.member_contexts "
+                f"({self.member_contexts[-1]})",
+            )
         for name in ("context_len", "patch_len", "members"):
             value = getattr(self, name)
             _require(value >= 0, f"model.{name} must be at least 1 (or 0 to choose it from the data), got {value}")
@@ -229,6 +253,12 @@ class ModelConfig:
     def dropout_rate(self) -> float:
         """The dropout the model trains with: model.dropout, or AUTO_DROPOUT while it is still automatic."""
         return AUTO_DROPOUT if self.dropout is None else self.dropout
+
+    @property
+    def contexts(self) -> tuple[int, ...]:
+        """Each member's context_len, longest first: member_contexts, or context_len for every member (one for an
+        unresolved model.members)."""
+        return self.member_contexts or (self.context_len,) * max(1, self.members)
 
     @property
     def n_tokens(self) -> int:
@@ -360,8 +390,10 @@ def resolve_auto(cfg: Config, n_train_rows: int, season: int, freq: str = "", we
     model = cfg.model
     if model.resolved:
         return cfg, ""
-    patch_len = model.patch_len or min(_auto_patch_len(season), model.context_len or AUTO_MAX_CONTEXT)
-    context_len = model.context_len or _auto_context_len(n_train_rows, model.horizon, patch_len, week)
+    shortest = model.member_contexts[-1] if model.member_contexts else model.context_len
+    patch_len = model.patch_len or min(_auto_patch_len(season), shortest or AUTO_MAX_CONTEXT)
+    longest_member = model.member_contexts[0] if model.member_contexts else 0  # given contexts give context_len
+    context_len = model.context_len or longest_member or _auto_context_len(n_train_rows, model.horizon, patch_len, week)
     chosen = dataclasses.replace(model, context_len=context_len, patch_len=patch_len)
     auto = [name for name in ("context_len", "patch_len") if not getattr(model, name)]
     flags = {"context_len": "--context-len", "patch_len": "--set model.patch_len=N"}

@@ -21,7 +21,7 @@ from tsformer.config import Config
 from tsformer.data import SPLITS, Prepared, Scaler, SeriesFrame, Split, SplitBorders, WindowIndex, fill_column
 from tsformer.data.prepare import scale_inputs, scale_season
 from tsformer.errors import LeakageError
-from tsformer.model import Covariates, ForecasterBase
+from tsformer.model import Covariates, Ensemble, ForecasterBase
 
 TOLERANCE = 1e-9  # float64; a masked future contributes exactly zero in exact arithmetic
 
@@ -173,19 +173,32 @@ def _check_inference_path(
 
 
 def check_targets(model: ForecasterBase) -> CheckResult:
-    """Every token is trained on the `horizon` steps right after its patch: token_targets on row numbers."""
+    """Every token is trained on the `horizon` steps right after its patch: token_targets on row numbers; for an
+    ensemble also each member's tokens, in the ensemble's steps, as training hands them to it."""
     cfg = model.cfg
     rows = torch.arange(cfg.context_len + cfg.horizon, dtype=torch.float64)  # (L + H,) row ids as values
     window = rows[None, :, None].expand(1, -1, model.n_series)  # (1, L + H, C)
-    targets = model.token_targets(window)[0]  # (T, H, C)
-    ends = torch.tensor(model.token_ends(), dtype=torch.float64)  # (T,) first step after each token
-    expected = (ends[:, None] + torch.arange(cfg.horizon, dtype=torch.float64))[..., None]  # (T, H, 1)
-    change = (targets - expected).abs().max().item()
+    targets = model.token_targets(window)  # (1, T, H, C)
+    given = [(targets[0], model.token_ends())]  # (targets (T, H, C), first step after each token)
+    if isinstance(model, Ensemble):
+        for member, offset, member_targets in zip(
+            model.members, model.offsets, model.member_targets(targets), strict=True
+        ):
+            given.append((member_targets[0], [offset + end for end in member.token_ends()]))
+    change = 0.0
+    for token_targets, token_ends in given:
+        ends = torch.tensor(token_ends, dtype=torch.float64)  # (T,)
+        expected = (ends[:, None] + torch.arange(cfg.horizon, dtype=torch.float64))[..., None]  # (T, H, 1)
+        if token_targets.shape[0] != len(token_ends):
+            change = math.inf
+            continue
+        change = max(change, (token_targets - expected).abs().max().item())
+    members = f", and each of the {len(given) - 1} members' own" if len(given) > 1 else ""
     return CheckResult(
         "model/targets",
         change == 0,
         change,
-        f"steps between each of the {model.n_tokens} tokens' training targets and the horizon after its patch",
+        f"steps between each of the {model.n_tokens} tokens' training targets and the horizon after its patch{members}",
     )
 
 

@@ -32,6 +32,15 @@ class Covariates(NamedTuple):
         """Windows start..end-1, on `device`."""
         return Covariates(*(None if t is None else t[start:end].to(device) for t in self))
 
+    def from_step(self, offset: int) -> Covariates:
+        """From context step `offset` on: what a model reading the context's last L - offset steps is given (the
+        steps after the context, the horizon's, stay; the static roles describe the series and stay)."""
+        return self._replace(
+            past=None if self.past is None else self.past[:, offset:],
+            future=None if self.future is None else self.future[:, offset:],
+            phase=None if self.phase is None else self.phase[:, offset:],
+        )
+
     def double(self) -> Covariates:
         """Real-valued roles in float64 (the categories stay codes)."""
         return self._replace(**{name: _double(getattr(self, name)) for name in self._fields if name != "static_codes"})
