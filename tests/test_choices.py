@@ -270,3 +270,24 @@ def test_a_small_panel_below_a_day_reads_whole_weeks_past_336_steps_and_other_da
     given_patch = Config(model=ModelConfig(horizon=24, patch_len=10), train=TrainConfig(epochs=3))
     chosen, _ = resolve_from_data(given_patch, read_series(panel_of(1200), DataConfig()))
     assert chosen.model.context_len == 330  # 10 steps do not divide the week: whole patches up to 336
+
+
+def members_for(table: pd.DataFrame, horizon: int = 24, **train) -> tuple[int, tuple[int, ...], str]:
+    cfg = Config(model=ModelConfig(horizon=horizon), train=TrainConfig(epochs=3, **train))
+    chosen, notes = resolve_from_data(cfg, read_series(table, DataConfig()))
+    why = next((part for note in notes for part in note.split("; ") if "model.members" in part), "")
+    return chosen.model.members, chosen.model.member_contexts, why
+
+
+def test_a_panel_below_a_day_with_long_epochs_averages_its_context_and_half_of_it():
+    # 20 series of 904 training rows: 545 windows each at 336 steps, 10,900 in all, 1,363 steps of 8 an epoch
+    members, contexts, why = members_for(panel_of(1000, n_series=20), batch_size=8)
+    assert (members, contexts) == (2, (336, 168))
+    assert why == "model.members 2 (the mean of models reading the last 336 and 168 steps, as an epoch is long)"
+    assert members_for(panel_of(1000, n_series=20), batch_size=32)[:2] == (1, ())  # 341 steps an epoch: not long
+    assert members_for(panel_of(1000, "D", n_series=20), horizon=7, batch_size=8)[:2] == (1, ())  # days: no half
+    wide = chosen_for(10_080, batch_size=8).model  # long epochs of one wide file: one member
+    assert (wide.members, wide.member_contexts) == (1, ())
+    given = Config(model=ModelConfig(horizon=24, member_contexts=(336, 336, 168)), train=TrainConfig(epochs=3))
+    chosen = resolve_from_data(given, read_series(panel_of(1000, n_series=20), DataConfig()))[0].model
+    assert (chosen.members, chosen.member_contexts, chosen.context_len) == (3, (336, 336, 168), 336)

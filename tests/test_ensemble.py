@@ -59,18 +59,23 @@ def test_the_leakage_checks_pass_on_an_ensemble_and_catch_one_leaking_member():
     assert not results["model/forward"].passed
 
 
-def test_a_run_with_members_trains_saves_and_predicts_their_mean(tmp_path):
+@pytest.mark.parametrize("contexts", [(16, 16), (16, 8)])
+def test_a_run_with_members_trains_saves_and_predicts_their_mean(tmp_path, contexts):
     csv = write_csv(tmp_path / "data.csv", make_frame(n_rows=240))
-    train(tiny_config(csv, fallback=False, members=2), tmp_path / "run", show_progress=False)
+    members = dict(members=2) if contexts[0] == contexts[1] else dict(members=0, member_contexts=contexts)
+    train(tiny_config(csv, fallback=False, **members), tmp_path / "run", show_progress=False)
     ckpt = load_predictor(tmp_path / "run" / "model.pt")
     model = ckpt.model
-    assert isinstance(model, Ensemble) and len(model.members) == 2
+    assert isinstance(model, Ensemble) and [m.cfg.context_len for m in model.members] == list(contexts)
     forecast = predict_run(tmp_path / "run", csv).frame[["a", "b"]].to_numpy()
     values = pd.read_csv(csv)[["a", "b"]].to_numpy()
     window = torch.from_numpy(ckpt.scaler.transform(values[-16:], 0))[None]  # (1, L, C)
     stamps = pd.date_range("2024-01-01", periods=240 + 4, freq="h")[-20:]  # the context and the 4 steps ahead
     calendar = Covariates(None, torch.from_numpy(calendar_features(stamps, "h"))[None])  # (1, L + H, 4)
-    each = [ckpt.scaler.inverse(m.predict(window, None, calendar)[0].numpy(), 0) for m in model.members]
+    each = [  # each member reads its own last steps of the context
+        ckpt.scaler.inverse(m.predict(window[:, 16 - c :], None, calendar.from_step(16 - c))[0].numpy(), 0)
+        for m, c in zip(model.members, contexts, strict=True)
+    ]
     np.testing.assert_allclose(forecast, np.mean(each, axis=0), rtol=1e-4, atol=1e-4)
 
 
