@@ -286,6 +286,9 @@ def test_a_panel_below_a_day_with_long_epochs_averages_its_context_and_half_of_i
     assert why == "model.members 2 (the mean of models reading the last 336 and 168 steps, as an epoch is long)"
     assert members_for(panel_of(1000, n_series=20), batch_size=32)[:2] == (1, ())  # 341 steps an epoch: not long
     assert members_for(panel_of(1000, "D", n_series=20), horizon=7, batch_size=8)[:2] == (1, ())  # days: no half
+    short_context = Config(model=ModelConfig(horizon=24, context_len=96), train=TrainConfig(epochs=3, batch_size=8))
+    chosen = resolve_from_data(short_context, read_series(panel_of(1000, n_series=20), DataConfig()))[0].model
+    assert (chosen.members, chosen.member_contexts) == (1, ())  # half of 96 steps holds no week
     wide = chosen_for(10_080, batch_size=8).model  # long epochs of one wide file: one member
     assert (wide.members, wide.member_contexts) == (1, ())
     given = Config(model=ModelConfig(horizon=24, member_contexts=(336, 336, 168)), train=TrainConfig(epochs=3))
