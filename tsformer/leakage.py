@@ -187,11 +187,11 @@ def check_targets(model: ForecasterBase) -> CheckResult:
             given.append((member_targets[0], [offset + end for end in member.token_ends()]))
     change = 0.0
     for token_targets, token_ends in given:
-        ends = torch.tensor(token_ends, dtype=torch.float64)  # (T,)
-        expected = (ends[:, None] + torch.arange(cfg.horizon, dtype=torch.float64))[..., None]  # (T, H, 1)
         if token_targets.shape[0] != len(token_ends):
             change = math.inf
             continue
+        ends = torch.tensor(token_ends, dtype=torch.float64)  # (T,)
+        expected = (ends[:, None] + torch.arange(cfg.horizon, dtype=torch.float64))[..., None]  # (T, H, 1)
         change = max(change, (token_targets - expected).abs().max().item())
     members = f", and each of the {len(given) - 1} members' own" if len(given) > 1 else ""
     return CheckResult(

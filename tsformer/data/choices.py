@@ -135,7 +135,7 @@ def resolve_from_data(cfg: Config, frame: SeriesFrame) -> tuple[Config, tuple[st
         cfg = dataclasses.replace(cfg, model=model)
         if why:
             chosen.append(f"model.members {model.members} ({why})")
-            flags.append("model.members=N" + ", model.member_contexts=L1,L2" * bool(model.member_contexts))
+            flags.extend(["model.members=N"] + ["model.member_contexts=L1,L2"] * bool(model.member_contexts))
     if chosen:
         notes.append(f"chosen from the data: {'; '.join(chosen)}; set with {', '.join('--set ' + f for f in flags)}")
     if not cfg.train.candidates:
