@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 import pytest
 import torch
 from helpers import make_frame, tiny_config
@@ -57,9 +59,11 @@ def test_intervals_recalibrated_elsewhere_or_a_changed_fallback_are_caught(predi
     widths = calibrate(shipped.point, test.target, test.target_observed, calibration.levels, None, 0.0)
     on_test = predictor.replace(calibration=dataclasses.replace(calibration, widths=widths))
     assert not check_choices(on_test, data).passed
-    row = predictor.fallback[0]
-    switched = ("seasonal_naive" if row[0] != "seasonal_naive" else "repeat_last",) + row[1:]
-    result = check_choices(predictor.replace(fallback=(switched,)), data)
+    assert check_choices(predictor, data).passed
+    fallback = predictor.fallback
+    moved = fallback.values.copy()
+    moved[0, 0] = np.roll(moved[0, 0], 1)  # one column's weights on other forecasters
+    result = check_choices(predictor.replace(fallback=dataclasses.replace(fallback, values=moved)), data)
     assert not result.passed and "DIFFERENT" in result.detail
 
 

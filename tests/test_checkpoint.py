@@ -86,3 +86,21 @@ def test_a_format_8_run_calibrated_by_a_calibration_model_still_reads(trained_ru
     old = load_predictor(tmp_path / "old.pt")
     assert old.final is None and torch.equal(old.calibration.widths, load_predictor(run).calibration.widths)
     assert predict_run(tmp_path / "old.pt", csv).frame.equals(predict_run(run, csv).frame)
+
+
+def test_a_format_9_fallback_of_names_reads_as_weights(trained_run, tmp_path):
+    """Format 9 stored one forecaster's name per series and column; each reads as its weights (a blend: half the
+    model's, half its candidate's), and forecasts as that forecaster did."""
+    run, csv = trained_run
+    payload = torch.load(run / "model.pt", weights_only=True)
+    payload["format_version"] = 9
+    payload["fallback"] = [["blend_seasonal_naive", "repeat_last"]]
+    torch.save(payload, tmp_path / "old.pt")
+    old = load_predictor(tmp_path / "old.pt").fallback
+    weights = {name: old.values[0, :, k].tolist() for k, name in enumerate(old.names)}
+    assert weights["model"] == [0.5, 0.0] and weights["seasonal_naive"] == [0.5, 0.0]
+    assert weights["repeat_last"] == [0.0, 1.0] and old.choice == (("blend_seasonal_naive", "repeat_last"),)
+    payload["fallback"] = [["arima", "model"]]
+    torch.save(payload, tmp_path / "bad.pt")
+    with pytest.raises(CheckpointError, match="fallback must name one of model"):
+        load_predictor(tmp_path / "bad.pt")

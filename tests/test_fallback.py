@@ -27,9 +27,9 @@ def test_each_column_keeps_its_best_forecaster_on_validation():
     decision = decide(forecasts, truth, None, ("a", "b", "c"))
     assert decision.choice == (("model", "repeat_last", "model"),)  # one series; a tie keeps the model
     assert decision.val_error["model"][0] == pytest.approx((0.01, 1.0, 0.25))
-    assert decision.lines()[1] == "b: model 1 vs repeat-last 0.09 on validation: using repeat-last"
+    assert decision.lines()[1].startswith("b: model 1 vs repeat-last 0.09 on validation: using repeat-last (rule best")
     assert decide(forecasts, truth, None, ("a", "b", "c"), enabled=False).choice == (("model",) * 3,)
-    combined = apply(decision.choice, forecasts)
+    combined = apply(decision.weights, forecasts)
     assert combined[0, 0].tolist() == pytest.approx([0.1, 0.3, 0.5])
 
 
@@ -53,7 +53,7 @@ def test_each_series_keeps_its_best_forecaster_and_one_without_validation_keeps_
     assert decision.choice == (("model",), ("repeat_last",), ("model",))
     assert np.isnan(decision.val_error["model"][2, 0])
     assert "chosen per series: the model in 2, repeat-last in 1 of 3 series" in decision.lines()[0]
-    shipped = apply(decision.choice, forecasts, ids)
+    shipped = apply(decision.weights, forecasts, ids)
     assert shipped[:, 0, 0].tolist() == pytest.approx([0.1, 0.1, 0.5, 0.5])
 
 
@@ -70,8 +70,8 @@ def _train(tmp_path, values: np.ndarray, *extra: str):
 def test_a_random_walk_falls_back_to_repeat_last_everywhere_it_is_used(tmp_path):
     walk = np.cumsum(np.random.default_rng(0).normal(size=600)) + 100
     csv, run, output = _train(tmp_path, walk)
-    assert load_predictor(run / "model.pt").fallback == (("repeat_last",),)
-    assert output.strip().splitlines()[-1].endswith("on validation: using repeat-last")
+    assert load_predictor(run / "model.pt").fallback.choice == (("repeat_last",),)
+    assert "on validation: using repeat-last" in output.strip().splitlines()[-1]
     forecast = predict_run(run, csv).frame["y"].to_numpy()
     np.testing.assert_allclose(forecast, walk[-1], rtol=1e-5)  # the last value, repeated, in the CSV's units
     report = evaluate_run(run, write=False)
@@ -82,16 +82,17 @@ def test_a_seasonal_series_with_a_trend_keeps_the_model(tmp_path):
     t = np.arange(600)
     series = 0.05 * t + 3 * np.sin(2 * np.pi * t / 24) + np.random.default_rng(0).normal(0, 0.1, len(t))
     _, run, output = _train(tmp_path, series, "--epochs", "6")
-    decision = load_predictor(run / "model.pt").fallback
-    assert decision == (("model",),), output
-    assert output.strip().splitlines()[-1].endswith("on validation: using the model")
+    fallback = load_predictor(run / "model.pt").fallback
+    weights = dict(zip(fallback.names, fallback.values[0, 0], strict=True))
+    assert weights["model"] > 0.5 and max(weights.values()) == weights["model"], output  # the model leads
+    assert weights["seasonal_naive"] >= weights["drift"], output  # the season counts more than a straight line
 
 
 def test_no_fallback_always_uses_the_model(tmp_path):
     walk = np.cumsum(np.random.default_rng(0).normal(size=600)) + 100
     _, run, output = _train(tmp_path, walk, "--no-fallback")
-    assert load_predictor(run / "model.pt").fallback == (("model",),)
-    assert output.strip().splitlines()[-1].endswith("using the model")
+    assert load_predictor(run / "model.pt").fallback.choice == (("model",),)
+    assert output.strip().splitlines()[-1].endswith("using the model")  # no rule to choose
 
 
 def test_every_forecast_row_names_its_forecaster_and_predict_says_when_it_is_not_the_model(tmp_path):
@@ -102,8 +103,8 @@ def test_every_forecast_row_names_its_forecaster_and_predict_says_when_it_is_not
     forecast = pd.read_csv(io.StringIO(result.stdout))
     assert list(forecast.columns)[-1] == "forecaster" and (forecast["forecaster"] == "repeat_last").all()
     assert (
-        "forecast by a classical candidate, or the model blended with one, which beat the model on validation: y by "
-        "repeat-last (the forecaster "
+        "forecast by a classical candidate, a blend, or a weighted mean of the model and the candidates, which beat "
+        "the model alone on validation: y by repeat-last (the forecaster "
         "column names each row's; --no-fallback ships the model everywhere)"
     ) in result.stderr
     report = evaluate_run(run, write=False)  # the model's own row beside the shipped one
@@ -118,23 +119,24 @@ def test_every_forecast_row_names_its_forecaster_and_predict_says_when_it_is_not
 
 
 def test_several_targets_and_series_name_their_forecaster_per_column():
-    from tsformer.fallback import chosen, not_the_model
+    from tsformer.fallback import Weights, chosen, not_the_model
 
     choice = (("model", "repeat_last"), ("seasonal_naive", "model"))  # two series, two columns
-    names = chosen(choice, np.array([0, 1, -1]), 2)  # -1: a series not trained on, which the model forecasts
+    weights = Weights.of_names(choice, ("model", "repeat_last", "seasonal_naive"))
+    names = chosen(weights, np.array([0, 1, -1]), 2)  # -1: a series not trained on, which the model forecasts
     assert names.tolist() == [["model", "repeat_last"], ["seasonal_naive", "model"], ["model", "model"]]
     line = not_the_model(names, ("a", "b"), per_series=True)
     assert "a in 1 of 3 series (seasonal naive in 1); b in 1 of 3 series (repeat-last in 1)" in line
-    assert not_the_model(chosen((), np.array([0]), 2), ("a", "b"), per_series=False) == ""
+    assert not_the_model(chosen(None, np.array([0]), 2), ("a", "b"), per_series=False) == ""
 
 
 def test_a_blend_wins_where_the_model_and_a_candidate_err_on_opposite_sides():
     truth = torch.zeros(6, 4, 1)
     forecasts = {"model": truth + 1.0, "repeat_last": truth + 3.0, "seasonal_naive": truth - 1.2}
-    decision = decide(forecasts, truth, None, ("y",), ids=np.repeat([0, 1], 3), n_ids=2)
+    decision = decide(forecasts, truth, None, ("y",), ids=np.repeat([0, 1], 3), n_ids=2, rule="best")
     assert decision.choice == (("blend_seasonal_naive",), ("blend_seasonal_naive",))
     assert decision.val_error["blend_seasonal_naive"][0, 0] == pytest.approx(0.01)  # (1 - 1.2) / 2, squared
-    shipped = apply(decision.choice, forecasts, np.repeat([0, 1], 3))
+    shipped = apply(decision.weights, forecasts, np.repeat([0, 1], 3))
     assert torch.allclose(shipped, torch.full((6, 4, 1), -0.1))
     assert "the model blended with seasonal naive in 2 of 2 series" in decision.lines()[0]
 
@@ -142,7 +144,59 @@ def test_a_blend_wins_where_the_model_and_a_candidate_err_on_opposite_sides():
 def test_the_selection_metric_mae_weighs_one_large_miss_less_than_mse():
     truth = torch.zeros(2, 4, 1)
     forecasts = {"model": truth + torch.tensor([0.0, 0.0, 0.0, 3.0]).view(1, 4, 1), "repeat_last": truth + 1.0}
-    assert decide(forecasts, truth, None, ("y",)).choice == (("repeat_last",),)  # MSE: 9/4 against 1
+    assert decide(forecasts, truth, None, ("y",), rule="best").choice == (("repeat_last",),)  # MSE: 9/4 against 1
     by_mae = decide(forecasts, truth, None, ("y",), metric="mae")
     assert by_mae.choice == (("model",),) and by_mae.val_error["model"][0, 0] == pytest.approx(0.75)
     assert by_mae.lines()[0].startswith("y: model 0.75 vs repeat-last 1 on validation MAE: using the model")
+
+
+def test_the_weighted_rule_weighs_each_library_forecaster_by_its_error_to_the_power_minus_four():
+    truth = torch.zeros(3, 2, 1)
+    forecasts = {"model": truth + 1.0, "repeat_last": truth + 2.0, "seasonal_naive": truth - 3.0}
+    decision = decide(forecasts, truth, None, ("y",), rule="weighted")
+    errors = {"model": 1.0, "repeat_last": 4.0, "seasonal_naive": 9.0, "blend_repeat_last": 2.25, "blend_seasonal_naive": 1.0}
+    assert {name: decision.val_error[name][0, 0] for name in errors} == pytest.approx(errors)
+    share = {name: error**-4 for name, error in errors.items()}
+    total = sum(share.values())
+    model = (share["model"] + 0.5 * share["blend_repeat_last"] + 0.5 * share["blend_seasonal_naive"]) / total
+    seasonal = (share["seasonal_naive"] + 0.5 * share["blend_seasonal_naive"]) / total
+    weights = dict(zip(decision.weights.names, decision.weights.values[0, 0], strict=True))
+    assert weights["model"] == pytest.approx(model) and weights["seasonal_naive"] == pytest.approx(seasonal)
+    assert sum(weights.values()) == pytest.approx(1.0)
+    shipped = apply(decision.weights, forecasts)  # the weighted mean, every step
+    expected = sum(weights[name] * forecasts[name] for name in weights)
+    assert torch.allclose(shipped, expected)
+    assert "weighted by its validation MSE to the power -4" in decision.lines()[0]
+
+
+def test_the_rule_is_chosen_on_the_last_third_of_each_series_origins():
+    # two forecasters erring on opposite sides by turns: whichever led on the first origins, their mean wins later
+    flips = torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0, -1.0]).view(6, 1, 1).expand(6, 3, 1)
+    truth = torch.zeros(6, 3, 1)
+    forecasts = {"model": truth + 0.9 * flips + 0.2, "repeat_last": truth - flips, "seasonal_naive": truth + 5.0}
+    mixed = decide(forecasts, truth, None, ("y",))
+    assert mixed.rule == "weighted" and mixed.nested["weighted"] < mixed.nested["best"]
+    # one forecaster best on every origin, the others wrong in the same direction: any mix is worse
+    steady = {"model": truth + 0.1, "repeat_last": truth + 1.0, "seasonal_naive": truth + 2.0}
+    best = decide(steady, truth, None, ("y",))
+    assert best.rule == "best" and best.choice == (("model",),)
+    assert decide(steady, truth, None, ("y",), metric="mae").rule == "best"  # MAE: no combination is scored
+    # repeat-last exact on the first origins, far off on the last: choosing on the first ships what loses
+    late = torch.tensor([0.0, 0.0, 0.0, 0.0, 4.0, 4.0]).view(6, 1, 1).expand(6, 3, 1)
+    shifted = {"model": truth + 0.5, "repeat_last": truth + late, "seasonal_naive": truth + 3.0}
+    alone = decide(shifted, truth, None, ("y",))
+    assert alone.rule == "model" and alone.choice == (("model",),)
+    assert "using the model alone everywhere (rule model" in alone.lines()[0]
+
+
+def test_the_gram_matrix_gives_each_blend_its_own_squared_error():
+    from tsformer.fallback import WindowErrors
+
+    generator = torch.Generator().manual_seed(0)
+    truth = torch.randn(5, 4, 2, generator=generator)
+    forecasts = {name: torch.randn(5, 4, 2, generator=generator) for name in ("model", "repeat_last", "drift")}
+    observed = torch.rand(5, 4, 2, generator=generator) > 0.3
+    errors = WindowErrors.of(forecasts, truth, observed)
+    direct = ((0.5 * (forecasts["model"] + forecasts["drift"]) - truth) ** 2 * observed).sum(1).double()
+    assert torch.allclose(errors.sums["blend_drift"], direct, atol=1e-5)
+    assert errors.steps.tolist() == observed.sum(1).double().tolist()

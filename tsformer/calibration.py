@@ -1,7 +1,7 @@
 """After training, on the validation windows only: the fallback choice and the conformal calibration.
 
 The trained model and the naive forecasters are scored on the validation windows; each column of each
-series keeps the best (`tsformer.fallback`). The intervals and quantile pairs are then calibrated on the
+series gets their weights by the run's rule (`tsformer.fallback`). The intervals and quantile pairs are then calibrated on the
 errors there of the forecast chosen on the other half of each series' validation origins (cross-fitted,
 `_cross_fitted`; `tsformer.intervals`). With the final fit (`tsformer.final`) predict forecasts from where
 its model's training ends, as each validation window does from the held-out model's, so validation errors
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from tsformer.data import Prepared, Split, WindowIndex
-from tsformer.fallback import Decision, WindowErrors, apply, choose
+from tsformer.fallback import Decision, WindowErrors, Weights, apply, choose, origin_ranks
 from tsformer.intervals import (
     CHUNK_WINDOWS,
     SCALE_FLOOR,
@@ -74,7 +74,7 @@ def choose_and_calibrate(
     )
     columns, enabled, n_ids = data.layout.targets, cfg.train.fallback, data.frame.n_ids
     decision = choose(errors, columns, enabled, ids, n_ids, cfg.train.selection_metric)
-    chosen = predictor.replace(fallback=decision.choice, calibration=None)
+    chosen = predictor.replace(fallback=decision.weights, calibration=None)
     table, rows = _cross_fitted(errors, ids, decision, data)  # whose errors calibrate
     point = torch.cat([apply(table, each_of(i), rows[b]) for i, b in enumerate(blocks)])
     quantiles = None if model_quantiles is None else model_quantiles + (point - model_point).unsqueeze(-1)
@@ -120,28 +120,21 @@ def _rows(windows: Split, block: slice) -> Split:
 
 def _cross_fitted(
     errors: WindowErrors, ids: np.ndarray, decision: Decision, data: Prepared
-) -> tuple[tuple[tuple[str, ...], ...], np.ndarray]:
-    """Whose forecast each validation window's error calibrates, as a choice table and each window's row of
-    it: what its series and column chose on the other half of the series' validation origins (the earlier
-    half's windows by the choice made on the later half, and back), so no error calibrates a choice it helped
-    make; a choice made on the same windows ships its luckiest forecaster there, and its intervals would
-    cover less than they state. A series with one validation window keeps the run's choice."""
+) -> tuple[Weights, np.ndarray]:
+    """Whose forecast each validation window's error calibrates, as weights and each window's row of them: its
+    series and column's weights set on the other half of the series' validation origins by the run's rule (the
+    earlier half's windows by the weights set on the later half, and back), so no error calibrates a choice it
+    helped make; a choice made on the same windows ships its luckiest forecaster there, and its intervals would
+    cover less than they state. A series with one validation window keeps the run's weights."""
     n_ids, cfg = data.frame.n_ids, data.config
-    counts = np.bincount(ids, minlength=n_ids)
-    order = np.argsort(ids, kind="stable")  # series by series, each in time order
-    rank = np.empty(len(ids), dtype=np.int64)
-    rank[order] = np.arange(len(ids)) - np.repeat(np.cumsum(counts) - counts, counts)
+    rank, counts = origin_ranks(ids, n_ids)
     later = rank >= counts[ids] // 2  # (N,) the window is in its series' later half of origins
 
-    def choice_on(half: np.ndarray) -> tuple[tuple[str, ...], ...]:
+    def weights_on(half: np.ndarray) -> np.ndarray:
         columns, enabled, metric = data.layout.targets, cfg.train.fallback, cfg.train.selection_metric
-        return choose(errors, columns, enabled, ids, n_ids, metric, include=half).choice
+        return choose(errors, columns, enabled, ids, n_ids, metric, include=half, rule=decision.rule).weights.values
 
-    on_earlier, on_later = choice_on(~later), choice_on(later)
-    one_window = counts < 2
-    table = tuple(  # rows 0..n-1 for the earlier windows (chosen on the later), then n..2n-1 for the later ones
-        run if alone else other
-        for rows in (on_later, on_earlier)
-        for run, other, alone in zip(decision.choice, rows, one_window, strict=True)
-    )
-    return table, ids + n_ids * later
+    run, one_window = decision.weights.values, (counts < 2)[:, None, None]
+    # rows 0..n-1 for the earlier windows (set on the later), then n..2n-1 for the later ones
+    table = np.concatenate([np.where(one_window, run, weights_on(later)), np.where(one_window, run, weights_on(~later))])
+    return Weights(decision.weights.names, table), ids + n_ids * later

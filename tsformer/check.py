@@ -12,6 +12,7 @@ import torch
 from tsformer.backtest import origin_windows, score_origins
 from tsformer.calibration import choose_and_calibrate
 from tsformer.data import Prepared, SeriesFrame, WindowIndex
+from tsformer.fallback import BASE, Weights
 from tsformer.final import last_timestamps
 from tsformer.leakage import CheckResult, check_data, check_intervals, check_model
 
@@ -54,9 +55,9 @@ def check_choices(predictor: Predictor, data: Prepared | None) -> CheckResult:
     if data is None:
         return CheckResult("choices/validation", True, 0.0, "data checks skipped: the choices cannot be recomputed")
     stored, val_windows = predictor.calibration, data.split_windows("val")
-    fresh, _ = choose_and_calibrate(predictor.replace(fallback=(), calibration=None), val_windows, data)
+    fresh, _ = choose_and_calibrate(predictor.replace(fallback=None, calibration=None), val_windows, data)
     shape = (len(predictor.series), predictor.layout.n_targets)
-    same_fallback = _choice_table(fresh.fallback, shape) == _choice_table(predictor.fallback, shape)
+    same_fallback = np.array_equal(_weight_table(fresh.fallback, shape), _weight_table(predictor.fallback, shape))
     change = 0.0
     if (stored is None) != (fresh.calibration is None):
         change = float("inf")
@@ -173,9 +174,16 @@ def _rows_before(frame: SeriesFrame, origins: np.ndarray) -> np.ndarray:
     return np.arange(frame.n_rows) - frame.bounds[ids] < origins[ids]
 
 
-def _choice_table(fallback: tuple[tuple[str, ...], ...], shape: tuple[int, int]) -> tuple[tuple[str, ...], ...]:
-    """A stored fallback choice, with () (the model everywhere) written out per series and column."""
-    return fallback or tuple(("model",) * shape[1] for _ in range(shape[0]))
+def _weight_table(fallback: Weights | None, shape: tuple[int, int]) -> np.ndarray:
+    """(n_series, C, len(BASE)) a fallback's weights over every base forecaster, None (the model everywhere)
+    written out, so that two fallbacks compare whichever forecasters each named."""
+    table = np.zeros((*shape, len(BASE)))
+    if fallback is None:
+        table[..., 0] = 1.0
+        return table
+    for k, name in enumerate(fallback.names):
+        table[..., BASE.index(name)] = fallback.values[..., k]
+    return table
 
 
 def check_forecasters(predictor: Predictor, data: Prepared | None) -> CheckResult:

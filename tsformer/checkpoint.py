@@ -29,7 +29,7 @@ from tsformer.config import config_from_dict, save_config, to_dict
 from tsformer.data import Scaler, SplitBorders, StaticScale, parse_freq
 from tsformer.data.calendar import calendar_names
 from tsformer.errors import CheckpointError, TsformerError
-from tsformer.fallback import BLENDS
+from tsformer.fallback import FORECASTERS, Weights
 from tsformer.files import atomic_write
 from tsformer.final import FinalFit
 from tsformer.intervals import Calibration, quantile_pairs
@@ -39,7 +39,7 @@ from tsformer.results import TrainSummary
 from tsformer.runfolder import CONFIG_FILE, MODEL_FILE
 
 FORMAT_NAME = "tsformer-checkpoint"
-FORMAT_VERSION = 9  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
+FORMAT_VERSION = 10  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
 # 5: interval widths per unit of each window's scale. 6: a Predictor: the layout by name, static covariates,
 # the calibration (with the refit model's borders) and the training summary. 7: the calibration's error count
 # and the interval levels it left out; what stopped training. 8: the fallback may name the classical candidates
@@ -47,7 +47,9 @@ FORMAT_VERSION = 9  # 2: data fingerprint, renamed weights. 3: many series, cova
 # 9: the final model fit on every row (`tsformer.final`), and the fallback may name blends of the model and a
 # candidate, and the calibration no longer names a calibration model (train.interval_calibration is gone); a
 # format 7 or 8 file reads as a run without a final model, its intervals as they were calibrated.
-READS_FORMATS = (7, 8, 9)
+# 10: the fallback as weights of the model and the candidates per series and column (a format 7 to 9 file's
+# forecaster names read as weights of one, or of two halves for a blend).
+READS_FORMATS = (7, 8, 9, 10)
 
 
 def save_predictor(predictor, path: str | Path, train_state: dict[str, Any] | None = None) -> None:
@@ -73,7 +75,7 @@ def save_predictor(predictor, path: str | Path, train_state: dict[str, Any] | No
         "static_scale": None if p.static_scale is None else p.static_scale.to_dict(),
         "static_from": p.static_from,
         "data_fingerprint": dict(p.data_fingerprint),
-        "fallback": [list(row) for row in p.fallback],
+        "fallback": None if p.fallback is None else {"names": list(p.fallback.names), "weights": torch.from_numpy(p.fallback.values)},
         "calibration": None if p.calibration is None else _calibration_to_dict(p.calibration),
         "summary": None if p.summary is None else {**dataclasses.asdict(p.summary), "lines": list(p.summary.lines)},
         "model_state": _weights(p.model),
@@ -171,7 +173,7 @@ def _fields(payload: dict[str, Any], path: Path) -> dict[str, Any]:
             static=None if payload["static"] is None else _table_from_dict(payload["static"]),
             static_scale=None if payload["static_scale"] is None else StaticScale.from_dict(payload["static_scale"]),
             static_from=str(payload["static_from"]),
-            fallback=tuple(tuple(row) for row in payload["fallback"]),  # () = the model everywhere
+            fallback=_fallback_from(payload["fallback"], config, payload["freq"]),
             final=None if final is None else _final_from_dict(final, config, layout, len(payload["series"])),
             calibration=None if payload["calibration"] is None else _calibration_from_dict(payload["calibration"]),
             data_fingerprint=payload["data_fingerprint"],
@@ -274,13 +276,19 @@ def _validate(p: SimpleNamespace) -> None:
     fingerprint = p.data_fingerprint
     if not isinstance(fingerprint, dict) or set(fingerprint) != {"rows", "first", "last", "sha256"}:
         raise ValueError("data fingerprint must hold rows, first, last and sha256")
-    candidates = candidate_names(p.freq, p.config.model.context_len, p.config.train.candidates)
-    forecasters = ("model", *candidates, *(blend for blend, c in BLENDS.items() if c in candidates))  # this run's
-    if p.fallback and (
-        len(p.fallback) != len(series)
-        or any(len(row) != len(columns) or not set(row) <= set(forecasters) for row in p.fallback)
-    ):
-        raise ValueError(f"fallback must name one of {', '.join(forecasters)} per series and column")
+    if p.fallback is not None:
+        allowed = ("model", *candidate_names(p.freq, p.config.model.context_len, p.config.train.candidates))
+        values = p.fallback.values
+        if (
+            not set(p.fallback.names) <= set(allowed)
+            or values.shape != (len(series), len(columns), len(p.fallback.names))
+            or not np.isfinite(values).all()
+            or (values < 0).any()
+            or not np.allclose(values.sum(-1), 1.0)
+        ):
+            raise ValueError(
+                f"fallback must weigh {', '.join(allowed)} per series and column, non-negative and summing to 1"
+            )
     if layout.static:
         table = p.static
         if table is None or list(table.columns) != list(layout.static) or len(table) != len(series):
@@ -288,6 +296,19 @@ def _validate(p: SimpleNamespace) -> None:
         if (p.static_scale is None) != (not layout.static_numeric) or p.static_from not in ("data", "table"):
             raise ValueError("static covariates need their scale (when numeric) and where they come from")
     _validate_calibration(p.calibration, p.config, len(columns), len(series))
+
+
+def _fallback_from(stored, config, freq: str) -> Weights | None:
+    """The stored fallback: weights (format 10), or a table of forecaster names (7 to 9; () is the model's)."""
+    if stored is None or (isinstance(stored, list) and not stored):
+        return None
+    if isinstance(stored, dict):
+        return Weights(tuple(stored["names"]), stored["weights"].double().numpy())
+    table = tuple(tuple(row) for row in stored)
+    names = ("model", *candidate_names(freq, config.model.context_len, config.train.candidates))
+    if not {name for row in table for name in row} <= set(FORECASTERS):
+        raise ValueError(f"fallback must name one of {', '.join(FORECASTERS)} per series and column")
+    return Weights.of_names(table, names)
 
 
 def _validate_calibration(calibration: Calibration | None, config, n_columns: int, n_series: int) -> None:

@@ -296,7 +296,7 @@ class TrainConfig:
     seed: int = 0
     num_threads: int = 0  # torch CPU threads (0 = torch's default)
     device: str = "cpu"  # cpu, cuda or auto
-    fallback: bool = True  # per column, forecast with a naive forecaster that beat the model on validation
+    fallback: bool = True  # per column, ship the candidates or their weighted mean with the model where validation says
     # how the fallback averages each forecaster's validation errors per series and column (on standardised values):
     # mse, or mae (MASE up to each series' constant); mse won on M4 Hourly's validation (benchmarks/NOTES.md)
     selection_metric: str = "mse"

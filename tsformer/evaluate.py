@@ -47,7 +47,7 @@ class EvalReport:
     # "model" (with its fallback: what predict ships), "model_alone" (the model everywhere; only when the fallback
     # chose a naive forecaster somewhere), then each candidate ("repeat_last", "seasonal_naive", ...) -> score()
     scores: dict[str, dict]
-    fallback: tuple[tuple[str, ...], ...] = ()  # per series and column, the forecaster chosen on validation
+    fallback: tuple[tuple[str, ...], ...] = ()  # per series and column, what ships: a forecaster, or weights of them
     intervals: dict[str, dict] = dataclasses.field(default_factory=dict)  # level label -> coverage, width, MSIS
     quantile_loss: dict = dataclasses.field(default_factory=dict)  # the intervals' implied quantiles -> WQL
     n_series: int = 1  # series scored (long format); 1 for a wide file
@@ -110,7 +110,7 @@ def evaluate(predictor: Predictor, data: Prepared, split: str = "test") -> EvalR
         season,
         columns,
         scores,
-        predictor.fallback,
+        () if predictor.fallback is None else predictor.fallback.choice,
         intervals,
         quantile_loss=_quantile_scores(shipped, cut, predictor.config.train.quantiles),
         n_series=len(np.unique(ids)),
@@ -328,7 +328,7 @@ def format_report(report: EvalReport) -> str:
         if naive and len(names) == 1:
             fallen_back.append(f"{column} uses {names[0]}")
         elif naive:
-            fallen_back.append(f"{column} uses a candidate or a blend in {naive} of {len(names)} series")
+            fallen_back.append(f"{column} uses a candidate, a blend or a weighted mean in {naive} of {len(names)} series")
     if fallen_back:
         lines.append(f"model row with the fallback chosen on validation: {', '.join(fallen_back)}")
     points = "test points" if report.split == "test" else "validation points (those it was calibrated on)"

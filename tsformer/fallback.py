@@ -1,15 +1,24 @@
-"""Never worse than a classical forecaster on validation: per series and column, the forecast is the
-model's, a candidate's (`tsformer.candidates`: repeat-last, seasonal naive, drift, ...), or a blend: the
-mean of the model's forecast and a candidate's.
+"""Never worse than a classical forecaster on validation: per series and column, the shipped forecast is a
+weighted mean of the model's and the candidates' (`tsformer.candidates`: repeat-last, seasonal naive, drift, ...).
 
-At the end of training the model, the candidates and the blends are scored on the validation windows
-only; each column of each series (one series for a wide file) keeps the forecaster with the lowest MSE
-there (the model on a tie, or without a validation window; then the first in FORECASTERS order). MSE on
-each series' standardised values: the forecasters are compared within a series, so its scale cancels.
-The choice is stored in the Predictor, whose forecasts apply it (`Predictor.forecast`). The test split
-is never used for it. The blends were adopted, and MSE kept over MAE (MASE up to each series' constant),
-on validation alone: choosing on M4 Hourly's first two thirds of validation origins and scoring the
-last third (benchmarks/NOTES.md, "Blends").
+The forecasters weighed form a library: the model, each candidate, and each blend (the mean of the model and
+one candidate). At the end of training each is scored on the validation windows only (MSE on each series'
+standardised values: the forecasters are compared within a series, so its scale cancels), and one of two
+rules turns the scores into weights per series and column:
+
+- best: the library forecaster with the lowest error ships alone (the model on a tie, or without a
+  validation window; then the first in FORECASTERS order);
+- weighted: each library forecaster weighs (its error)^-POWER, normalised (inverse-error weights, which
+  average out the luck of one forecaster's best stretch where each series has few, correlated origins);
+- model: the model alone, where choosing on earlier origins picked what lost later.
+
+Which rule a run uses is chosen on validation too: each rule sets weights on the first two thirds of each
+series' validation origins and is scored on the last third; the lowest MSE there wins, best on a tie
+(`choose`). Each
+window's combination error comes from the Gram matrix of the forecasters' errors (`WindowErrors`), so any
+weighting is scored without forecasting again. The test split is never used. The blends and MSE (over MAE)
+were adopted on M4 Hourly's nested validation (benchmarks/NOTES.md, "Blends"), the weighted rule and its
+power likewise ("Session 28").
 """
 
 from __future__ import annotations
@@ -23,8 +32,80 @@ from tsformer.candidates import CANDIDATES
 from tsformer.candidates import LABELS as CANDIDATE_LABELS
 
 BLENDS = {f"blend_{name}": name for name in CANDIDATES}  # the blend -> its candidate, blended with the model
-FORECASTERS = ("model", *CANDIDATES, *BLENDS)  # in order of preference on a tie
+FORECASTERS = ("model", *CANDIDATES, *BLENDS)  # the library, in order of preference on a tie
+BASE = ("model", *CANDIDATES)  # what a weight can fall on: a blend is half the model's and half its candidate's
 LABELS = {**CANDIDATE_LABELS, **{blend: f"the model blended with {CANDIDATE_LABELS[c]}" for blend, c in BLENDS.items()}}
+RULES = ("best", "weighted", "model")  # in order of preference on a tie
+POWER = 4  # weighted: each library forecaster's weight is proportional to its validation MSE to the power -4
+NESTED_SHARE = 2 / 3  # the rule: weights set on each series' first two thirds of validation origins, scored on the rest
+SHOWN_WEIGHT = 0.005  # a combination's label names the forecasters weighing at least this
+
+
+def _library(names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Each library forecaster over `names` (the base forecasters present, the model first) as its weights."""
+    eye = np.eye(len(names))
+    library = {name: eye[k] for k, name in enumerate(names)}
+    for blend, candidate in BLENDS.items():
+        if candidate in names:
+            library[blend] = 0.5 * (eye[0] + eye[names.index(candidate)])
+    return {name: library[name] for name in FORECASTERS if name in library}
+
+
+@dataclass(frozen=True, eq=False)
+class Weights:
+    """Per series and column, each base forecaster's weight in the shipped forecast."""
+
+    names: tuple[str, ...]  # the base forecasters weighed: "model" first, then candidates in CANDIDATES order
+    values: np.ndarray  # (n_series, C, len(names)) float64, >= 0, summing to 1 over the last axis
+
+    def __post_init__(self) -> None:
+        if not self.names or self.names[0] != "model" or self.values.ndim != 3 or self.values.shape[2] != len(
+            self.names
+        ):
+            raise ValueError("weights need the model first and (n_series, columns, forecasters) values")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Weights) and self.names == other.names and np.array_equal(self.values, other.values)
+
+    __hash__ = None  # an array inside: equal by value, not hashable
+
+    @classmethod
+    def model_only(cls, n_series: int, n_columns: int) -> Weights:
+        return cls.of_names(tuple(("model",) * n_columns for _ in range(n_series)), ("model",))
+
+    @classmethod
+    def of_names(cls, table: tuple[tuple[str, ...], ...], names: tuple[str, ...]) -> Weights:
+        """One library forecaster per series and column (a name of FORECASTERS) as weights over `names`."""
+        library = _library(names)
+        return cls(names, np.array([[library[name] for name in row] for row in table], dtype=np.float64))
+
+    @property
+    def choice(self) -> tuple[tuple[str, ...], ...]:
+        """Per series and column, what ships: a library forecaster's name, or the combination's weights."""
+        library = _library(self.names)
+        return tuple(tuple(_label(row, self.names, library) for row in series) for series in self.values)
+
+    @property
+    def model_everywhere(self) -> bool:
+        return bool((self.values[..., 0] == 1.0).all())
+
+    def rows(self, ids: np.ndarray | None, n: int) -> torch.Tensor:
+        """(N, C, K) float32 each window's weights (`ids` (N,) index the series; -1: the model's; None: the first
+        series' for all `n` windows)."""
+        model = np.zeros((1, *self.values.shape[1:]))
+        model[..., 0] = 1.0
+        table = np.concatenate([self.values, model])  # the model's row last: index -1
+        picked = np.broadcast_to(table[0], (n, *table.shape[1:])) if ids is None else table[np.asarray(ids)]
+        return torch.from_numpy(np.ascontiguousarray(picked)).float()
+
+
+def _label(row: np.ndarray, names: tuple[str, ...], library: dict[str, np.ndarray]) -> str:
+    """A library forecaster's name where `row` (K,) is one, else "model 0.55 + seasonal_naive 0.30 + ..."."""
+    for name, weights in library.items():
+        if np.array_equal(row, weights):
+            return name
+    order = np.argsort(-row, kind="stable")
+    return " + ".join(f"{names[k]} {row[k]:.2f}" for k in order if row[k] >= SHOWN_WEIGHT)
 
 
 def forecast_of(name: str, forecasts: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -36,38 +117,74 @@ def forecast_of(name: str, forecasts: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 def scored_names(forecasts: dict[str, torch.Tensor]) -> tuple[str, ...]:
-    """The forecasters the fallback chooses among, given the model's and some candidates' forecasts."""
+    """The library forecasters the fallback weighs, given the model's and some candidates' forecasts."""
     return tuple(name for name in FORECASTERS if name in forecasts or BLENDS.get(name) in forecasts)
 
 
 @dataclass(frozen=True)
 class Decision:
     columns: tuple[str, ...]
-    choice: tuple[tuple[str, ...], ...]  # per series, per column: one of FORECASTERS (one series for a wide file)
-    val_error: dict[str, np.ndarray]  # forecaster -> (n_series, C) validation MSE or MAE (NaN: no validation window)
+    weights: Weights  # per series and column (one series for a wide file)
+    val_error: dict[str, np.ndarray]  # library forecaster -> (n_series, C) validation MSE or MAE (NaN: no window)
     metric: str = "mse"  # train.selection_metric: how validation errors were averaged
+    rule: str = "best"  # RULES: how the errors became weights
+    nested: dict[str, float] | None = None  # each rule's MSE on the last third of origins, where it was chosen so
+
+    def _rule_note(self) -> str:
+        """How the rule was chosen, when it was ("" when it was given)."""
+        if not self.nested:
+            return ""
+        others = ", ".join(f"{rule} {score:.4g}" for rule, score in self.nested.items() if rule != self.rule)
+        return (
+            f" (rule {self.rule}: MSE {self.nested[self.rule]:.4g} on the last third of validation origins with "
+            f"weights set on the rest, against {others})"
+        )
+
+    @property
+    def choice(self) -> tuple[tuple[str, ...], ...]:
+        return self.weights.choice
 
     @property
     def names(self) -> tuple[str, ...]:
-        """The forecasters scored, the model first."""
+        """The library forecasters scored, the model first."""
         return tuple(self.val_error)
 
     def lines(self) -> list[str]:
         """One line per column: what each scored on validation and what is used (per series: how often)."""
         out = []
+        choice = self.choice
         for j, column in enumerate(self.columns):
             mse = {name: _mean_observed(self.val_error[name][:, j]) for name in self.names}
             others = [name for name in self.names[1:] if name not in BLENDS] or self.names[1:]
             best_naive = min(others, key=lambda name: mse[name])
             scores = f"{column}: model {mse['model']:.4g} vs {LABELS[best_naive]} {mse[best_naive]:.4g} on validation"
             scores += " MAE" if self.metric == "mae" else ""
-            if len(self.choice) == 1:
-                out.append(f"{scores}: using {LABELS[self.choice[0][j]]}")
+            if self.rule == "model" and self.nested:
+                out.append(f"{scores}: using the model alone everywhere{self._rule_note()}")
                 continue
-            counts = {name: sum(row[j] == name for row in self.choice) for name in self.names}
+            if self.rule == "weighted":
+                mean = self.weights.values[:, j].mean(0)
+                shares = ", ".join(
+                    f"{LABELS[name]} {mean[k]:.2f}" for k, name in enumerate(self.weights.names) if mean[k] >= 0.01
+                )
+                where = " (mean over series)" if len(choice) > 1 else ""
+                out.append(f"{scores}{where}; {self._weighted_note()}; mean weights: {shares}")
+                continue
+            if len(choice) == 1:
+                out.append(f"{scores}: using {LABELS[choice[0][j]]}{self._rule_note()}")
+                continue
+            counts = {name: sum(row[j] == name for row in choice) for name in self.names}
             used = ", ".join(f"{LABELS[name]} in {n}" for name, n in counts.items() if n)
-            out.append(f"{scores} (mean over series); chosen per series: {used} of {len(self.choice)} series")
+            out.append(
+                f"{scores} (mean over series); chosen per series: {used} of {len(choice)} series{self._rule_note()}"
+            )
         return out
+
+    def _weighted_note(self) -> str:
+        return (
+            "each forecaster of the model, the candidates and their blends weighted by its validation MSE to the "
+            f"power -{POWER}{self._rule_note()}"
+        )
 
 
 def _mean_observed(values: np.ndarray) -> float:
@@ -78,11 +195,14 @@ def _mean_observed(values: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class WindowErrors:
-    """Each forecaster's error per validation window: the summed squared (or absolute) errors over its observed
-    steps, (N, C) float64 per name, and the observed steps (N, C); enough to choose on any set of windows."""
+    """Each validation window's errors: per library forecaster the summed squared (or absolute) errors over its
+    observed steps, (N, C) float64, the observed steps (N, C), and for MSE the Gram matrix of the base
+    forecasters' errors (N, C, K, K), from which any weighted combination's summed squared error follows."""
 
     sums: dict[str, torch.Tensor]
     steps: torch.Tensor
+    names: tuple[str, ...]  # the base forecasters present, the model first
+    gram: torch.Tensor | None = None  # None with the MAE
 
     @classmethod
     def of(
@@ -95,22 +215,39 @@ class WindowErrors:
         """The errors of every forecaster `scored_names` gives (the blends too) of windows `truth` (N, H, C)."""
         n, h, c = truth.shape
         steps = torch.full((n, c), float(h)) if truth_observed is None else truth_observed.sum(1).to(truth.dtype)
+        names = tuple(name for name in BASE if name in forecasts)
+        if metric == "mse":
+            errors = torch.stack([forecasts[name] - truth for name in names], dim=-1).double()  # (N, H, C, K)
+            if truth_observed is not None:
+                errors = errors.masked_fill_(~truth_observed.unsqueeze(-1), 0.0)
+            gram = torch.einsum("nhck,nhcl->nckl", errors, errors)  # (N, C, K, K)
+            sums = {name: _combined(gram, torch.from_numpy(w)) for name, w in _library(names).items()}
+            return cls(sums, steps.double(), names, gram)
         sums = {}
         for name in scored_names(forecasts):
-            error = forecast_of(name, forecasts) - truth  # (N, H, C), one forecaster at a time
-            error = error.abs_() if metric == "mae" else error.square_()
+            error = (forecast_of(name, forecasts) - truth).abs_()  # (N, H, C), one forecaster at a time
             if truth_observed is not None:
                 error = error.masked_fill_(~truth_observed, 0.0)
             sums[name] = error.sum(dim=1).double()  # (N, C)
-        return cls(sums, steps.double())
+        return cls(sums, steps.double(), names)
 
     @classmethod
     def concat(cls, parts: list[WindowErrors]) -> WindowErrors:
         """The errors of consecutive blocks of windows, as one."""
+        gram = None if parts[0].gram is None else torch.cat([p.gram for p in parts])
         return cls(
             {name: torch.cat([p.sums[name] for p in parts]) for name in parts[0].sums},
             torch.cat([p.steps for p in parts]),
+            parts[0].names,
+            gram,
         )
+
+
+def _combined(gram: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """(N, C) the summed squared error of the combination `weights` ((K,), or (N, C, K) per window)."""
+    if weights.dim() == 1:
+        weights = weights.expand(*gram.shape[:2], -1)
+    return torch.einsum("nck,nckl,ncl->nc", weights.double(), gram, weights.double())
 
 
 def decide(
@@ -122,11 +259,13 @@ def decide(
     ids: np.ndarray | None = None,
     n_ids: int = 1,
     metric: str = "mse",
+    rule: str | None = None,
 ) -> Decision:
-    """Per series and column, the forecaster (of `forecasts`, each (N, H, C), "model" and some candidates, and
-    their blends) with the lowest MSE (or with `metric="mae"` MAE) on `truth` over that series' windows (`ids`
-    (N,) names each window's series; None: one series). A series without a validation window keeps the model."""
-    return choose(WindowErrors.of(forecasts, truth, truth_observed, metric), columns, enabled, ids, n_ids, metric)
+    """Per series and column, the weights of `forecasts` (each (N, H, C), "model" and some candidates, and their
+    blends) from their MSE (or with `metric="mae"` MAE) on `truth` over that series' windows (`ids` (N,) names
+    each window's series; None: one series). A series without a validation window keeps the model."""
+    errors = WindowErrors.of(forecasts, truth, truth_observed, metric)
+    return choose(errors, columns, enabled, ids, n_ids, metric, rule=rule)
 
 
 def choose(
@@ -137,77 +276,149 @@ def choose(
     n_ids: int = 1,
     metric: str = "mse",
     include: np.ndarray | None = None,
+    rule: str | None = None,
 ) -> Decision:
-    """`decide` from the windows' errors (`WindowErrors`), over the windows `include` marks (None: all)."""
+    """`decide` from the windows' errors (`WindowErrors`), over the windows `include` marks (None: all), by
+    `rule` (None: the rule that wins on the last third of each series' origins; "best" with the MAE, whose
+    combinations the errors cannot score)."""
     n = len(errors.steps)
     ids_t = torch.zeros(n, dtype=torch.long) if ids is None else torch.as_tensor(ids, dtype=torch.long)
-    steps = errors.steps
-    kept = None if include is None else torch.as_tensor(include).unsqueeze(1)  # (N, 1)
-    if kept is not None:
-        steps = steps.masked_fill(~kept, 0.0)
-    count = torch.zeros(n_ids, steps.shape[1], dtype=torch.float64).index_add_(0, ids_t, steps)
-    names = tuple(errors.sums)
-    val_error = {}
-    for name in names:
-        sums = errors.sums[name] if kept is None else errors.sums[name].masked_fill(~kept, 0.0)
-        total = torch.zeros_like(count).index_add_(0, ids_t, sums)
-        val_error[name] = torch.where(count > 0, total / count.clamp(min=1.0), torch.nan).numpy()  # (n_ids, C)
-    choice = tuple(
-        tuple(
-            min(names, key=lambda name: (val_error[name][i, j], FORECASTERS.index(name)))
-            if enabled and count[i, j] > 0
-            else "model"
-            for j in range(len(columns))
+    included = np.ones(n, dtype=bool) if include is None else np.asarray(include, dtype=bool)
+    nested = None
+    if not enabled:
+        rule = "model"
+    elif rule is None:
+        rule, nested = ("best", None) if errors.gram is None else _nested_rule(
+            errors, columns, ids_t, n_ids, metric, included
         )
-        for i in range(n_ids)
+    count, val_error = _validation_errors(errors, ids_t, n_ids, included)
+    values = _weights(val_error, count, errors.names, rule)
+    return Decision(columns, Weights(errors.names, values), val_error, metric, rule, nested)
+
+
+def _validation_errors(
+    errors: WindowErrors, ids: torch.Tensor, n_ids: int, included: np.ndarray
+) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
+    """Observed steps (n_ids, C) and each library forecaster's mean error (n_ids, C) over the included windows."""
+    kept = torch.as_tensor(included).unsqueeze(1)  # (N, 1)
+    steps = errors.steps.masked_fill(~kept, 0.0)
+    count = torch.zeros(n_ids, steps.shape[1], dtype=torch.float64).index_add_(0, ids, steps)
+    val_error = {}
+    for name, sums in errors.sums.items():
+        total = torch.zeros_like(count).index_add_(0, ids, sums.masked_fill(~kept, 0.0))
+        val_error[name] = torch.where(count > 0, total / count.clamp(min=1.0), torch.nan).numpy()  # (n_ids, C)
+    return count, val_error
+
+
+def _weights(val_error: dict[str, np.ndarray], count: torch.Tensor, names: tuple[str, ...], rule: str) -> np.ndarray:
+    """(n_ids, C, K) each series and column's weights over `names` by `rule` ("model": the model's alone)."""
+    library = _library(names)
+    vectors = np.stack([library[name] for name in val_error])  # (L, K) in val_error's (FORECASTERS) order
+    errors = np.stack(list(val_error.values()))  # (L, n_ids, C)
+    scored = count.numpy() > 0
+    if rule == "weighted":
+        least = errors.min(axis=0)  # (n_ids, C)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(least > 0, least / errors, (errors == 0).astype(np.float64))  # 1 for the best
+        share = np.nan_to_num(ratio) ** POWER
+        if (least == 0).any():  # a perfect forecaster ships alone, the first of several
+            first = np.argmax(errors == 0, axis=0)
+            share = np.where(least == 0, np.arange(len(errors))[:, None, None] == first, share)
+        share = share / share.sum(axis=0, keepdims=True).clip(min=1e-300)
+        combined = np.einsum("lnc,lk->nck", share, vectors)
+    else:
+        best = np.nan_to_num(errors, nan=np.inf).argmin(axis=0)  # first of the lowest: FORECASTERS order breaks ties
+        combined = vectors[best]  # (n_ids, C, K)
+    model = np.zeros_like(combined)
+    model[..., 0] = 1.0
+    keep = scored[..., None] & (rule != "model")
+    return np.where(keep, combined, model)
+
+
+def _nested_rule(
+    errors: WindowErrors,
+    columns: tuple[str, ...],
+    ids: torch.Tensor,
+    n_ids: int,
+    metric: str,
+    included: np.ndarray,
+) -> tuple[str, dict[str, float] | None]:
+    """The rule whose weights, set on the first NESTED_SHARE of each series' (included) validation origins, score
+    the lowest MSE on the rest (RULES order breaks ties); "best" where no series has origins on both sides."""
+    ids_np = ids.numpy()
+    rank, counts = origin_ranks(ids_np, n_ids, included)
+    first = included & (rank < np.round(counts[ids_np] * NESTED_SHARE))
+    rest = included & ~first
+    if not rest.any() or not first.any():
+        return "best", None
+    kept = torch.as_tensor(rest).unsqueeze(1)
+    steps = torch.zeros(n_ids, errors.steps.shape[1], dtype=torch.float64).index_add_(
+        0, ids, errors.steps.masked_fill(~kept, 0.0)
     )
-    return Decision(columns, choice, val_error, metric)
+    scores = {}
+    for rule in RULES:
+        weights = choose(errors, columns, True, ids_np, n_ids, metric, include=first, rule=rule).weights
+        picked = torch.from_numpy(np.concatenate([weights.values, np.zeros((1, *weights.values.shape[1:]))])[ids_np])
+        sums = _combined(errors.gram, picked).masked_fill(~kept, 0.0)  # (N, C)
+        total = torch.zeros_like(steps).index_add_(0, ids, sums)
+        scored = steps > 0
+        scores[rule] = float((total[scored] / steps[scored]).mean())
+    return min(RULES, key=lambda rule: (scores[rule], RULES.index(rule))), scores
 
 
-def chosen(choice: tuple[tuple[str, ...], ...], ids: np.ndarray, n_columns: int) -> np.ndarray:
-    """(N, C) the forecaster of each window's columns: `choice`'s row of its series (`ids` (N,); -1, or no
-    choice at all: the model)."""
-    table = np.array([*choice, ("model",) * n_columns], dtype=object).reshape(-1, n_columns)  # the model last
+def origin_ranks(ids: np.ndarray, n_ids: int, included: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Each window's place among its series' (included) windows, which come in time order, (N,), and each
+    series' count of them, (n_ids,)."""
+    mask = np.ones(len(ids), dtype=bool) if included is None else included
+    counts = np.bincount(ids[mask], minlength=n_ids)
+    rank = np.full(len(ids), -1, dtype=np.int64)
+    order = np.flatnonzero(mask)[np.argsort(ids[mask], kind="stable")]  # series by series, each in time order
+    rank[order] = np.arange(len(order)) - np.repeat(np.cumsum(counts) - counts, counts)
+    return rank, counts
+
+
+def chosen(weights: Weights | None, ids: np.ndarray, n_columns: int) -> np.ndarray:
+    """(N, C) the forecaster of each window's columns: its series' label in `weights` (`ids` (N,); -1, or no
+    weights at all: the model)."""
+    labels = () if weights is None else weights.choice
+    table = np.array([*labels, ("model",) * n_columns], dtype=object).reshape(-1, n_columns)  # the model last
     return table[np.asarray(ids)]
 
 
 def not_the_model(names: np.ndarray, columns: tuple[str, ...], per_series: bool) -> str:
-    """One line on the columns (and series) a naive forecaster forecasts, from `names` (S, C), one row per
-    series; "" when the model forecasts everything."""
+    """One line on the columns (and series) not forecast by the model alone, from `names` (S, C) (`chosen`'s
+    labels), one row per series; "" when the model forecasts everything."""
     parts = []
     for j, column in enumerate(columns):
         naive = [name for name in names[:, j] if name != "model"]
         if not naive:
             continue
         if not per_series:
-            parts.append(f"{column} by {LABELS[naive[0]]}")
+            parts.append(f"{column} by {LABELS.get(naive[0], naive[0])}")
             continue
-        counts = ", ".join(f"{LABELS[name]} in {naive.count(name)}" for name in FORECASTERS[1:] if name in naive)
-        parts.append(f"{column} in {len(naive)} of {len(names)} series ({counts})")
+        counts = [f"{LABELS[name]} in {naive.count(name)}" for name in FORECASTERS[1:] if name in naive]
+        mixed = sum(name not in LABELS for name in naive)
+        counts += [f"a weighted mean in {mixed}"] if mixed else []
+        parts.append(f"{column} in {len(naive)} of {len(names)} series ({', '.join(counts)})")
     if not parts:
         return ""
     return (
-        f"forecast by a classical candidate, or the model blended with one, which beat the model on validation: "
-        f"{'; '.join(parts)} (the forecaster "
+        "forecast by a classical candidate, a blend, or a weighted mean of the model and the candidates, which beat "
+        f"the model alone on validation: {'; '.join(parts)} (the forecaster "
         "column names each row's; --no-fallback ships the model everywhere)"
     )
 
 
-def apply(
-    choice: tuple[tuple[str, ...], ...], forecasts: dict[str, torch.Tensor], ids: np.ndarray | None = None
-) -> torch.Tensor:
-    """(N, H, C): each window's columns from the forecaster chosen for its series (`ids` (N,) index `choice`;
-    -1: a series with no choice, which the model forecasts; None: the first series' choice for every
-    window), the model's where `choice` is empty."""
-    used = {name for row in choice for name in row}
-    if used <= {"model"}:
-        return forecasts["model"]
-    n_columns = len(choice[0])
-    index = torch.tensor([[FORECASTERS.index(name) for name in row] for row in choice] + [[0] * n_columns])
-    picked = index[0].expand(len(forecasts["model"]), -1) if ids is None else index[torch.as_tensor(ids)]  # (N, C)
-    shipped = forecasts["model"]
-    for name in FORECASTERS[1:]:  # one (N, H, C) at a time, not all stacked; only those some series chose
-        if name in used:
-            chosen_here = (picked == FORECASTERS.index(name)).unsqueeze(1)
-            shipped = torch.where(chosen_here, forecast_of(name, forecasts), shipped)
+def apply(weights: Weights | None, forecasts: dict[str, torch.Tensor], ids: np.ndarray | None = None) -> torch.Tensor:
+    """(N, H, C): each window's columns as the weighted mean of the forecasters, with its series' weights (`ids`
+    (N,) index `weights`; -1: a series with none, which the model forecasts; None: the first series' weights for
+    every window), the model's where there are no weights."""
+    model = forecasts["model"]
+    if weights is None or weights.model_everywhere:
+        return model
+    rows = weights.rows(ids, len(model)).unsqueeze(1)  # (N, 1, C, K)
+    shipped = torch.where(rows[..., 0] > 0, rows[..., 0] * model, torch.zeros((), dtype=model.dtype))
+    for k, name in enumerate(weights.names[1:], start=1):  # one (N, H, C) at a time, only those weighed somewhere
+        if (rows[..., k] > 0).any():
+            shipped = shipped + torch.where(rows[..., k] > 0, rows[..., k] * forecasts[name], 0.0)
     return shipped

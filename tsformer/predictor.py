@@ -2,7 +2,7 @@
 
 A `Predictor` holds what a forecast needs: the trained model (one member or an ensemble), the
 train-only scaler, what it reads by name and role (`tsformer.layout.Layout`), the per-series and
-per-column choice of forecaster made on validation (the fallback), and the conformal calibration of
+per-column weights of the forecasters set on validation (the fallback), and the conformal calibration of
 its intervals and quantiles. `forecast` is the one place those are assembled into what ships;
 training returns a Predictor, and evaluate, predict, backtest and check take one. `tsformer.fit` makes
 one from a DataFrame and `tsformer.load` reads a saved one; its methods `predict`, `evaluate`,
@@ -40,7 +40,7 @@ from tsformer.data import (
 )
 from tsformer.data.prepare import data_fingerprint, scale_season, series_difference
 from tsformer.errors import DataError
-from tsformer.fallback import apply, chosen
+from tsformer.fallback import Weights, apply, chosen
 from tsformer.final import FinalFit, ends_early
 from tsformer.intervals import Calibration, adjust_quantiles, quantile_pairs
 from tsformer.layout import Layout
@@ -67,7 +67,7 @@ class Predictor:
     static: pd.DataFrame | None = None  # each trained series' static covariates as read; None without any
     static_scale: StaticScale | None = None
     static_from: str = ""  # "data": its own columns (read again from the data), "table": a table given to train
-    fallback: tuple[tuple[str, ...], ...] = ()  # per series and column, the forecaster chosen on validation
+    fallback: Weights | None = None  # per series and column, the forecasters' weights set on validation (None: the model)
     final: FinalFit | None = None  # the model refit on every row (`tsformer.final`): predict's; None: `model`'s
     calibration: Calibration | None = None  # the conformal intervals and quantile adjustments; None: uncalibrated
     data_fingerprint: dict[str, str | int] = field(default_factory=dict)  # the data it was trained on
