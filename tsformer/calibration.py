@@ -1,8 +1,9 @@
 """After training, on the validation windows only: the fallback choice and the conformal calibration.
 
 The trained model and the naive forecasters are scored on the validation windows; each column of each
-series gets their weights by the run's rule (`tsformer.fallback`). The intervals and quantile pairs are then calibrated on the
-errors there of the forecast chosen on the other half of each series' validation origins (cross-fitted,
+series gets their weights by the run's rule (`tsformer.fallback`). The intervals and quantile pairs are
+then calibrated on the errors there of the forecast weighted on the other half of each series' validation
+origins (cross-fitted,
 `_cross_fitted`; `tsformer.intervals`). With the final fit (`tsformer.final`) predict forecasts from where
 its model's training ends, as each validation window does from the held-out model's, so validation errors
 are measured at predict's distance (a calibration model trained a stretch earlier is no longer needed).
@@ -16,7 +17,7 @@ import numpy as np
 import torch
 
 from tsformer.data import Prepared, Split, WindowIndex
-from tsformer.fallback import Decision, WindowErrors, Weights, apply, choose, origin_ranks
+from tsformer.fallback import Decision, Weights, WindowErrors, apply, choose, origin_ranks
 from tsformer.intervals import (
     CHUNK_WINDOWS,
     SCALE_FLOOR,
@@ -136,5 +137,6 @@ def _cross_fitted(
 
     run, one_window = decision.weights.values, (counts < 2)[:, None, None]
     # rows 0..n-1 for the earlier windows (set on the later), then n..2n-1 for the later ones
-    table = np.concatenate([np.where(one_window, run, weights_on(later)), np.where(one_window, run, weights_on(~later))])
+    on_later, on_earlier = weights_on(later), weights_on(~later)
+    table = np.concatenate([np.where(one_window, run, on_later), np.where(one_window, run, on_earlier)])
     return Weights(decision.weights.names, table), ids + n_ids * later

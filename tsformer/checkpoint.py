@@ -75,7 +75,7 @@ def save_predictor(predictor, path: str | Path, train_state: dict[str, Any] | No
         "static_scale": None if p.static_scale is None else p.static_scale.to_dict(),
         "static_from": p.static_from,
         "data_fingerprint": dict(p.data_fingerprint),
-        "fallback": None if p.fallback is None else {"names": list(p.fallback.names), "weights": torch.from_numpy(p.fallback.values)},
+        "fallback": None if p.fallback is None else _fallback_to_dict(p.fallback),
         "calibration": None if p.calibration is None else _calibration_to_dict(p.calibration),
         "summary": None if p.summary is None else {**dataclasses.asdict(p.summary), "lines": list(p.summary.lines)},
         "model_state": _weights(p.model),
@@ -296,6 +296,10 @@ def _validate(p: SimpleNamespace) -> None:
         if (p.static_scale is None) != (not layout.static_numeric) or p.static_from not in ("data", "table"):
             raise ValueError("static covariates need their scale (when numeric) and where they come from")
     _validate_calibration(p.calibration, p.config, len(columns), len(series))
+
+
+def _fallback_to_dict(fallback: Weights) -> dict[str, Any]:
+    return {"names": list(fallback.names), "weights": torch.from_numpy(fallback.values)}
 
 
 def _fallback_from(stored, config, freq: str) -> Weights | None:

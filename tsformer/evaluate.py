@@ -328,7 +328,8 @@ def format_report(report: EvalReport) -> str:
         if naive and len(names) == 1:
             fallen_back.append(f"{column} uses {names[0]}")
         elif naive:
-            fallen_back.append(f"{column} uses a candidate, a blend or a weighted mean in {naive} of {len(names)} series")
+            uses = f"a candidate, a blend or a weighted mean in {naive} of {len(names)} series"
+            fallen_back.append(f"{column} uses {uses}")
     if fallen_back:
         lines.append(f"model row with the fallback chosen on validation: {', '.join(fallen_back)}")
     points = "test points" if report.split == "test" else "validation points (those it was calibrated on)"

@@ -59,8 +59,11 @@ class Weights:
     values: np.ndarray  # (n_series, C, len(names)) float64, >= 0, summing to 1 over the last axis
 
     def __post_init__(self) -> None:
-        if not self.names or self.names[0] != "model" or self.values.ndim != 3 or self.values.shape[2] != len(
-            self.names
+        if (
+            not self.names
+            or self.names[0] != "model"
+            or self.values.ndim != 3
+            or self.values.shape[2] != len(self.names)
         ):
             raise ValueError("weights need the model first and (n_series, columns, forecasters) values")
 
@@ -288,8 +291,8 @@ def choose(
     if not enabled:
         rule = "model"
     elif rule is None:
-        rule, nested = ("best", None) if errors.gram is None else _nested_rule(
-            errors, columns, ids_t, n_ids, metric, included
+        rule, nested = (
+            ("best", None) if errors.gram is None else _nested_rule(errors, columns, ids_t, n_ids, metric, included)
         )
     count, val_error = _validation_errors(errors, ids_t, n_ids, included)
     values = _weights(val_error, count, errors.names, rule)

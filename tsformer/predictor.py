@@ -67,7 +67,7 @@ class Predictor:
     static: pd.DataFrame | None = None  # each trained series' static covariates as read; None without any
     static_scale: StaticScale | None = None
     static_from: str = ""  # "data": its own columns (read again from the data), "table": a table given to train
-    fallback: Weights | None = None  # per series and column, the forecasters' weights set on validation (None: the model)
+    fallback: Weights | None = None  # per series and column, the forecasters' weights from validation; None: the model
     final: FinalFit | None = None  # the model refit on every row (`tsformer.final`): predict's; None: `model`'s
     calibration: Calibration | None = None  # the conformal intervals and quantile adjustments; None: uncalibrated
     data_fingerprint: dict[str, str | int] = field(default_factory=dict)  # the data it was trained on
