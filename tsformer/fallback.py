@@ -121,7 +121,7 @@ def forecast_of(name: str, forecasts: dict[str, torch.Tensor]) -> torch.Tensor:
 
 def scored_names(forecasts: dict[str, torch.Tensor]) -> tuple[str, ...]:
     """The library forecasters the fallback weighs, given the model's and some candidates' forecasts."""
-    return tuple(name for name in FORECASTERS if name in forecasts or BLENDS.get(name) in forecasts)
+    return tuple(_library(tuple(name for name in BASE if name in forecasts)))
 
 
 @dataclass(frozen=True)
@@ -355,13 +355,11 @@ def _nested_rule(
     if not rest.any() or not first.any():
         return "best", None
     kept = torch.as_tensor(rest).unsqueeze(1)
-    steps = torch.zeros(n_ids, errors.steps.shape[1], dtype=torch.float64).index_add_(
-        0, ids, errors.steps.masked_fill(~kept, 0.0)
-    )
+    steps, _ = _validation_errors(errors, ids, n_ids, rest)  # (n_ids, C) observed steps scored
     scores = {}
     for rule in RULES:
         weights = choose(errors, columns, True, ids_np, n_ids, metric, include=first, rule=rule).weights
-        picked = torch.from_numpy(np.concatenate([weights.values, np.zeros((1, *weights.values.shape[1:]))])[ids_np])
+        picked = torch.from_numpy(weights.values[ids_np])  # (N, C, K) each window's series' weights
         sums = _combined(errors.gram, picked).masked_fill(~kept, 0.0)  # (N, C)
         total = torch.zeros_like(steps).index_add_(0, ids, sums)
         scored = steps > 0
