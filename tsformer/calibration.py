@@ -1,11 +1,11 @@
 """After training, on the validation windows only: the fallback choice and the conformal calibration.
 
-The trained model and the naive forecasters are scored on the validation windows; each column of each
-series gets their weights by the run's rule (`tsformer.fallback`). The intervals and quantile pairs are
-then calibrated on the errors there of the forecast weighted on the other half of each series' validation
-origins (cross-fitted, `_cross_fitted`; `tsformer.intervals`). With the final fit (`tsformer.final`)
-predict forecasts from where its model's training ends, as each validation window does from the held-out
-model's, so validation errors are measured at predict's distance (a calibration model trained a stretch earlier is no longer needed).
+The trained model and the naive forecasters are scored on the validation windows; each column of each series
+gets their weights by the run's rule (`tsformer.fallback`). The intervals and quantile pairs are then
+calibrated on the errors there of the forecast weighted on the other half of each series' validation origins
+(cross-fitted, `_cross_fitted`; `tsformer.intervals`). With the final fit (`tsformer.final`) predict forecasts
+from where its model's training ends, as each validation window does from the held-out model's, so validation
+errors are measured at predict's distance (a calibration model trained a stretch earlier is no longer needed).
 """
 
 from __future__ import annotations
