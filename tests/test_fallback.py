@@ -201,3 +201,20 @@ def test_the_gram_matrix_gives_each_blend_its_own_squared_error():
     direct = ((0.5 * (forecasts["model"] + forecasts["drift"]) - truth) ** 2 * observed).sum(1).double()
     assert torch.allclose(errors.sums["blend_drift"], direct, atol=1e-5)
     assert errors.steps.tolist() == observed.sum(1).double().tolist()
+
+
+def test_the_gram_matrix_summed_a_few_windows_at_a_time_equals_it_whole(monkeypatch):
+    import tsformer.fallback as fallback
+
+    generator = torch.Generator().manual_seed(1)
+    truth = torch.randn(7, 6, 2, generator=generator)
+    forecasts = {name: torch.randn(7, 6, 2, generator=generator) for name in ("model", "repeat_last", "drift")}
+    observed = torch.rand(7, 6, 2, generator=generator) > 0.3
+    whole = fallback.WindowErrors.of(forecasts, truth, observed).gram
+    monkeypatch.setattr(fallback, "GRAM_ELEMENTS", 2 * 6 * 2 * 3)  # two windows a block: blocks of 2, 2, 2 and 1
+    blocked = fallback.WindowErrors.of(forecasts, truth, observed).gram
+    errors = torch.stack([forecasts[name] - truth for name in ("model", "repeat_last", "drift")], -1).double()
+    errors = errors * observed.unsqueeze(-1)
+    assert blocked.shape == (7, 2, 3, 3)
+    assert torch.allclose(blocked, whole, rtol=0, atol=1e-12)
+    assert torch.allclose(blocked[3, 1, 0, 2], (errors[3, :, 1, 0] * errors[3, :, 1, 2]).sum(), atol=1e-12)

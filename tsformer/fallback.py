@@ -38,6 +38,7 @@ LABELS = {**CANDIDATE_LABELS, **{blend: f"the model blended with {CANDIDATE_LABE
 RULES = ("best", "weighted", "model")  # in order of preference on a tie
 POWER = 4  # weighted: each library forecaster's weight is proportional to its validation MSE to the power -4
 NESTED_SHARE = 2 / 3  # the rule: weights set on each series' first two thirds of validation origins, scored on the rest
+GRAM_ELEMENTS = 1 << 22  # the float64 errors held at once while the Gram matrix sums (32 MiB)
 SHOWN_WEIGHT = 0.005  # a combination's label names the forecasters weighing at least this
 
 
@@ -220,10 +221,7 @@ class WindowErrors:
         steps = torch.full((n, c), float(h)) if truth_observed is None else truth_observed.sum(1).to(truth.dtype)
         names = tuple(name for name in BASE if name in forecasts)
         if metric == "mse":
-            errors = torch.stack([forecasts[name] - truth for name in names], dim=-1).double()  # (N, H, C, K)
-            if truth_observed is not None:
-                errors = errors.masked_fill_(~truth_observed.unsqueeze(-1), 0.0)
-            gram = torch.einsum("nhck,nhcl->nckl", errors, errors)  # (N, C, K, K)
+            gram = _gram(forecasts, names, truth, truth_observed)
             sums = {name: _combined(gram, torch.from_numpy(w)) for name, w in _library(names).items()}
             return cls(sums, steps.double(), names, gram)
         sums = {}
@@ -244,6 +242,23 @@ class WindowErrors:
             parts[0].names,
             gram,
         )
+
+
+def _gram(
+    forecasts: dict[str, torch.Tensor], names: tuple[str, ...], truth: torch.Tensor, truth_observed: torch.Tensor | None
+) -> torch.Tensor:
+    """(N, C, K, K) each window's Gram matrix of the errors of the forecasters `names`, summed over its observed
+    steps; a few windows at a time, so the (N, H, C, K) errors are never held at once (long horizons)."""
+    n, h, c = truth.shape
+    rows = max(1, GRAM_ELEMENTS // (h * c * len(names)))
+    parts = []
+    for start in range(0, n, rows):
+        block = slice(start, start + rows)
+        errors = torch.stack([forecasts[name][block] - truth[block] for name in names], dim=-1).double()  # (n, H, C, K)
+        if truth_observed is not None:
+            errors.masked_fill_(~truth_observed[block].unsqueeze(-1), 0.0)
+        parts.append(torch.einsum("nhck,nhcl->nckl", errors, errors))
+    return torch.cat(parts)
 
 
 def _combined(gram: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
