@@ -203,18 +203,23 @@ def test_the_gram_matrix_gives_each_blend_its_own_squared_error():
     assert errors.steps.tolist() == observed.sum(1).double().tolist()
 
 
-def test_the_gram_matrix_summed_a_few_windows_at_a_time_equals_it_whole(monkeypatch):
+def test_each_series_late_gram_matrix_sums_its_last_third_of_origins_a_few_windows_at_a_time(monkeypatch):
     import tsformer.fallback as fallback
 
     generator = torch.Generator().manual_seed(1)
     truth = torch.randn(7, 6, 2, generator=generator)
-    forecasts = {name: torch.randn(7, 6, 2, generator=generator) for name in ("model", "repeat_last", "drift")}
+    names = ("model", "repeat_last", "drift")
+    forecasts = {name: torch.randn(7, 6, 2, generator=generator) for name in names}
     observed = torch.rand(7, 6, 2, generator=generator) > 0.3
-    whole = fallback.WindowErrors.of(forecasts, truth, observed).gram
+    ids = np.array([0, 0, 0, 1, 1, 1, 1])  # late origins: series 0's third window, series 1's last
+    assert fallback.late_origins(ids, 2).tolist() == [False, False, True, False, False, False, True]
+    whole = fallback.WindowErrors.of(forecasts, truth, observed, ids=ids, n_ids=2)
     monkeypatch.setattr(fallback, "GRAM_ELEMENTS", 2 * 6 * 2 * 3)  # two windows a block: blocks of 2, 2, 2 and 1
-    blocked = fallback.WindowErrors.of(forecasts, truth, observed).gram
-    errors = torch.stack([forecasts[name] - truth for name in ("model", "repeat_last", "drift")], -1).double()
-    errors = errors * observed.unsqueeze(-1)
-    assert blocked.shape == (7, 2, 3, 3)
-    assert torch.allclose(blocked, whole, rtol=0, atol=1e-12)
-    assert torch.allclose(blocked[3, 1, 0, 2], (errors[3, :, 1, 0] * errors[3, :, 1, 2]).sum(), atol=1e-12)
+    blocked = fallback.WindowErrors.of(forecasts, truth, observed, ids=ids, n_ids=2)
+    errors = torch.stack([forecasts[name] - truth for name in names], -1).double() * observed.unsqueeze(-1)
+    assert blocked.late_gram.shape == (2, 2, 3, 3)
+    assert torch.allclose(blocked.late_gram, whole.late_gram, rtol=0, atol=1e-12)
+    by_hand = (errors[6, :, 1, 0] * errors[6, :, 1, 2]).sum()  # series 1, column 1, model against drift
+    assert blocked.late_gram[1, 1, 0, 2].item() == pytest.approx(by_hand.item(), abs=1e-12)
+    for name in blocked.sums:
+        assert torch.allclose(blocked.sums[name], whole.sums[name], rtol=0, atol=1e-12)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from tsformer.data import Prepared, Split, WindowIndex
-from tsformer.fallback import Decision, Weights, WindowErrors, apply, choose, origin_ranks
+from tsformer.fallback import Decision, Weights, WindowErrors, apply, choose, late_origins, origin_ranks
 from tsformer.intervals import (
     CHUNK_WINDOWS,
     SCALE_FLOOR,
@@ -64,16 +64,18 @@ def choose_and_calibrate(
         return each
 
     observed = windows.target_observed
+    columns, enabled, n_ids = data.layout.targets, cfg.train.fallback, data.frame.n_ids
+    late = late_origins(ids, n_ids)  # where the rule is scored
+    metric = cfg.train.selection_metric
     errors = WindowErrors.concat(
         [
             WindowErrors.of(
-                each_of(i), windows.target[b], None if observed is None else observed[b], cfg.train.selection_metric
+                each_of(i), windows.target[b], None if observed is None else observed[b], metric, ids[b], late[b], n_ids
             )
             for i, b in enumerate(blocks)
         ]
     )
-    columns, enabled, n_ids = data.layout.targets, cfg.train.fallback, data.frame.n_ids
-    decision = choose(errors, columns, enabled, ids, n_ids, cfg.train.selection_metric)
+    decision = choose(errors, columns, enabled, ids, n_ids, metric)
     chosen = predictor.replace(fallback=decision.weights, calibration=None)
     table, rows = _cross_fitted(errors, ids, decision, data)  # whose errors calibrate
     point = torch.cat([apply(table, each_of(i), rows[b]) for i, b in enumerate(blocks)])

@@ -200,13 +200,14 @@ def _mean_observed(values: np.ndarray) -> float:
 @dataclass(frozen=True)
 class WindowErrors:
     """Each validation window's errors: per library forecaster the summed squared (or absolute) errors over its
-    observed steps, (N, C) float64, the observed steps (N, C), and for MSE the Gram matrix of the base
-    forecasters' errors (N, C, K, K), from which any weighted combination's summed squared error follows."""
+    observed steps, (N, C) float64, the observed steps (N, C), and for MSE each series' Gram matrix of the base
+    forecasters' errors summed over its late origins (`late_origins`), (n_ids, C, K, K): any weighting's squared
+    error on those windows follows from it, which is what the nested rule scores."""
 
     sums: dict[str, torch.Tensor]
     steps: torch.Tensor
     names: tuple[str, ...]  # the base forecasters present, the model first
-    gram: torch.Tensor | None = None  # None with the MAE
+    late_gram: torch.Tensor | None = None  # None with the MAE
 
     @classmethod
     def of(
@@ -215,15 +216,21 @@ class WindowErrors:
         truth: torch.Tensor,
         truth_observed: torch.Tensor | None,
         metric: str = "mse",
+        ids: np.ndarray | None = None,
+        late: np.ndarray | None = None,
+        n_ids: int = 1,
     ) -> WindowErrors:
-        """The errors of every forecaster `scored_names` gives (the blends too) of windows `truth` (N, H, C)."""
+        """The errors of every forecaster `scored_names` gives (the blends too) of windows `truth` (N, H, C), of
+        series `ids` (N,) (None: one series), whose late origins `late` marks (N,) (None: `late_origins` of these
+        windows, when they are all of them)."""
         n, h, c = truth.shape
         steps = torch.full((n, c), float(h)) if truth_observed is None else truth_observed.sum(1).to(truth.dtype)
         names = tuple(name for name in BASE if name in forecasts)
         if metric == "mse":
-            gram = _gram(forecasts, names, truth, truth_observed)
-            sums = {name: _combined(gram, torch.from_numpy(w)) for name, w in _library(names).items()}
-            return cls(sums, steps.double(), names, gram)
+            ids = np.zeros(n, dtype=np.int64) if ids is None else np.asarray(ids, dtype=np.int64)
+            late = late_origins(ids, n_ids) if late is None else np.asarray(late, dtype=bool)
+            sums, late_gram = _squared_errors(forecasts, names, truth, truth_observed, ids, late, n_ids)
+            return cls(sums, steps.double(), names, late_gram)
         sums = {}
         for name in scored_names(forecasts):
             error = (forecast_of(name, forecasts) - truth).abs_()  # (N, H, C), one forecaster at a time
@@ -235,30 +242,50 @@ class WindowErrors:
     @classmethod
     def concat(cls, parts: list[WindowErrors]) -> WindowErrors:
         """The errors of consecutive blocks of windows, as one."""
-        gram = None if parts[0].gram is None else torch.cat([p.gram for p in parts])
+        late_gram = None if parts[0].late_gram is None else sum(p.late_gram for p in parts)
         return cls(
             {name: torch.cat([p.sums[name] for p in parts]) for name in parts[0].sums},
             torch.cat([p.steps for p in parts]),
             parts[0].names,
-            gram,
+            late_gram,
         )
 
 
-def _gram(
-    forecasts: dict[str, torch.Tensor], names: tuple[str, ...], truth: torch.Tensor, truth_observed: torch.Tensor | None
-) -> torch.Tensor:
-    """(N, C, K, K) each window's Gram matrix of the errors of the forecasters `names`, summed over its observed
-    steps; a few windows at a time, so the (N, H, C, K) errors are never held at once (long horizons)."""
+def _squared_errors(
+    forecasts: dict[str, torch.Tensor],
+    names: tuple[str, ...],
+    truth: torch.Tensor,
+    truth_observed: torch.Tensor | None,
+    ids: np.ndarray,
+    late: np.ndarray,
+    n_ids: int,
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Each library forecaster's summed squared error per window (N, C), and each series' Gram matrix of the
+    errors of `names` over its `late` windows (n_ids, C, K, K). A few windows at a time, so neither the
+    (N, H, C, K) errors nor the windows' Gram matrices are ever held whole."""
     n, h, c = truth.shape
+    library = {name: torch.from_numpy(w) for name, w in _library(names).items()}
     rows = max(1, GRAM_ELEMENTS // (h * c * len(names)))
-    parts = []
+    sums: dict[str, list[torch.Tensor]] = {name: [] for name in library}
+    late_gram = torch.zeros(n_ids, c, len(names), len(names), dtype=torch.float64)
     for start in range(0, n, rows):
         block = slice(start, start + rows)
         errors = torch.stack([forecasts[name][block] - truth[block] for name in names], dim=-1).double()  # (n, H, C, K)
         if truth_observed is not None:
             errors.masked_fill_(~truth_observed[block].unsqueeze(-1), 0.0)
-        parts.append(torch.einsum("nhck,nhcl->nckl", errors, errors))
-    return torch.cat(parts)
+        gram = torch.einsum("nhck,nhcl->nckl", errors, errors)  # (n, C, K, K)
+        for name, weights in library.items():
+            sums[name].append(_combined(gram, weights))
+        kept = torch.from_numpy(late[block])
+        late_gram.index_add_(0, torch.from_numpy(ids[block])[kept], gram[kept])
+    return {name: torch.cat(parts) for name, parts in sums.items()}, late_gram
+
+
+def late_origins(ids: np.ndarray, n_ids: int) -> np.ndarray:
+    """(N,) whether each window is among the last 1 - NESTED_SHARE of its series' validation origins (`ids` (N,)
+    each window's series, in time order within each): where the nested rule scores what was set on the rest."""
+    rank, counts = origin_ranks(ids, n_ids)
+    return rank >= np.round(counts[ids] * NESTED_SHARE)
 
 
 def _combined(gram: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -282,7 +309,7 @@ def decide(
     """Per series and column, the weights of `forecasts` (each (N, H, C), "model" and some candidates, and their
     blends) from their MSE (or with `metric="mae"` MAE) on `truth` over that series' windows (`ids` (N,) names
     each window's series; None: one series). A series without a validation window keeps the model."""
-    errors = WindowErrors.of(forecasts, truth, truth_observed, metric)
+    errors = WindowErrors.of(forecasts, truth, truth_observed, metric, ids, n_ids=n_ids)
     return choose(errors, columns, enabled, ids, n_ids, metric, rule=rule)
 
 
@@ -297,8 +324,8 @@ def choose(
     rule: str | None = None,
 ) -> Decision:
     """`decide` from the windows' errors (`WindowErrors`), over the windows `include` marks (None: all), by
-    `rule` (None: the rule that wins on the last third of each series' origins; "best" with the MAE, whose
-    combinations the errors cannot score)."""
+    `rule` (None: the rule that wins on the last third of each series' origins, chosen over every window; "best"
+    with the MAE, whose combinations the errors cannot score)."""
     n = len(errors.steps)
     ids_t = torch.zeros(n, dtype=torch.long) if ids is None else torch.as_tensor(ids, dtype=torch.long)
     included = np.ones(n, dtype=bool) if include is None else np.asarray(include, dtype=bool)
@@ -306,9 +333,9 @@ def choose(
     if not enabled:
         rule = "model"
     elif rule is None:
-        rule, nested = (
-            ("best", None) if errors.gram is None else _nested_rule(errors, columns, ids_t, n_ids, metric, included)
-        )
+        if include is not None:
+            raise ValueError("the rule is chosen over every window: give `rule` with `include`")
+        rule, nested = ("best", None) if errors.late_gram is None else _nested_rule(errors, columns, ids_t, n_ids)
     count, val_error = _validation_errors(errors, ids_t, n_ids, included)
     values = _weights(val_error, count, errors.names, rule)
     return Decision(columns, Weights(errors.names, values), val_error, metric, rule, nested)
@@ -354,30 +381,20 @@ def _weights(val_error: dict[str, np.ndarray], count: torch.Tensor, names: tuple
 
 
 def _nested_rule(
-    errors: WindowErrors,
-    columns: tuple[str, ...],
-    ids: torch.Tensor,
-    n_ids: int,
-    metric: str,
-    included: np.ndarray,
+    errors: WindowErrors, columns: tuple[str, ...], ids: torch.Tensor, n_ids: int
 ) -> tuple[str, dict[str, float] | None]:
-    """The rule whose weights, set on the first NESTED_SHARE of each series' (included) validation origins, score
-    the lowest MSE on the rest (RULES order breaks ties); "best" where no series has origins on both sides."""
+    """The rule whose weights, set on the first NESTED_SHARE of each series' validation origins, score the lowest
+    MSE on the rest (RULES order breaks ties); "best" where no series has origins on both sides."""
     ids_np = ids.numpy()
-    rank, counts = origin_ranks(ids_np, n_ids, included)
-    first = included & (rank < np.round(counts[ids_np] * NESTED_SHARE))
-    rest = included & ~first
-    if not rest.any() or not first.any():
+    late = late_origins(ids_np, n_ids)
+    if late.all() or not late.any():
         return "best", None
-    kept = torch.as_tensor(rest).unsqueeze(1)
-    steps, _ = _validation_errors(errors, ids, n_ids, rest)  # (n_ids, C) observed steps scored
+    steps, _ = _validation_errors(errors, ids, n_ids, late)  # (n_ids, C) observed steps scored
+    scored = steps > 0
     scores = {}
     for rule in RULES:
-        weights = choose(errors, columns, True, ids_np, n_ids, metric, include=first, rule=rule).weights
-        picked = torch.from_numpy(weights.values[ids_np])  # (N, C, K) each window's series' weights
-        sums = _combined(errors.gram, picked).masked_fill(~kept, 0.0)  # (N, C)
-        total = torch.zeros_like(steps).index_add_(0, ids, sums)
-        scored = steps > 0
+        weights = choose(errors, columns, True, ids_np, n_ids, "mse", include=~late, rule=rule).weights
+        total = _combined(errors.late_gram, torch.from_numpy(weights.values))  # (n_ids, C)
         scores[rule] = float((total[scored] / steps[scored]).mean())
     return min(RULES, key=lambda rule: (scores[rule], RULES.index(rule))), scores
 
