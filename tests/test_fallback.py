@@ -223,3 +223,13 @@ def test_each_series_late_gram_matrix_sums_its_last_third_of_origins_a_few_windo
     assert blocked.late_gram[1, 1, 0, 2].item() == pytest.approx(by_hand.item(), abs=1e-12)
     for name in blocked.sums:
         assert torch.allclose(blocked.sums[name], whole.sums[name], rtol=0, atol=1e-12)
+
+
+def test_no_validation_window_keeps_the_model():
+    from tsformer.fallback import WindowErrors
+
+    empty = {"model": torch.zeros(0, 3, 2), "repeat_last": torch.zeros(0, 3, 2)}
+    errors = WindowErrors.of(empty, torch.zeros(0, 3, 2), None)
+    assert errors.sums["blend_repeat_last"].shape == (0, 2) and errors.late_gram.abs().sum() == 0
+    decision = decide(empty, torch.zeros(0, 3, 2), None, ("a", "b"))
+    assert decision.choice == (("model", "model"),)

@@ -268,7 +268,7 @@ def _squared_errors(
     rows = max(1, GRAM_ELEMENTS // (h * c * len(names)))
     sums: dict[str, list[torch.Tensor]] = {name: [] for name in library}
     late_gram = torch.zeros(n_ids, c, len(names), len(names), dtype=torch.float64)
-    for start in range(0, n, rows):
+    for start in range(0, max(n, 1), rows):  # one empty block when there are no windows
         block = slice(start, start + rows)
         errors = torch.stack([forecasts[name][block] - truth[block] for name in names], dim=-1).double()  # (n, H, C, K)
         if truth_observed is not None:
