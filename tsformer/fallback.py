@@ -208,6 +208,7 @@ class WindowErrors:
     steps: torch.Tensor
     names: tuple[str, ...]  # the base forecasters present, the model first
     late_gram: torch.Tensor | None = None  # None with the MAE
+    late: np.ndarray | None = None  # (N,) the windows `late_gram` sums; None with the MAE
 
     @classmethod
     def of(
@@ -230,7 +231,7 @@ class WindowErrors:
             ids = np.zeros(n, dtype=np.int64) if ids is None else np.asarray(ids, dtype=np.int64)
             late = late_origins(ids, n_ids) if late is None else np.asarray(late, dtype=bool)
             sums, late_gram = _squared_errors(forecasts, names, truth, truth_observed, ids, late, n_ids)
-            return cls(sums, steps.double(), names, late_gram)
+            return cls(sums, steps.double(), names, late_gram, late)
         sums = {}
         for name in scored_names(forecasts):
             error = (forecast_of(name, forecasts) - truth).abs_()  # (N, H, C), one forecaster at a time
@@ -242,12 +243,13 @@ class WindowErrors:
     @classmethod
     def concat(cls, parts: list[WindowErrors]) -> WindowErrors:
         """The errors of consecutive blocks of windows, as one."""
-        late_gram = None if parts[0].late_gram is None else sum(p.late_gram for p in parts)
+        squared = parts[0].late_gram is not None
         return cls(
             {name: torch.cat([p.sums[name] for p in parts]) for name in parts[0].sums},
             torch.cat([p.steps for p in parts]),
             parts[0].names,
-            late_gram,
+            sum(p.late_gram for p in parts) if squared else None,
+            np.concatenate([p.late for p in parts]) if squared else None,
         )
 
 
@@ -385,8 +387,7 @@ def _nested_rule(
 ) -> tuple[str, dict[str, float] | None]:
     """The rule whose weights, set on the first NESTED_SHARE of each series' validation origins, score the lowest
     MSE on the rest (RULES order breaks ties); "best" where no series has origins on both sides."""
-    ids_np = ids.numpy()
-    late = late_origins(ids_np, n_ids)
+    ids_np, late = ids.numpy(), errors.late
     if late.all() or not late.any():
         return "best", None
     steps, _ = _validation_errors(errors, ids, n_ids, late)  # (n_ids, C) observed steps scored
@@ -399,14 +400,13 @@ def _nested_rule(
     return min(RULES, key=lambda rule: (scores[rule], RULES.index(rule))), scores
 
 
-def origin_ranks(ids: np.ndarray, n_ids: int, included: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Each window's place among its series' (included) windows, which come in time order, (N,), and each
-    series' count of them, (n_ids,)."""
-    mask = np.ones(len(ids), dtype=bool) if included is None else included
-    counts = np.bincount(ids[mask], minlength=n_ids)
-    rank = np.full(len(ids), -1, dtype=np.int64)
-    order = np.flatnonzero(mask)[np.argsort(ids[mask], kind="stable")]  # series by series, each in time order
-    rank[order] = np.arange(len(order)) - np.repeat(np.cumsum(counts) - counts, counts)
+def origin_ranks(ids: np.ndarray, n_ids: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each window's place among its series' windows, which come in time order, (N,), and each series' count of
+    them, (n_ids,)."""
+    counts = np.bincount(ids, minlength=n_ids)
+    rank = np.empty(len(ids), dtype=np.int64)
+    order = np.argsort(ids, kind="stable")  # series by series, each in time order
+    rank[order] = np.arange(len(ids)) - np.repeat(np.cumsum(counts) - counts, counts)
     return rank, counts
 
 
