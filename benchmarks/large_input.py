@@ -157,10 +157,12 @@ def measure_inference(n_windows: int = 4096, repeats: int = 5, threads: int = 2)
     from tsformer.config import ModelConfig
     from tsformer.layout import Layout
     from tsformer.model import PREDICT_BATCH, Forecaster
+    from tsformer.model.precision import resolve_precision
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    cfg = ModelConfig(context_len=336, patch_len=24)  # what ETTh1's automatic choice gives
+    precision = resolve_precision("auto", torch.device("cpu"))  # as `train` chooses it on this machine
+    cfg = ModelConfig(context_len=336, patch_len=24, precision=precision)  # what ETTh1's automatic choice gives
     model = Forecaster(cfg, Layout(tuple(f"s{j}" for j in range(N_SERIES)))).eval()
     contexts = torch.randn(n_windows, cfg.context_len, N_SERIES)
     rates: dict[int, list[float]] = {batch: [] for batch in sorted({*INFERENCE_BATCHES, PREDICT_BATCH})}
@@ -175,6 +177,7 @@ def measure_inference(n_windows: int = 4096, repeats: int = 5, threads: int = 2)
     }
     return {
         "model": f"ModelConfig defaults, {N_SERIES} columns",
+        "precision": precision,
         "context_len": cfg.context_len,
         "horizon": cfg.horizon,
         "columns": N_SERIES,
@@ -205,13 +208,18 @@ def measure_training(steps: int = 30, batch: int = 128, threads: int = 2) -> dic
     from tsformer.config import ModelConfig, TrainConfig
     from tsformer.layout import Layout
     from tsformer.model import Covariates, Forecaster
+    from tsformer.model.precision import resolve_precision
     from tsformer.train import build_optimizer
 
     torch.set_num_threads(threads)
+    precision = resolve_precision("auto", torch.device("cpu"))  # as `train` chooses it on this machine
     out = {}
     for name, (context_len, patch_len, horizon, columns, loss, cycle, dropout) in TRAINING_MODELS.items():
         torch.manual_seed(0)
-        cfg = ModelConfig(context_len=context_len, patch_len=patch_len, horizon=horizon, cycle=cycle, dropout=dropout)
+        cfg = ModelConfig(
+            context_len=context_len, patch_len=patch_len, horizon=horizon, cycle=cycle, dropout=dropout,
+            precision=precision,
+        )  # fmt: skip
         model = Forecaster(cfg, Layout(tuple(f"s{j}" for j in range(columns)), cycle=cycle), loss).train()
         tc = TrainConfig()
         optimizer = build_optimizer(model, tc)
@@ -233,19 +241,23 @@ def measure_training(steps: int = 30, batch: int = 128, threads: int = 2) -> dic
         median = statistics.median(seconds[3:])
         params = sum(p.numel() for p in model.parameters())
         out[name] = {"windows_per_s": round(batch / median), "step_ms": round(1000 * median, 1), "parameters": params}
-    return {"batch": batch, "threads": threads, "steps": steps, "models": out}
+    return {"batch": batch, "threads": threads, "steps": steps, "precision": precision, "models": out}
 
 
 def training_line(training: dict) -> str:
     rates = ", ".join(f"{name} {m['windows_per_s']:,}" for name, m in training["models"].items())
-    return f"training windows/s (batch {training['batch']}, {training['threads']} torch threads): {rates}"
+    return (
+        f"training windows/s (batch {training['batch']}, {training['threads']} torch threads, "
+        f"{training.get('precision', 'float32')}): {rates}"
+    )
 
 
 def inference_line(inference: dict) -> str:
     rate = inference["windows_per_s"]
     return (
         f"inference windows/s (ETTh1 default model, context {inference['context_len']}, {inference['columns']} "
-        f"columns, batch {inference['batch']}): best {rate['best']:,}, median {rate['median']:,}"
+        f"columns, batch {inference['batch']}, {inference.get('precision', 'float32')}): best {rate['best']:,}, "
+        f"median {rate['median']:,}"
     )
 
 

@@ -255,14 +255,14 @@ def test_the_interval_check_catches_widths_that_read_the_targets():
     assert check_intervals(lambda windows: None, 16, 3, 2).detail == "the run has no intervals"
 
 
-def _leaking_block(position: int | None = None, only_training: bool = False):
-    """A Block.forward that adds half of the next token's state to a token (every token, or one), always or only
-    while training: leaks the model checks must catch."""
+def _leaking_block(position: int | None = None, only_training: bool = False, only_bfloat16: bool = False):
+    """A Block.forward that adds half of the next token's state to a token (every token, or one), always, only
+    while training or only under bfloat16 autocast: leaks the model checks must catch."""
     forward = forecaster.Block.forward
 
     def leaking(self, x, mask):
         out = forward(self, x, mask)
-        if only_training and not self.training:
+        if (only_training and not self.training) or (only_bfloat16 and not torch.is_autocast_enabled("cpu")):
             return out
         leak = torch.zeros_like(out)
         if position is None:
@@ -279,6 +279,16 @@ def test_a_leak_only_while_training_is_caught_in_train_mode(monkeypatch):
     results = by_name(check_model(model_for(patch_len=4)))
     assert results["model/forward"].passed and results["model/gradient"].passed  # eval mode sees nothing
     assert not results["model/train-mode"].passed and results["model/train-mode"].max_change > 1e-3
+
+
+def test_a_bfloat16_model_is_probed_in_bfloat16_so_a_leak_only_there_is_caught(monkeypatch):
+    assert "model/bfloat16" not in by_name(check_model(model_for(patch_len=4)))  # float32: float64 probes it all
+    passed = by_name(check_model(model_for(patch_len=4, precision="bfloat16")))
+    assert passed["model/bfloat16"].passed and passed["model/bfloat16"].max_change == 0.0
+    monkeypatch.setattr(forecaster.Block, "forward", _leaking_block(only_bfloat16=True))
+    results = by_name(check_model(model_for(patch_len=4, precision="bfloat16")))
+    assert results["model/forward"].passed and results["model/gradient"].passed  # float64 runs no autocast
+    assert not results["model/bfloat16"].passed and results["model/bfloat16"].max_change > 1e-3
 
 
 def test_every_position_is_probed_so_a_leak_at_one_token_is_caught(monkeypatch):

@@ -30,6 +30,7 @@ MAX_VAL_HORIZONS = 3  # the most horizons of validation an automatic data.val_ho
 MAX_SEED = 2**63 - 1  # torch.manual_seed takes a signed 64-bit integer
 MAX_COUNT = 2**31 - 1  # sizes, strides and counts beyond this are typos, not settings
 ATTENTIONS = ("fused", "explicit")
+PRECISIONS = ("auto", "float32", "bfloat16")  # model.precision (`tsformer.model.precision`)
 # auto: mae for a panel, mse for a wide file (tsformer.data.choices); mase: mae in units of each window's naive MAE
 LOSSES = ("auto", "mse", "mae", "mase")
 INTERVAL_SCALES = ("seasonal", "fixed")  # train.interval_scale (tsformer.intervals)
@@ -194,6 +195,9 @@ class ModelConfig:
     # its last steps of it; the longest is context_len); () = every member reads the whole context. Chosen from
     # the data with model.members (`data.choices`): the context and half of it where an epoch is long
     member_contexts: tuple[int, ...] = ()
+    # the forward's matrix products in float32 or bfloat16 (torch.autocast; the loss, the optimiser and the
+    # statistics stay float32); auto: bfloat16 where the device computes it natively (`resolve_precision`)
+    precision: str = "auto"
 
     def __post_init__(self) -> None:
         _check_finite(self, "model")
@@ -243,6 +247,7 @@ class ModelConfig:
         )
         _require(self.head_token_width >= 1, f"model.head_token_width must be at least 1, got {self.head_token_width}")
         _require(self.attention in ATTENTIONS, f"model.attention must be one of {ATTENTIONS}, got {self.attention!r}")
+        _require(self.precision in PRECISIONS, f"model.precision must be one of {PRECISIONS}, got {self.precision!r}")
 
     @property
     def resolved(self) -> bool:

@@ -90,6 +90,8 @@ def check_model(model: ForecasterBase, seed: int = 0) -> list[CheckResult]:
     results.append(max(padding, key=lambda r: r.max_change))
     inference = [_check_inference_path(probe, x, covariates, short_history) for probe in models]
     results += [max(inference, key=lambda r: r.max_change), check_targets(own)]
+    if cfg.precision == "bfloat16":
+        results.append(_check_precision(model, x, covariates, short_history, positions, generator))
     if covariates is not None and covariates.future is not None:
         results.append(_check_future_allowance(models[1], x, covariates, positions, generator))
     if own.layout.static:
@@ -299,6 +301,36 @@ def _probe_future(
             if grad is not None and grad[:, start:].numel():
                 worst_grad = max(worst_grad, grad[:, start:].abs().max().item())
     return worst_forward, worst_grad, moved_later
+
+
+def _check_precision(
+    model: ForecasterBase,
+    x: torch.Tensor,
+    covariates: Covariates | None,
+    observed: torch.Tensor,
+    positions: list[int],
+    generator: torch.Generator,
+) -> CheckResult:
+    """The forward and gradient probes again in float32, where a bfloat16 model's products run in bfloat16 (in
+    float64 they run exactly): a masked future still contributes exactly zero, so nothing may move."""
+    own = copy.deepcopy(model).float().eval()
+    models = (own, _randomised(own, generator))
+    as_float = None
+    if covariates is not None:
+        as_float = Covariates(*(t if t is None or not t.is_floating_point() else t.float() for t in covariates))
+    probes = [
+        _probe_future(probe, x.float(), as_float, mask, positions, generator)
+        for probe in models
+        for mask in (None, observed)
+    ]
+    worst = max(max(forward, grad) for forward, grad, _ in probes)
+    return CheckResult(
+        "model/bfloat16",
+        worst <= TOLERANCE,
+        worst,
+        f"outputs and gradients at or before t after changing inputs after t, with the products in bfloat16 "
+        f"(as trained), over {len(positions)} positions, own and random weights",
+    )
 
 
 def _check_future_allowance(

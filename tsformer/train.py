@@ -36,6 +36,7 @@ from tsformer.final import FinalFit, every_row, last_timestamps
 from tsformer.intervals import CHUNK_WINDOWS
 from tsformer.leakage import check_data, check_model, require_passed
 from tsformer.model import Ensemble, ForecasterBase, build_forecaster
+from tsformer.model.precision import resolve_precision
 from tsformer.predictor import Predictor, load_predictor, load_train_state
 from tsformer.progress import Progress
 from tsformer.results import TrainSummary
@@ -118,6 +119,7 @@ def _train(
     best_so_far = load_predictor(out_dir / MODEL_FILE).model.state_dict() if resume else None  # before any seeding
     given = previous.config if previous else resolve(cfg)
     ctx = distributed.setup(given.train.device)
+    given = _with_precision(given, ctx.device)
     if given.train.num_threads:
         torch.set_num_threads(given.train.num_threads)
     if given.train.time_limit and ctx.world_size > 1:
@@ -169,6 +171,12 @@ def _train(
         history = pd.DataFrame(state.history)  # from last.pt: whole, even after a kill before its last write
         _write_run(folder, predictor, history)
     return predictor
+
+
+def _with_precision(cfg: Config, device: torch.device) -> Config:
+    """cfg with model.precision chosen for `device` when it is auto (the saved config says which)."""
+    precision = resolve_precision(cfg.model.precision, device)
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, precision=precision))
 
 
 def _searched(

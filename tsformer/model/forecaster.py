@@ -18,6 +18,7 @@ from tsformer.model.cycle import Cycle
 from tsformer.model.dropout import Dropout
 from tsformer.model.encoding import PatchProjection, sinusoidal_encoding
 from tsformer.model.inference import ForecasterBase
+from tsformer.model.precision import autocast
 
 # mase: the mae of errors divided by each window's naive scale (`naive_scale`), so every window weighs as MASE does
 LOSSES = {"mse": F.mse_loss, "mae": F.l1_loss, "mase": F.l1_loss}
@@ -50,6 +51,14 @@ def pinball_loss(
         return loss.mean()
     cells = weights.unsqueeze(-1).expand_as(loss)
     return (loss * cells).sum() / cells.sum().clamp(min=1.0)
+
+
+def _in_dtype(
+    outputs: tuple[torch.Tensor, torch.Tensor | None], dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A forward's (point, quantiles or None) in the input's dtype: float32 after a bfloat16 autocast."""
+    point, quantiles = outputs
+    return point.to(dtype), None if quantiles is None else quantiles.to(dtype)
 
 
 class FeedForward(nn.Module):
@@ -220,6 +229,21 @@ class Forecaster(ForecasterBase):
         self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Every token's forecast (B, T, H, C) and, with quantiles, its quantiles (B, T, H, C, Q)."""
+        with autocast(self.cfg.precision, x):
+            outputs = self._outputs_tokens(x, observed, covariates)
+        return _in_dtype(outputs, x.dtype)
+
+    def outputs_last(
+        self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The last token's forecast (B, H, C) and quantiles (B, H, C, Q) or None; = outputs_tokens(...)[:, -1]."""
+        with autocast(self.cfg.precision, x):
+            outputs = self._outputs_last(x, observed, covariates)
+        return _in_dtype(outputs, x.dtype)
+
+    def _outputs_tokens(
+        self, x: torch.Tensor, observed: torch.Tensor | None, covariates: Covariates | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         features, phase = self._read_covariates(covariates)
         if phase is not None:
             x = x - self.cycle(phase[:, : self.cfg.context_len])  # (B, L, C): the residual of the cycle
@@ -243,10 +267,9 @@ class Forecaster(ForecasterBase):
         ahead = future_windows(phase.unsqueeze(-1), self.pad_len, self.cfg.patch_len, h)[:, :, -h:, 0]  # (B, T, H)
         return self._add_cycle(point, quantiles, ahead)  # token k's: the H steps after its patch
 
-    def outputs_last(
-        self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
+    def _outputs_last(
+        self, x: torch.Tensor, observed: torch.Tensor | None, covariates: Covariates | None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The last token's forecast (B, H, C) and quantiles (B, H, C, Q) or None; = outputs_tokens(...)[:, -1]."""
         features, phase = self._read_covariates(covariates)
         length = self.cfg.context_len
         if phase is not None:
