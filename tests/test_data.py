@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -117,6 +119,17 @@ def test_scaler_round_trip():
     x = np.array([[2.0, 11.0]], dtype=np.float32)
     np.testing.assert_allclose(scaler.inverse(scaler.transform(x)), x)
     assert Scaler.from_dict(scaler.to_dict()).mean.tolist() == scaler.mean.tolist()
+
+
+def test_the_floor_is_zero_where_a_column_reached_zero_in_training_and_never_went_below():
+    train = np.array([[0.0, -1.0, 3.0, np.nan], [4.0, 2.0, 5.0, np.nan]], dtype=np.float32)  # (rows, columns)
+    scaler = Scaler.fit(train)
+    assert scaler.lowest[0, :3].tolist() == [0.0, -1.0, 3.0] and np.isnan(scaler.lowest[0, 3])
+    floors = scaler.floors()[0]  # scaled: (0 - mean) / std for the count-like column, no floor elsewhere
+    assert floors[0] == pytest.approx(-1.0) and np.isneginf(floors[1:]).all()  # mean 2, std 2
+    back = Scaler.from_dict(json.loads(json.dumps(scaler.to_dict())))  # NaN stored as null
+    np.testing.assert_array_equal(back.lowest, scaler.lowest)
+    assert np.isneginf(Scaler(scaler.mean, scaler.std).floors()).all()  # a run saved before it: no floor
 
 
 def test_constant_columns_are_left_out_of_a_wide_files_default_targets(tmp_path):

@@ -49,7 +49,7 @@ def test_known_noise_reaches_the_nominal_coverage():
     assert widths[1].numpy() == pytest.approx(np.full((3, 2), 1.96), abs=0.12)
     test = torch.randn(4000, 3, 2, generator=generator)
     for level, width in zip((0.8, 0.95), widths, strict=True):
-        share, count = coverage(torch.zeros_like(test), test, None, width)
+        share, count = coverage(-width, width, test, None)
         assert share == pytest.approx(np.full(2, level), abs=0.02) and count.tolist() == [12000, 12000]
 
 
@@ -104,10 +104,9 @@ def test_scaled_intervals_hold_their_coverage_in_calm_and_volatile_stretches():
     test_scale = forecast_scale(typical, context, None, season=1)
     for calm in (True, False):
         keep = (sigma < 1) == calm
-        fixed_share, _ = coverage(torch.zeros_like(truth[keep]), truth[keep], None, fixed[0])
-        scaled_share, _ = coverage(
-            torch.zeros_like(truth[keep]), truth[keep], None, half_widths(scaled, test_scale[keep])[0]
-        )
+        fixed_share, _ = coverage(-fixed[0], fixed[0], truth[keep], None)
+        scaled_width = half_widths(scaled, test_scale[keep])[0]
+        scaled_share, _ = coverage(-scaled_width, scaled_width, truth[keep], None)
         assert scaled_share[0] == pytest.approx(0.8, abs=0.03)
         assert (fixed_share[0] > 0.95) if calm else (fixed_share[0] < 0.7)
 
@@ -193,13 +192,17 @@ def test_msis_against_a_hand_computation():
     std, scale = np.array([[2.0]]), np.array([[4.0]])  # scaled -> units: x 2; MASE scale 4 units
     # per step: width 2 + 2/0.05 x miss = 2, 2 + 40 x 1, 2 + 40 x 2 (scaled) -> x 2 / 4
     expected = np.mean([2, 42, 82]) * 2 / 4
-    assert msis(forecast, truth, None, width, std, scale, 0.95) == pytest.approx(expected)
+    lower, upper = forecast - width, forecast + width
+    assert msis(lower, upper, truth, None, std, scale, 0.95) == pytest.approx(expected)
     observed = np.array([[[True], [False], [True]]])
-    assert msis(forecast, truth, observed, width, std, scale, 0.95) == pytest.approx(np.mean([2, 82]) * 2 / 4)
+    assert msis(lower, upper, truth, observed, std, scale, 0.95) == pytest.approx(np.mean([2, 82]) * 2 / 4)
+    # a floor at 0 (scaled) lifts the lower bound to 0: the width shrinks to 1 and the third miss grows to 3
+    floored = np.maximum(lower, 0.0)
+    assert msis(floored, upper, truth, None, std, scale, 0.95) == pytest.approx(np.mean([1, 41, 121]) * 2 / 4)
 
 
 def test_quantile_loss_against_a_hand_computation():
-    from tsformer.intervals import interval_quantiles, quantile_loss
+    from tsformer.intervals import interval_bounds, interval_quantiles, quantile_loss
 
     forecast = np.array([[[10.0], [10.0]]])  # (1, 2, 1), scaled = units (mean 0, std 1)
     truth = np.array([[[12.0], [9.0]]])
@@ -217,7 +220,7 @@ def test_quantile_loss_against_a_hand_computation():
             2 * (pinball(0.9, 12, 11) + pinball(0.9, 9, 11)) / total,
         ]
     )
-    implied = interval_quantiles(forecast, widths, (0.8,))
+    implied = interval_quantiles(forecast, interval_bounds(forecast, widths, (0.8,)))
     assert [q for q, _ in implied] == pytest.approx([0.1, 0.5, 0.9])
     assert quantile_loss(implied, truth, None, mean, std) == pytest.approx(expected)
 

@@ -133,6 +133,13 @@ def test_scaler_fit_on_all_rows_fails(tiny_csv):
     assert not result.passed and result.max_change > 1e-4
 
 
+def test_a_floor_set_from_rows_after_training_fails_the_scaler_check(tiny_csv):
+    data = training_data(tiny_config(tiny_csv))
+    later_low = dataclasses.replace(data.scaler, lowest=data.scaler.lowest - 0.5)  # a lower value from later rows
+    result = check_scaler(data.frame, data.borders, later_low)
+    assert not result.passed and result.max_change == pytest.approx(0.5, rel=1e-3)
+
+
 def test_window_checks_pass_and_catch_a_shifted_window(tiny_csv, monkeypatch):
     data = training_data(tiny_config(tiny_csv))
     assert all(r.passed for r in check_windows(data))

@@ -164,3 +164,35 @@ def test_business_day_forecasts_skip_weekends(tmp_path):
         "2023-10-11",
         "2023-10-12",
     ]
+
+
+def test_a_count_column_is_never_forecast_below_zero_and_is_scored_as_shipped(tmp_path):
+    """A column of small counts (zeros in training, never negative) beside one that goes below zero: the counts'
+    point forecasts and interval bounds stay at or above zero, the other column's are not floored, and evaluate
+    scores the floored intervals it ships."""
+    from tsformer.evaluate import evaluate
+
+    frame = make_frame(n_rows=240, n_series=1)
+    frame["count"] = np.random.default_rng(1).poisson(0.7, len(frame)).astype(float)
+    csv = write_csv(tmp_path / "counts.csv", frame)
+    train(tiny_config(csv), tmp_path / "run", show_progress=False)
+    predictor = load_predictor(tmp_path / "run" / "model.pt")
+    forecast = predict_run(tmp_path / "run", csv).frame
+    bounds = [f"count_{side}_{level}" for level in ("80", "95") for side in ("lower", "upper")]
+    assert (forecast[["count", *bounds]] >= 0).all().all()
+    assert (forecast["count_lower_95"] == 0).any()  # the floor acted: +- the 95 % width reaches below zero
+    assert (forecast["a_lower_95"] < 0).any()  # a sine around 0: no floor
+
+    data = predictor.read(csv)
+    report = evaluate(predictor, data)
+    windows = data.split_windows("test")
+    cut = windows.split(predictor.context_len)
+    shipped = predictor.forecast(cut, windows.series())
+    level, lower, upper = shipped.scaled_bounds()[0]  # 80 %
+    truth = cut.target.numpy()[..., 1]
+    inside = ((truth >= lower[..., 1]) & (truth <= upper[..., 1])).mean()
+    scored = report.intervals["80"]["per_column"]["count"]
+    assert level == 0.8 and scored["coverage"] == pytest.approx(inside)
+    assert scored["width"] == pytest.approx(((upper - lower)[..., 1] * shipped.std[:, None, 1]).mean(), rel=1e-5)
+    assert (lower[..., 1] >= shipped.floor[:, :, 1] - 1e-6).all()
+    assert scored["width"] < 2 * (shipped.half_widths[0][..., 1] * shipped.std[:, None, 1]).mean()  # floored

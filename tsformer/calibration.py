@@ -51,6 +51,9 @@ def choose_and_calibrate(
     windows = val_windows.split(cfg.model.context_len)
     ids = val_windows.series()  # (N,) each window's series
     model_point, model_quantiles = model_outputs or predictor.model_outputs(windows)
+    floor = predictor.floors(ids)  # (N, 1, C): what ships is floored, so the choices and widths see it floored
+    model_point = torch.maximum(model_point, floor)
+    model_quantiles = None if model_quantiles is None else torch.maximum(model_quantiles, floor.unsqueeze(-1))
     blocks = [slice(start, start + CHUNK_WINDOWS) for start in range(0, len(ids), CHUNK_WINDOWS)] or [slice(0, 0)]
     kept: dict[int, dict[str, torch.Tensor]] = {}  # one block: its forecasts, not made twice (ETS is slow)
 
@@ -58,7 +61,7 @@ def choose_and_calibrate(
         if i in kept:
             return kept[i]
         block = blocks[i]
-        each, _ = predictor.forecasters(_rows(windows, block), (model_point[block], None))
+        each, _ = predictor.forecasters(_rows(windows, block), floor[block], (model_point[block], None))
         if len(blocks) == 1:
             kept[i] = each
         return each

@@ -195,13 +195,15 @@ def check_forecasters(predictor: Predictor, data: Prepared | None) -> CheckResul
     windows = data.split_windows("val")
     if not len(windows):
         return CheckResult("forecasters/future", True, 0.0, "no validation window to probe")
-    picked = _probe_windows(windows).all()
+    probed = _probe_windows(windows)
+    picked = probed.all()
     context_len = predictor.context_len
     generator = torch.Generator().manual_seed(0)
     redrawn = picked.target.clone()
     redrawn[:, context_len:] = 1e3 * torch.randn(redrawn[:, context_len:].shape, generator=generator)
-    before, _ = predictor.forecasters(picked.split(context_len))
-    after, _ = predictor.forecasters(dataclasses.replace(picked, target=redrawn).split(context_len))
+    floor = predictor.floors(probed.series())
+    before, _ = predictor.forecasters(picked.split(context_len), floor)
+    after, _ = predictor.forecasters(dataclasses.replace(picked, target=redrawn).split(context_len), floor)
     change = {name: float((after[name] - before[name]).abs().max()) for name in before}
     worst = max(change.values())
     moved = [name for name, value in change.items() if value > 0]

@@ -268,6 +268,8 @@ def _validate(p: SimpleNamespace) -> None:
         )
     if not (np.isfinite(mean).all() and np.isfinite(std).all() and (std > 0).all()):
         raise ValueError("scaler statistics must be finite with positive stds")
+    if p.scaler.lowest is not None and p.scaler.lowest.shape != shape:
+        raise ValueError(f"scaler has {p.scaler.lowest.shape} lowest values for {shape[0]} series x {shape[1]} columns")
     ends = np.stack([p.borders.train_end, p.borders.val_end, p.borders.test_end])  # (3, n_ids)
     if ends.shape != (3, len(series)) or ends.dtype.kind != "i" or not (np.diff(ends, axis=0) >= 0).all():
         raise ValueError(f"split borders must be increasing row numbers, one set per series, got {ends.tolist()[:3]}")

@@ -19,7 +19,15 @@ import torch
 from tsformer.data import Prepared, SeriesFrame
 from tsformer.data.timestamps import as_text
 from tsformer.files import atomic_write_text
-from tsformer.intervals import coverage, interval_quantiles, label, msis, quantile_loss, quantile_pairs
+from tsformer.intervals import (
+    coverage,
+    interval_bounds,
+    interval_quantiles,
+    label,
+    msis,
+    quantile_loss,
+    quantile_pairs,
+)
 from tsformer.metrics import score, score_by_series
 from tsformer.results import Forecasts
 
@@ -97,8 +105,7 @@ def evaluate(predictor: Predictor, data: Prepared, split: str = "test") -> EvalR
     }
     levels = predictor.interval_levels
     naive_widths = seasonal_naive_widths(data, season, horizon, levels)[:, ids]  # (levels, N, H, C)
-    intervals = _interval_scores(columns, levels, shipped.half_widths, forecasts, truth, truth_observed,
-                                 stats, naive_widths)  # fmt: skip
+    intervals = _interval_scores(columns, shipped, naive_widths, truth, truth_observed, stats)
     by_series = None
     if predictor.id_cols:
         by_series = _series_table(forecasts, truth.numpy(), stats, truth_mask, ids, data.frame)
@@ -189,34 +196,30 @@ def seasonal_naive_widths(data: Prepared, season: int, horizon: int, levels: tup
 
 def _interval_scores(
     columns: tuple[str, ...],
-    levels: tuple[float, ...],
-    widths: np.ndarray | None,
-    forecasts: dict[str, torch.Tensor],
+    shipped: Forecasts,
+    naive_widths: np.ndarray,
     truth: torch.Tensor,
     observed: torch.Tensor | None,
     stats: tuple[np.ndarray, np.ndarray, np.ndarray],
-    naive_widths: np.ndarray,
 ) -> dict[str, dict]:
-    """Per calibrated level: the share of observed test truth inside the interval (nominal: the level), its
-    mean width in the data's units, and its MSIS (M4's interval score over the MASE scale); per column and
-    averaged; and the same for seasonal naive with its in-sample intervals (`naive_widths` (levels, N, H, C)).
-    widths: the model's half-widths (levels, N or 1, H, C); stats: each window's (mean, std, MASE scale),
-    (N, C) each."""
+    """Per calibrated level: the share of observed test truth inside the shipped interval (nominal: the level),
+    its mean width in the data's units, and its MSIS (M4's interval score over the MASE scale); per column and
+    averaged; and the same for seasonal naive with its in-sample intervals (`naive_widths` (levels, N, H, C)),
+    both as shipped: not below the forecasts' floor. stats: each window's (mean, std, MASE scale), (N, C) each."""
     out: dict[str, dict] = {}
-    if widths is None:
+    if shipped.half_widths is None:
         return out
     _, std, scale = stats
     y = truth.numpy()
     mask = None if observed is None else observed.numpy()
 
-    def scores(forecast: np.ndarray, width: np.ndarray, level: float) -> dict:
-        """width: (1, H, C) or (N, H, C), scaled."""
-        share, _ = coverage(torch.from_numpy(forecast), truth, observed, torch.from_numpy(width))
-        width_units = 2 * (np.broadcast_to(width, forecast.shape) * std[:, None]).mean(axis=(0, 1))  # (C,)
-        per_width = np.broadcast_to(width, forecast.shape)
+    def scores(lower: np.ndarray, upper: np.ndarray, level: float) -> dict:
+        """lower, upper: (N, H, C), scaled."""
+        share, _ = coverage(torch.from_numpy(lower), torch.from_numpy(upper), truth, observed)
+        width_units = ((upper - lower) * std[:, None]).mean(axis=(0, 1))  # (C,)
         interval_scores = [
-            msis(forecast[..., j : j + 1], y[..., j : j + 1], None if mask is None else mask[..., j : j + 1],
-                 per_width[..., j : j + 1], std[:, j : j + 1], scale[:, j : j + 1], level)
+            msis(lower[..., j : j + 1], upper[..., j : j + 1], y[..., j : j + 1],
+                 None if mask is None else mask[..., j : j + 1], std[:, j : j + 1], scale[:, j : j + 1], level)
             for j in range(len(columns))
         ]  # fmt: skip
         return {
@@ -229,12 +232,13 @@ def _interval_scores(
             },
         }
 
-    model, naive = forecasts["model"].numpy(), forecasts["seasonal_naive"].numpy()
-    for k, (level, width) in enumerate(zip(levels, widths, strict=True)):
+    naive = shipped.each["seasonal_naive"].numpy()
+    naive_bounds = interval_bounds(naive, naive_widths.astype(np.float32), shipped.levels, shipped.floor)
+    for (level, lower, upper), (_, naive_lower, naive_upper) in zip(shipped.scaled_bounds(), naive_bounds, strict=True):
         out[label(level)] = {
             "nominal": level,
-            **scores(model, width, level),
-            "seasonal_naive": scores(naive, naive_widths[k].astype(np.float32), level),
+            **scores(lower, upper, level),
+            "seasonal_naive": scores(naive_lower, naive_upper, level),
         }
     return out
 
@@ -249,7 +253,7 @@ def _quantile_scores(shipped: Forecasts, cut, quantiles: tuple[float, ...]) -> d
     if shipped.quantiles is None:
         if shipped.half_widths is None:
             return {}
-        implied = interval_quantiles(shipped.point.numpy(), shipped.half_widths, shipped.levels)
+        implied = interval_quantiles(shipped.point.numpy(), shipped.scaled_bounds())
         return {
             "source": "intervals",
             "quantiles": [q for q, _ in implied],

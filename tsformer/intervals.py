@@ -183,12 +183,24 @@ def label(level: float) -> str:
     return f"{percent:g}"
 
 
+def interval_bounds(
+    forecast: np.ndarray, widths: np.ndarray | tuple, levels: tuple[float, ...], floor: np.ndarray | None = None
+) -> list[tuple[float, np.ndarray, np.ndarray]]:
+    """Per level: (level, lower, upper) (N, H, C), the forecast (N, H, C) -+ its half-width (`widths`
+    (n_levels, N or 1, H, C)), neither below `floor` ((N, 1, C), or None: no floor; the forecast is at or above it)."""
+    low = -np.inf if floor is None else floor
+    return [
+        (level, np.maximum(forecast - width, low), np.maximum(forecast + width, low))
+        for level, width in zip(levels, widths, strict=True)
+    ]
+
+
 def coverage(
-    forecast: torch.Tensor, truth: torch.Tensor, observed: torch.Tensor | None, half_width: torch.Tensor
+    lower: torch.Tensor, upper: torch.Tensor, truth: torch.Tensor, observed: torch.Tensor | None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per column: the share of observed truth inside forecast +- half_width ((N or 1, H, C)), and the count
-    scored."""
-    inside = ((truth - forecast).abs() <= half_width).double()  # (N, H, C)
+    """Per column: the share of observed truth (N, H, C) inside [lower, upper] (each broadcast to it), and the
+    count scored."""
+    inside = ((truth >= lower) & (truth <= upper)).double()  # (N, H, C)
     weights = torch.ones_like(inside) if observed is None else observed.double()
     count = weights.sum(dim=(0, 1))
     share = (inside * weights).sum(dim=(0, 1)) / count.clamp(min=1.0)
@@ -196,20 +208,19 @@ def coverage(
 
 
 def msis(
-    forecast: np.ndarray,
+    lower: np.ndarray,
+    upper: np.ndarray,
     truth: np.ndarray,
     observed: np.ndarray | None,
-    half_width: np.ndarray,
     std: np.ndarray,
     scale: np.ndarray,
     level: float,
 ) -> float:
     """Mean scaled interval score (M4): width plus 2/alpha times each miss, over the MASE scale.
 
-    forecast, truth (N, H, C) scaled; half_width (N or 1, H, C) scaled; std and scale (N, C) per window (its
-    series' standard deviation and seasonal-naive MAE, in the CSV's units)."""
+    lower, upper, truth (N, H, C) scaled; std and scale (N, C) per window (its series' standard deviation and
+    seasonal-naive MAE, in the CSV's units)."""
     alpha = 1 - level
-    lower, upper = forecast - half_width, forecast + half_width
     penalty = (upper - lower) + 2 / alpha * (np.maximum(lower - truth, 0) + np.maximum(truth - upper, 0))
     points = penalty * std[:, None] / scale[:, None]  # (N, H, C), in units of the MASE scale
     keep = np.ones(points.shape, dtype=bool) if observed is None else observed
@@ -217,13 +228,13 @@ def msis(
 
 
 def interval_quantiles(
-    forecast: np.ndarray, widths: np.ndarray, levels: tuple[float, ...]
+    forecast: np.ndarray, bounds: list[tuple[float, np.ndarray, np.ndarray]]
 ) -> list[tuple[float, np.ndarray]]:
     """The quantiles the intervals imply: the point forecast (N, H, C) as the median, each interval's bounds
-    (half-widths `widths` (n_levels, N or 1, H, C)) as its (1 -+ level) / 2 quantiles; (level, values) pairs."""
+    ((level, lower, upper), `interval_bounds`) as its (1 -+ level) / 2 quantiles; (level, values) pairs."""
     quantiles = [(0.5, forecast)]
-    for level, width in zip(levels, widths, strict=True):
-        quantiles += [((1 - level) / 2, forecast - width), ((1 + level) / 2, forecast + width)]
+    for level, lower, upper in bounds:
+        quantiles += [((1 - level) / 2, lower), ((1 + level) / 2, upper)]
     return sorted(quantiles, key=lambda pair: pair[0])
 
 

@@ -429,8 +429,9 @@ def check_intervals(
 
 
 def check_scaler(frame: SeriesFrame, borders: SplitBorders, scaler: Scaler, season: int = 0) -> CheckResult:
-    """The scaler's statistics must be those of each series' training rows alone (targets and covariates),
-    recomputed here with pandas: a series with no training value in a column has those of every series'."""
+    """The scaler's statistics (mean, scale and the lowest value, which sets the forecasts' floor) must be those
+    of each series' training rows alone (targets and covariates), recomputed here with pandas: a series with no
+    training value in a column has those of every series'."""
     inputs = frame.inputs() if frame.id_cols else frame.inputs()[: int(borders.train_end[0])]
     ids = frame.id_of_rows() if frame.id_cols else np.zeros(len(inputs), dtype=np.int64)
     position = np.arange(len(inputs)) - frame.bounds[ids]  # row within its series
@@ -451,10 +452,14 @@ def check_scaler(frame: SeriesFrame, borders: SplitBorders, scaler: Scaler, seas
         change = change.to_numpy(dtype=float)
         std = np.where(np.isfinite(change) & (change > 1e-12), change, std)
     std = np.where(std > 1e-12, std, 1.0)
+    lowest = groups.min().reindex(range(frame.n_ids)).fillna(training.min()).to_numpy()  # NaN: no training value
     if mean.shape != scaler.mean.shape:
         detail = f"scaler of shape {scaler.mean.shape} for data of {mean.shape}"
         return CheckResult("data/scaler", False, math.inf, detail)
     change = float(max(np.abs(mean - scaler.mean).max(), np.abs(std - scaler.std).max()))
+    if scaler.lowest is not None:  # the forecasts' floor (`Scaler.floors`): NaN where both have none
+        gap = np.where(np.isnan(lowest) & np.isnan(scaler.lowest), 0.0, np.abs(lowest - scaler.lowest))
+        change = max(change, float(np.nan_to_num(gap, nan=math.inf).max()))
     tolerance = 1e-5 * float(max(1.0, np.abs(mean).max(), std.max()))
     where = (
         f"each of {frame.n_ids} series' training rows"
@@ -639,7 +644,7 @@ def check_scaled_inputs(data: Prepared, n_origins: int = 16) -> CheckResult:
         i = int(ids[row])
         first, end = max(int(frame.bounds[i]), row + 1 - span), min(int(frame.bounds[i + 1]), row + 1 + span)
         piece = _series_rows(frame, i, first, end)
-        scaler = Scaler(data.scaler.mean[i : i + 1], data.scaler.std[i : i + 1])
+        scaler = data.scaler.rows(slice(i, i + 1))
         later = slice(row + 1 - first, end - first)  # the piece's rows after the origin
         changed = dataclasses.replace(
             piece,

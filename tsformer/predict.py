@@ -154,17 +154,14 @@ def series_scaler(predictor: Predictor, frame: SeriesFrame) -> tuple[Scaler, int
     if not predictor.id_cols:
         return predictor.scaler, 0
     known = {key: i for i, key in enumerate(predictor.series)}
-    means, stds, new = [], [], 0
+    rows, new = [], 0
     for i, key in enumerate(frame.keys):
         if key in known:
-            means.append(predictor.scaler.mean[known[key]])
-            stds.append(predictor.scaler.std[known[key]])
+            rows.append(predictor.scaler.rows(slice(known[key], known[key] + 1)))
             continue
         new += 1
-        own = Scaler.fit(frame.inputs()[frame.rows_of(i)], scale_season(predictor.config, predictor.freq))
-        means.append(own.mean[0])
-        stds.append(own.std[0])
-    return Scaler(mean=np.stack(means), std=np.stack(stds)), new
+        rows.append(Scaler.fit(frame.inputs()[frame.rows_of(i)], scale_season(predictor.config, predictor.freq)))
+    return Scaler.stack(rows), new
 
 
 def _table(predictor: Predictor, frame: SeriesFrame, shipped: Forecasts, timestamps: pd.DatetimeIndex) -> pd.DataFrame:

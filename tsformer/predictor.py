@@ -124,7 +124,14 @@ class Predictor:
         the model's quantiles moved with it and adjusted, and the calibrated interval half-widths.
         `window_scaler`: one row of statistics per window, for `Forecasts.units` (default: the run's scaler's
         rows of `ids`)."""
-        return self.ship(self.forecasters(windows), windows, ids, window_scaler)
+        targets = self.window_targets(ids, window_scaler)
+        floor = _floor(targets)
+        return self.ship(self.forecasters(windows, floor), windows, ids, targets, floor)
+
+    def window_targets(self, ids: np.ndarray, window_scaler: Scaler | None = None) -> Scaler:
+        """The target statistics of each window (N rows): `window_scaler`'s, or the run's scaler's rows of `ids`."""
+        scaler = self.scaler if window_scaler is None else window_scaler
+        return scaler.first(self.layout.n_targets).rows(ids if window_scaler is None else slice(None))
 
     def model_outputs(self, windows: Split) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The model's forecast (N, H, C) of the windows and its quantiles (N, H, C, Q) or None, in one pass."""
@@ -134,26 +141,40 @@ class Predictor:
         return point, quantiles
 
     def forecasters(
-        self, windows: Split, model_outputs: tuple[torch.Tensor, torch.Tensor | None] | None = None
+        self,
+        windows: Split,
+        floor: torch.Tensor | None = None,
+        model_outputs: tuple[torch.Tensor, torch.Tensor | None] | None = None,
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
         """Every forecaster's forecast (N, H, C) of the windows, the model's in one pass with its quantiles
-        (N, H, C, Q) or None (`model_outputs`: those, when the model's were made already)."""
+        (N, H, C, Q) or None (`model_outputs`: those, when the model's were made already); none below `floor`
+        (N, 1, C), each window's (`floors`; None: no floor)."""
         point, quantiles = self.model_outputs(windows) if model_outputs is None else model_outputs
         allowed = candidate_names(self.freq, self.context_len, self.config.train.candidates)
         classical = tuple(name for name in allowed if name in CLASSICAL)  # fit per window: only when used
         naive = candidate_forecasts(
             windows.context, windows.context_observed, self.horizon, self.season, self.week, classical
         )
-        return {"model": point, **{name: naive[name] for name in allowed}}, quantiles
+        each = {"model": point, **{name: naive[name] for name in allowed}}
+        if floor is None:
+            return each, quantiles
+        floored = None if quantiles is None else torch.maximum(quantiles, floor.unsqueeze(-1))
+        return {name: torch.maximum(forecast, floor) for name, forecast in each.items()}, floored
+
+    def floors(self, ids: np.ndarray) -> torch.Tensor:
+        """(N, 1, C) scaled: the floor of the forecasts of windows of series `ids` (`Scaler.floors`)."""
+        return _floor(self.window_targets(ids))
 
     def ship(
         self,
         forecasts: tuple[dict[str, torch.Tensor], torch.Tensor | None],
         windows: Split,
         ids: np.ndarray,
-        window_scaler: Scaler | None = None,
+        targets: Scaler,
+        floor: torch.Tensor,
     ) -> Forecasts:
-        """`forecast` from the forecasters' outputs (`forecasters`), with this predictor's choices."""
+        """`forecast` from the forecasters' outputs (`forecasters`, floored at `floor`), with this predictor's
+        choices; `targets`: each window's target statistics (`window_targets`)."""
         each, model_quantiles = forecasts
         point = apply(self.fallback, each, ids)
         quantiles = None
@@ -162,12 +183,11 @@ class Predictor:
             if self.calibration is not None and self.calibration.quantile_adjust is not None:
                 pairs = quantile_pairs(self.config.train.quantiles)
                 quantiles = adjust_quantiles(quantiles, self.calibration.quantile_adjust, pairs)
+            quantiles = torch.maximum(quantiles, floor.unsqueeze(-1))
         half_widths = None
         if self.calibration is not None:
             half_widths = self.calibration.half_widths(windows)
         n_targets = self.layout.n_targets
-        targets = (self.scaler if window_scaler is None else window_scaler).first(n_targets)
-        rows = ids if window_scaler is None else np.arange(len(ids))  # the run's scaler: each window's series
         return Forecasts(
             each=each,
             point=point,
@@ -175,9 +195,10 @@ class Predictor:
             half_widths=half_widths,
             levels=self.interval_levels,
             quantile_levels=tuple(sorted(self.config.train.quantiles)) if quantiles is not None else (),
-            mean=targets.mean[rows],
-            std=targets.std[rows],
+            mean=targets.mean,
+            std=targets.std,
             chosen=chosen(self.fallback, ids, n_targets),
+            floor=floor.numpy(),
         )
 
     # --- reading data as trained ------------------------------------------------------------------
@@ -321,3 +342,8 @@ def load_train_state(path: str | Path) -> tuple[Predictor, dict]:
     """The Predictor of a run's `last.pt` and its training state (optimizer, rng, loop), to resume."""
     fields, state = checkpoint.read_train_state(Path(path))
     return Predictor(**fields), state
+
+
+def _floor(targets: Scaler) -> torch.Tensor:
+    """(N, 1, C) scaled: the floor of each window's forecasts, from its target statistics (`Scaler.floors`)."""
+    return torch.from_numpy(targets.floors()).unsqueeze(1)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from tsformer.intervals import interval_bounds
+
 
 def significant(values: np.ndarray, digits: int = 6) -> np.ndarray:
     """float64 values rounded to `digits` significant digits (float32's last digit is noise)."""
@@ -46,6 +48,9 @@ class Forecasts:
     mean: np.ndarray  # (N, C) each window's series' target mean, in the data's units
     std: np.ndarray  # (N, C) and scale
     chosen: np.ndarray  # (N, C) object: the forecaster of each window's column ("model", "repeat_last", ...)
+    # (N, 1, C) scaled: no forecast, quantile or interval bound is below it (0 in the data's units where the
+    # column reached zero in the series' training rows and never went below, -inf elsewhere); None: no floor
+    floor: np.ndarray | None = None
 
     def units(self, scaled: torch.Tensor | np.ndarray) -> np.ndarray:
         """(N, H, C) or (N, H, C, Q) scaled -> the data's units, to the 6 significant digits float32 holds (so 5.08
@@ -55,11 +60,12 @@ class Forecasts:
         std, mean = (x[:, None].reshape(*x[:, None].shape, *[1] * extra) for x in (self.std, self.mean))
         return significant((values * std + mean).astype(np.float32))
 
+    def scaled_bounds(self) -> list[tuple[float, np.ndarray, np.ndarray]]:
+        """Per level: (level, lower, upper) (N, H, C) scaled: the point forecast -+ the half-width, not below the
+        floor (`intervals.interval_bounds`)."""
+        widths = () if self.half_widths is None else self.half_widths
+        return interval_bounds(self.point.numpy(), widths, self.levels, self.floor)
+
     def bounds(self) -> list[tuple[float, np.ndarray, np.ndarray]]:
         """Per level: (level, lower, upper) (N, H, C) in the data's units."""
-        point = self.point.numpy()
-        widths = () if self.half_widths is None else self.half_widths
-        return [
-            (level, self.units(point - width), self.units(point + width))
-            for level, width in zip(self.levels, widths, strict=True)
-        ]
+        return [(level, self.units(lower), self.units(upper)) for level, lower, upper in self.scaled_bounds()]

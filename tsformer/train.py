@@ -268,7 +268,7 @@ def _calibration_seconds(data: Prepared) -> float:
     cfg = data.config
     probe = _uncalibrated(cfg, data, build_forecaster(cfg.model, data.layout, cfg.train.loss, cfg.train.quantiles))
     started = time.monotonic()
-    probe.forecasters(windows, (torch.zeros_like(windows.target), None))
+    probe.forecasters(windows, None, (torch.zeros_like(windows.target), None))
     passes = 1 if n <= CHUNK_WINDOWS else 2
     return passes * (time.monotonic() - started) * n / len(sample)
 

@@ -171,6 +171,9 @@ class Scaler:
 
     mean: np.ndarray  # (n_ids, n_columns) float32
     std: np.ndarray  # (n_ids, n_columns) float32: the scale (the std, or the seasonal MAE with data.scale=seasonal)
+    # (n_ids, n_columns) float32: each column's smallest observed training value (NaN: none), which sets its
+    # forecasts' floor (`floors`); None: not recorded (a run saved before it was), so no forecast is floored
+    lowest: np.ndarray | None = None
 
     @classmethod
     def fit(cls, train_values: np.ndarray, season: int = 0) -> Scaler:
@@ -187,11 +190,16 @@ class Scaler:
                 warnings.simplefilter("ignore", RuntimeWarning)
                 mean = np.nan_to_num(np.nanmean(train_values.astype(np.float64), axis=0))
                 std = np.nanstd(train_values.astype(np.float64), axis=0)
+        with warnings.catch_warnings():  # a column with no training value: NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            lowest = np.nanmin(train_values, axis=0) if len(train_values) else np.full(train_values.shape[1], np.nan)
         if season:
             change = _seasonal_mae(train_values, season)
             std = np.where(change > 1e-12, change, std)
         std = np.where(std > 1e-12, std, 1.0)
-        return cls(mean=mean.astype(np.float32)[None], std=std.astype(np.float32)[None])
+        return cls(
+            mean=mean.astype(np.float32)[None], std=std.astype(np.float32)[None], lowest=lowest.astype(np.float32)[None]
+        )
 
     @classmethod
     def fit_series(
@@ -203,19 +211,16 @@ class Scaler:
         train_rows = [values[int(b) : int(b) + int(n)] for b, n in zip(bounds[:-1], train_end, strict=True)]
         lacking = np.array([np.isnan(rows).all(axis=0).any() for rows in train_rows])  # a column with no value
         pooled = cls.fit(np.concatenate(train_rows)) if len(train_rows) > 1 and lacking.any() else None
-        means, stds, borrowed = [], [], np.zeros(len(train_rows), dtype=bool)
+        fitted, borrowed = [], np.zeros(len(train_rows), dtype=bool)
         for i, rows in enumerate(train_rows):
             if pooled is not None and lacking[i]:
                 borrowed[i] = True
                 own = cls.fit(rows, season) if len(rows) and not np.isnan(rows).all() else pooled
                 empty = np.isnan(rows).all(axis=0) if len(rows) else np.ones(rows.shape[1], dtype=bool)
-                means.append(np.where(empty, pooled.mean[0], own.mean[0]))
-                stds.append(np.where(empty, pooled.std[0], own.std[0]))
-                continue
-            one = cls.fit(rows, season)
-            means.append(one.mean[0])
-            stds.append(one.std[0])
-        return cls(mean=np.stack(means).astype(np.float32), std=np.stack(stds).astype(np.float32)), borrowed
+                fitted.append(cls(*(np.where(empty, getattr(pooled, k), getattr(own, k)) for k in STATISTICS)))
+            else:
+                fitted.append(cls.fit(rows, season))
+        return cls.stack(fitted), borrowed
 
     def transform(self, values: np.ndarray, ids: np.ndarray | int = 0) -> np.ndarray:
         """values (..., n_columns) of series `ids` (one index, or one per leading row) -> scaled, computed in
@@ -224,17 +229,46 @@ class Scaler:
 
     def first(self, n: int) -> Scaler:
         """The statistics of its first `n` columns: the targets, in a layout's scaled order (`Layout.scaled`)."""
-        return Scaler(self.mean[:, :n], self.std[:, :n])
+        return self.rows(slice(None), slice(0, n))
+
+    def rows(self, ids: np.ndarray | slice, columns: slice = slice(None)) -> Scaler:
+        """The statistics of series `ids` (and `columns`)."""
+        lowest = None if self.lowest is None else self.lowest[ids, columns]
+        return Scaler(self.mean[ids, columns], self.std[ids, columns], lowest)
+
+    @classmethod
+    def stack(cls, scalers: list[Scaler]) -> Scaler:
+        """The rows of `scalers`, one after another (without `lowest` where one lacks it)."""
+        lowest = None if any(one.lowest is None for one in scalers) else np.concatenate([s.lowest for s in scalers])
+        return cls(np.concatenate([s.mean for s in scalers]), np.concatenate([s.std for s in scalers]), lowest)
+
+    def floors(self) -> np.ndarray:
+        """(n_ids, n_columns) scaled: the value 0 where a series' column reached zero in its training rows and never
+        went below it (counts, sales, volumes: no forecast there goes below zero), -inf elsewhere (no floor), and
+        everywhere for a scaler without `lowest`."""
+        if self.lowest is None:
+            return np.full(self.mean.shape, -np.inf, dtype=np.float32)
+        bounded = np.nan_to_num(self.lowest, nan=-1.0) == 0  # NaN: no training value, no floor
+        return np.where(bounded, -self.mean / self.std, -np.inf).astype(np.float32)
 
     def inverse(self, scaled: np.ndarray, ids: np.ndarray | int = 0) -> np.ndarray:
         return (scaled * self.std[ids] + self.mean[ids]).astype(np.float32)
 
     def to_dict(self) -> dict[str, list[list[float]]]:
-        return {"mean": self.mean.tolist(), "std": self.std.tolist()}
+        raw = {"mean": self.mean.tolist(), "std": self.std.tolist()}
+        if self.lowest is not None:  # NaN (no training value) as None, which JSON holds
+            raw["lowest"] = np.where(np.isnan(self.lowest), None, self.lowest).tolist()
+        return raw
 
     @classmethod
     def from_dict(cls, raw: dict[str, list[list[float]]]) -> Scaler:
-        return cls(mean=np.asarray(raw["mean"], dtype=np.float32), std=np.asarray(raw["std"], dtype=np.float32))
+        lowest = raw.get("lowest")
+        if lowest is not None:
+            lowest = np.array(lowest, dtype=np.float64).astype(np.float32)  # None -> NaN
+        return cls(np.asarray(raw["mean"], dtype=np.float32), np.asarray(raw["std"], dtype=np.float32), lowest)
+
+
+STATISTICS = ("mean", "std", "lowest")  # a Scaler's arrays, in field order
 
 
 def _seasonal_mae(values: np.ndarray, season: int) -> np.ndarray:
