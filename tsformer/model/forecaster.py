@@ -53,14 +53,6 @@ def pinball_loss(
     return (loss * cells).sum() / cells.sum().clamp(min=1.0)
 
 
-def _in_dtype(
-    outputs: tuple[torch.Tensor, torch.Tensor | None], dtype: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A forward's (point, quantiles or None) in the input's dtype: float32 after a bfloat16 autocast."""
-    point, quantiles = outputs
-    return point.to(dtype), None if quantiles is None else quantiles.to(dtype)
-
-
 class FeedForward(nn.Module):
     def __init__(self, d_model: int, d_ff: int, dropout: float):
         super().__init__()
@@ -229,17 +221,20 @@ class Forecaster(ForecasterBase):
         self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Every token's forecast (B, T, H, C) and, with quantiles, its quantiles (B, T, H, C, Q)."""
-        with autocast(self.cfg.precision, x):
-            outputs = self._outputs_tokens(x, observed, covariates)
-        return _in_dtype(outputs, x.dtype)
+        return self._at_precision(self._outputs_tokens, x, observed, covariates)
 
     def outputs_last(
         self, x: torch.Tensor, observed: torch.Tensor | None = None, covariates: Covariates | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The last token's forecast (B, H, C) and quantiles (B, H, C, Q) or None; = outputs_tokens(...)[:, -1]."""
+        return self._at_precision(self._outputs_last, x, observed, covariates)
+
+    def _at_precision(self, outputs, x, observed, covariates) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`outputs`(x, observed, covariates) under the model's precision (`tsformer.model.precision`), the point
+        forecast and quantiles returned in x's dtype (float32 after a bfloat16 autocast)."""
         with autocast(self.cfg.precision, x):
-            outputs = self._outputs_last(x, observed, covariates)
-        return _in_dtype(outputs, x.dtype)
+            point, quantiles = outputs(x, observed, covariates)
+        return point.to(x.dtype), None if quantiles is None else quantiles.to(x.dtype)
 
     def _outputs_tokens(
         self, x: torch.Tensor, observed: torch.Tensor | None, covariates: Covariates | None
