@@ -294,3 +294,35 @@ def test_a_panel_below_a_day_with_long_epochs_averages_its_context_and_half_of_i
     given = Config(model=ModelConfig(horizon=24, member_contexts=(336, 336, 168)), train=TrainConfig(epochs=3))
     chosen = resolve_from_data(given, read_series(panel_of(1000, n_series=20), DataConfig()))[0].model
     assert (chosen.members, chosen.member_contexts, chosen.context_len) == (3, (336, 336, 168), 336)
+
+
+def test_the_classical_fits_cost_what_each_form_costs():
+    from tsformer.classical import ETS_FIT_S, ETS_SEASON_STEP_S, THETA_FIT_S, fit_seconds
+
+    assert fit_seconds(("ets", "theta"), 12, 64) == pytest.approx(0.015 + 0.016 * 12 + 0.01)
+    assert (ETS_FIT_S, ETS_SEASON_STEP_S, THETA_FIT_S) == (0.015, 0.016, 0.01)
+    assert fit_seconds(("ets",), 12, 25) == pytest.approx(0.015)  # no two seasons and two steps: no seasonal form
+    assert fit_seconds(("theta",), 52, 336) == pytest.approx(0.01)
+
+
+def test_ets_and_theta_are_candidates_where_their_fits_fit_the_budget():
+    from tsformer.data.choices import CLASSICAL_BUDGET_S
+
+    quarters = pd.date_range("1970-01-01", periods=200, freq="QS")
+    rng = np.random.default_rng(0)
+    columns = {f"s{j}": np.cumsum(rng.normal(size=200)) for j in range(12)}
+    small = pd.DataFrame({"quarter": quarters.strftime("%Y-%m-%d"), **columns})
+    cfg = Config(model=ModelConfig(horizon=8))
+    chosen, notes = resolve_from_data(cfg, read_series(small, cfg.data))
+    assert chosen.train.candidates[-2:] == ("ets", "theta")
+    # 12 columns x (13 validation + 33 test windows) at season 4: (0.015 + 0.064 + 0.01) s each
+    windows, seconds = 12 * (13 + 33), 12 * (13 + 33) * 0.089
+    assert notes[-1] == (
+        f"candidates: ETS and Theta (statsmodels, fit to each window) beside the built-in ones: {windows} "
+        f"validation and test windows x columns, about {seconds:.0f} s of one core (up to 300 s); set with --candidates"
+    )
+    wide = pd.concat([small] + [small.drop(columns="quarter").add_suffix(f"_{k}") for k in range(6)], axis=1)
+    chosen, notes = resolve_from_data(cfg, read_series(wide, cfg.data))  # 84 columns: over the budget
+    assert "ets" not in chosen.train.candidates and 7 * seconds > CLASSICAL_BUDGET_S
+    assert notes[-1].startswith(f"candidates: ETS and Theta left out, as they are fit to each window: {7 * windows:,} ")
+    assert notes[-1].endswith("--candidates repeat_last,seasonal_naive,drift,seasonal_drift,ets,theta asks for them")

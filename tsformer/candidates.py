@@ -13,7 +13,7 @@ it forecasts from any origin exactly as it would after the data's end:
 - weekly_naive, weekly_drift: the same at one week, for data below a day (168 hourly), where the
   context reaches a week back;
 - ets, theta: automatic ETS and the Theta method from statsmodels, fit to each window's context
-  (`tsformer.classical`), only where train.candidates names them (`train` does where windows are few).
+  (`tsformer.classical`), only where train.candidates names them (`train` does where their fits cost little).
 
 The drift is added per step ahead rather than per season back (the distance from the repeated value),
 which won on M4 Hourly's validation windows (benchmarks/NOTES.md, "Classical candidates").

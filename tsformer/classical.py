@@ -13,10 +13,12 @@ gives a non-finite forecast (a context too short for the form, no convergence) g
 statsmodels rather than statsforecast (AutoETS, AutoTheta), by measurement (benchmarks/NOTES.md, "ETS and
 Theta"): statsforecast 2.0.3 fits 5-10 times faster, but its fugue dependency declares pandas<3, so pip
 installs it beside tsformer's pandas 3 by downgrading pandas, and it adds about 770 MB; statsmodels adds
-about 210 MB and no pin, and is imported only by runs that use these candidates. A fit costs about 0.2 s
-(ets, four forms) and 0.03 s (theta) a window, so `train` uses them automatically only where validation
-holds few windows (`tsformer.data.choices`). The fits run in forked worker processes, one per torch thread,
-each with one BLAS thread (threadpoolctl): 16 ETS fits of season 52 take 6.0 s on 2 cores, 12.0 s in one.
+about 210 MB and no pin, and is imported only by runs that use these candidates. A fit costs about 0.015 s
+(ets without a season, two forms) plus 0.016 s per step of the season (four forms with one) and 0.01 s
+(theta) a window and column (`fit_seconds`), so `train` uses them automatically only where their fits are
+estimated to take a few minutes of one core (`tsformer.data.choices`). The fits run in forked worker
+processes, one per torch thread, each with one BLAS thread (threadpoolctl): 16 ETS fits of season 52 take
+6.0 s on 2 cores, 12.0 s in one.
 """
 
 from __future__ import annotations
@@ -32,6 +34,20 @@ from threadpoolctl import threadpool_limits
 CLASSICAL = ("ets", "theta")
 MIN_ROWS = 4  # a context shorter than this (from its first observed step) gets repeat-last
 MIN_FITS_PER_WORKER = 8  # fewer fits than this per extra process are run here (a fork costs more than a fit)
+# one core's seconds a fit takes, as measured on the benchmark machine (benchmarks/NOTES.md, session 32): ETS's two
+# forms without a season, the added cost per step of the season of its four forms with one, and Theta
+ETS_FIT_S = 0.015
+ETS_SEASON_STEP_S = 0.016
+THETA_FIT_S = 0.01
+
+
+def fit_seconds(names: tuple[str, ...], season: int, context_len: int) -> float:
+    """One core's seconds to fit each of `names` (of CLASSICAL) to one window's column: the estimate `train`
+    weighs before it makes ETS and Theta candidates. ETS tries the seasonal forms where the context holds two
+    seasons and two steps, as `_ets` does."""
+    seasonal = season > 1 and context_len >= 2 * season + 2
+    costs = {"ets": ETS_FIT_S + (ETS_SEASON_STEP_S * season if seasonal else 0.0), "theta": THETA_FIT_S}
+    return sum(costs[name] for name in names)
 
 
 def classical_forecasts(

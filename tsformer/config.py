@@ -306,7 +306,7 @@ class TrainConfig:
     # mse, or mae (MASE up to each series' constant); mse won on M4 Hourly's validation (benchmarks/NOTES.md)
     selection_metric: str = "mse"
     # the classical candidates the fallback scores (`tsformer.candidates.CANDIDATES`); () = chosen from the data:
-    # every built-in one that applies, and ets and theta where validation and test hold few windows (`choices`)
+    # every built-in one that applies, and ets and theta where their fits cost little (`choices`)
     candidates: tuple[str, ...] = ()
     intervals: tuple[float, ...] = (0.8, 0.95)  # conformal interval levels, calibrated on validation windows
     interval_scale: str = "seasonal"  # seasonal: each interval scales with its context's seasonal change; fixed

@@ -24,8 +24,10 @@
   benchmarks/NOTES.md), none otherwise;
 - train.loss: mae for a panel (long format with many series, judged by MAE, MASE and sMAPE, where each
   series should weigh by its own absolute errors), mse for a wide file or a single series (judged by MSE);
-- train.candidates: the built-in candidates that apply, and ETS and Theta (`tsformer.classical`) where
-  validation holds few windows (each is fit per window).
+- train.candidates: the built-in candidates that apply, and ETS and Theta (`tsformer.classical`) where fitting
+  them to every validation and test window and column (each is fit per window) is estimated to take at most
+  CLASSICAL_BUDGET_S seconds of one core: a short single series, a small wide file, a panel of a few hundred
+  short yearly series; not ETTh1, M4 Hourly or the electricity markets, whose windows number thousands.
 
 Only rows before the end of validation are read: the test split never chooses a setting. The resolved
 config (every value concrete) is what a run stores.
@@ -39,7 +41,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tsformer.candidates import CLASSICAL, candidate_names, steps_per_week
+from tsformer.candidates import CLASSICAL, candidate_names, season_for, steps_per_week
+from tsformer.classical import fit_seconds
 from tsformer.config import (
     AUTO_DROPOUT,
     AUTO_MEMBERS,
@@ -59,9 +62,9 @@ from tsformer.data.split import SplitBorders, panel_min_history, split_borders, 
 from tsformer.data.timestamps import written_offset
 from tsformer.metrics import season_length
 
-# ets and theta are candidates by default up to this many validation windows x columns (each is fit per window,
-# about 0.2 s for ets, in validation, and in evaluate's test windows, about twice as many in a wide file)
-MAX_CLASSICAL_WINDOWS = 100
+# ets and theta are candidates by default where fitting them to every validation window (in train) and test window
+# (in evaluate) and column is estimated to take at most this many seconds of one core (2.5 minutes on 2 cores)
+CLASSICAL_BUDGET_S = 300.0
 CALENDAR_MIN_GAIN = 0.05  # the calendar is used when it cuts the probe's validation MSE by at least this share
 
 
@@ -216,25 +219,36 @@ def _short_epochs(cfg: Config, n_windows: int) -> bool:
 
 
 def _choose_candidates(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> tuple[Config, str]:
-    """train.candidates: the built-in ones that apply, with ets and theta where validation holds at most
-    MAX_CLASSICAL_WINDOWS windows x target columns."""
+    """train.candidates: the built-in ones that apply, with ets and theta where their fits to every validation
+    and test window and column are estimated (`classical_seconds`) to take at most CLASSICAL_BUDGET_S."""
     model = cfg.model
-    history = 1 if frame.id_cols else model.context_len
-    fits = int(window_counts("val", borders, history, model.horizon).sum()) * len(frame.columns)
+    fits, seconds = classical_seconds(cfg, frame, borders)
     built_in = candidate_names(frame.freq, model.context_len)
-    if fits <= MAX_CLASSICAL_WINDOWS:
+    cost = f"{fits:,} validation and test windows x columns, about {seconds:,.0f} s of one core"
+    if seconds <= CLASSICAL_BUDGET_S:
         names = (*built_in, *CLASSICAL)
         note = (
-            f"candidates: ETS and Theta (statsmodels, fit to each window) beside the built-in ones, as validation "
-            f"holds {fits} windows x columns (up to {MAX_CLASSICAL_WINDOWS}); set with --candidates"
+            f"candidates: ETS and Theta (statsmodels, fit to each window) beside the built-in ones: {cost} "
+            f"(up to {CLASSICAL_BUDGET_S:.0f} s); set with --candidates"
         )
     else:
         names = built_in
         note = (
-            f"candidates: ETS and Theta left out, as validation holds {fits:,} windows x columns (each is fit per "
-            f"window; up to {MAX_CLASSICAL_WINDOWS}); --candidates {','.join((*built_in, *CLASSICAL))} asks for them"
+            f"candidates: ETS and Theta left out, as they are fit to each window: {cost} (up to "
+            f"{CLASSICAL_BUDGET_S:.0f} s); --candidates {','.join((*built_in, *CLASSICAL))} asks for them"
         )
     return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, candidates=names)), note
+
+
+def classical_seconds(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> tuple[int, float]:
+    """The fits ETS and Theta would make, one per validation and test window and target column, and their
+    estimated seconds on one core (`fit_seconds` at the run's season and context)."""
+    model = cfg.model
+    history = 1 if frame.id_cols else model.context_len
+    windows = sum(int(window_counts(split, borders, history, model.horizon).sum()) for split in ("val", "test"))
+    fits = windows * len(frame.columns)
+    season = season_for(frame.freq, model.context_len)
+    return fits, fits * fit_seconds(CLASSICAL, season, model.context_len)
 
 
 def _default_panel_split(cfg: Config, frame: SeriesFrame) -> bool:
