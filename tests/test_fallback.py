@@ -190,6 +190,26 @@ def test_the_rule_is_chosen_on_the_last_third_of_each_series_origins():
     assert "using the model alone everywhere (rule model" in alone.lines()[0]
 
 
+def test_the_rule_weighs_every_series_alike_not_by_the_size_of_its_errors():
+    # two series where repeat-last beats the model on every origin, and one whose values left their training range:
+    # errors a hundred times larger, with repeat-last exact on its first origins and 40 off on its last two
+    truth = torch.zeros(18, 3, 1)
+    ids = np.repeat([0, 1, 2], 6)
+    late = torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0, 1.0]).view(6, 1, 1).expand(6, 3, 1)
+    off = {
+        "model": torch.cat([truth[:12] + 1.0, truth[12:] + 5.0]),
+        "repeat_last": torch.cat([truth[:12] + 0.1, truth[12:] + 40 * late]),
+        "seasonal_naive": torch.cat([truth[:12] + 3.0, truth[12:] + 30.0]),
+    }
+    decision = decide(off, truth, None, ("y",), ids=ids, n_ids=3)
+    # on the last third the mean MSE would keep the model ((1 + 1 + 25) / 3 against (0.01 + 0.01 + 1600) / 3 for
+    # best); relative to the model, best's geometric mean is (0.01 * 0.01 * 64) ** (1 / 3)
+    assert decision.rule == "best" and decision.nested["model"] == 1.0
+    assert decision.nested["best"] == pytest.approx((0.01 * 0.01 * 64) ** (1 / 3))
+    assert decision.choice == (("repeat_last",), ("repeat_last",), ("model",))  # over all six origins: 533 against 25
+    assert "of the model alone's on the last third of validation origins" in decision.lines()[0]
+
+
 def test_the_gram_matrix_gives_each_blend_its_own_squared_error():
     from tsformer.fallback import WindowErrors
 

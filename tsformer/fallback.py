@@ -13,8 +13,10 @@ rules turns the scores into weights per series and column:
 - model: the model alone, where choosing on earlier origins picked what lost later.
 
 Which rule a run uses is chosen on validation too: each rule sets weights on the first two thirds of each
-series' validation origins and is scored on the last third; the lowest MSE there wins, best on a tie
-(`choose`). Each
+series' validation origins and is scored on the last third, by the geometric mean over series and columns of
+its MSE there relative to the model alone's (scale-free, so each series weighs alike: the mean MSE let a few
+series whose standardised values left their training range, as trends do, choose for every series); the
+lowest wins, best on a tie (`choose`). Each
 window's combination error comes from the Gram matrix of the forecasters' errors (`WindowErrors`), so any
 weighting is scored without forecasting again. The test split is never used. The blends and MSE (over MAE)
 were adopted on M4 Hourly's nested validation (benchmarks/NOTES.md, "Blends"), the weighted rule and its
@@ -132,7 +134,9 @@ class Decision:
     val_error: dict[str, np.ndarray]  # library forecaster -> (n_series, C) validation MSE or MAE (NaN: no window)
     metric: str = "mse"  # train.selection_metric: how validation errors were averaged
     rule: str = "best"  # RULES: how the errors became weights
-    nested: dict[str, float] | None = None  # each rule's MSE on the last third of origins, where it was chosen so
+    # each rule's MSE on the last third of origins relative to the model alone's (geometric mean over series and
+    # columns), where the rule was chosen so
+    nested: dict[str, float] | None = None
 
     def _rule_note(self) -> str:
         """How the rule was chosen, when it was ("" when it was given)."""
@@ -140,8 +144,8 @@ class Decision:
             return ""
         others = ", ".join(f"{rule} {score:.4g}" for rule, score in self.nested.items() if rule != self.rule)
         return (
-            f" (rule {self.rule}: MSE {self.nested[self.rule]:.4g} on the last third of validation origins with "
-            f"weights set on the rest, against {others})"
+            f" (rule {self.rule}: MSE {self.nested[self.rule]:.4g} of the model alone's on the last third of "
+            f"validation origins with weights set on the rest, geometric mean over series and columns, against {others})"
         )
 
     @property
@@ -386,17 +390,24 @@ def _nested_rule(
     errors: WindowErrors, columns: tuple[str, ...], ids: torch.Tensor, n_ids: int
 ) -> tuple[str, dict[str, float] | None]:
     """The rule whose weights, set on the first NESTED_SHARE of each series' validation origins, score the lowest
-    MSE on the rest (RULES order breaks ties); "best" where no series has origins on both sides."""
+    MSE on the rest relative to the model alone's, as a geometric mean over the series and columns scored (RULES
+    order breaks ties); "best" where no series has origins on both sides or the model is exact on every one."""
     ids_np, late = ids.numpy(), errors.late
     if late.all() or not late.any():
         return "best", None
     steps, _ = _validation_errors(errors, ids, n_ids, late)  # (n_ids, C) observed steps scored
-    scored = steps > 0
-    scores = {}
+    late_mse = {}
     for rule in RULES:
         weights = choose(errors, columns, True, ids_np, n_ids, "mse", include=~late, rule=rule).weights
         total = _combined(errors.late_gram, torch.from_numpy(weights.values))  # (n_ids, C)
-        scores[rule] = float((total[scored] / steps[scored]).mean())
+        late_mse[rule] = (total / steps.clamp(min=1.0)).numpy()
+    scored = (steps > 0).numpy() & (late_mse["model"] > 0)  # a cell the model forecasts exactly has no ratio
+    if not scored.any():
+        return "best", None
+    scores = {
+        rule: float(np.exp(np.log(np.maximum(mse[scored], 1e-300) / late_mse["model"][scored]).mean()))
+        for rule, mse in late_mse.items()
+    }
     return min(RULES, key=lambda rule: (scores[rule], RULES.index(rule))), scores
 
 
