@@ -145,7 +145,8 @@ class Decision:
         others = ", ".join(f"{rule} {score:.4g}" for rule, score in self.nested.items() if rule != self.rule)
         return (
             f" (rule {self.rule}: MSE {self.nested[self.rule]:.4g} of the model alone's on the last third of "
-            f"validation origins with weights set on the rest, geometric mean over series and columns, against {others})"
+            "validation origins with weights set on the rest, geometric mean over series and columns, "
+            f"against {others})"
         )
 
     @property
