@@ -250,14 +250,19 @@ def test_the_cli_trains_evaluates_and_predicts_long_format(long_csv, tmp_path):
         (
             lambda f: f[~((f.unique_id == "B") & (np.arange(len(f)) % 3 != 0))],  # B every 3 hours
             (),
-            ("series 'B' is not on the h grid",),
+            ("series 'B' is too sparse for the h grid", "20 rows over 58 steps", "leave this one out"),
+        ),
+        (
+            lambda f: f.assign(ds=f.ds.where(f.index != 61, "2024-01-01 04:30:00")),  # B row 2: 30 min late
+            (),
+            ("series 'B' is not on the h grid", "2024-01-01 04:30:00 at line 63"),
         ),
         (lambda f: f.assign(unique_id=[f"s{i}" for i in range(len(f))]), (), ("different value on each", "--id-col")),
         (lambda f: f.assign(unique_id=f.unique_id.where(f.index != 7)), (), ("empty id", "line 9")),
         (lambda f: f, ("--id-col", "store"), ("id column 'store' not in",)),
         (lambda f: f, ("--target", "unique_id"), ("is an id column",)),
     ],
-    ids=["duplicate-pair", "other-frequency", "unique-per-row", "empty-id", "missing-id", "id-target"],
+    ids=["duplicate-pair", "other-frequency", "off-grid", "unique-per-row", "empty-id", "missing-id", "id-target"],
 )
 def test_bad_long_input_is_one_error_line(tmp_path, edit, flags, fragments):
     csv = tmp_path / "bad.csv"

@@ -504,13 +504,21 @@ def fill_the_grids(
             position[rows] = np.maximum(found, 0)
     lengths = position[bounds[1:] - 1] + 1  # (n_ids,) grid steps from each series' first to last timestamp
     sparse = np.flatnonzero(lengths > 2 * np.diff(bounds))
-    if off_grid.any() or len(sparse):
-        i = int(np.flatnonzero(off_grid)[0]) if off_grid.any() else int(bounds[sparse[0] + 1]) - 1
+    if off_grid.any():
+        i = int(np.flatnonzero(off_grid)[0])
         s = int(series[i])
         raise DataError(
             f"series {names[s]!r} is not on the {freq} grid of the other series: {timestamps[i]} at line {lines[i]} "
             f"(the series starts at {timestamps[int(bounds[s])]}); give every series the same frequency, "
             "or fill its gaps"
+        )
+    if len(sparse):
+        s = int(sparse[0])
+        first, last = timestamps[int(bounds[s])], timestamps[int(bounds[s + 1]) - 1]
+        raise DataError(
+            f"series {names[s]!r} is too sparse for the {freq} grid of the other series: {int(np.diff(bounds)[s])} "
+            f"rows over {int(lengths[s])} steps from {first} to {last} (more than half missing, as if it had another "
+            "frequency); give every series the same frequency, or leave this one out"
         )
     new_bounds = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     rows = new_bounds[series] + position
