@@ -242,7 +242,8 @@ def _choose_candidates(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -
 
 def classical_seconds(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> tuple[int, float]:
     """The fits ETS and Theta would make, one per validation and test window and target column, and their
-    estimated seconds on one core (`fit_seconds` at the run's season and context)."""
+    estimated seconds on one core (`fit_seconds` at the run's season and context). The test windows are counted
+    from the split's borders; no test value is read."""
     model = cfg.model
     history = 1 if frame.id_cols else model.context_len
     windows = sum(int(window_counts(split, borders, history, model.horizon).sum()) for split in ("val", "test"))
