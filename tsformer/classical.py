@@ -43,9 +43,8 @@ THETA_FIT_S = 0.01
 
 def fit_seconds(names: tuple[str, ...], season: int, context_len: int) -> float:
     """One core's seconds to fit each of `names` (of CLASSICAL) to one window's column: the estimate `train`
-    weighs before it makes ETS and Theta candidates. ETS tries the seasonal forms where the context holds two
-    seasons and two steps, as `_ets` does."""
-    seasonal = season > 1 and context_len >= 2 * season + 2
+    weighs before it makes ETS and Theta candidates (ETS's seasonal forms where `_ets_seasonal` has them)."""
+    seasonal = _ets_seasonal(season, context_len)
     costs = {"ets": ETS_FIT_S + (ETS_SEASON_STEP_S * season if seasonal else 0.0), "theta": THETA_FIT_S}
     return sum(costs[name] for name in names)
 
@@ -121,7 +120,7 @@ def _forecast(fit, y: np.ndarray, season: int, horizon: int) -> np.ndarray:
 def _ets(y: np.ndarray, season: int, horizon: int) -> np.ndarray:
     from statsmodels.tsa.exponential_smoothing.ets import ETSModel
 
-    seasonal = season > 1 and len(y) >= 2 * season + 2  # two seasons to estimate one
+    seasonal = _ets_seasonal(season, len(y))
     forms = [(trend, form) for trend in (False, True) for form in ((False, True) if seasonal else (False,))]
     best = None
     for damped_trend, with_season in forms:
@@ -142,6 +141,11 @@ def _ets(y: np.ndarray, season: int, horizon: int) -> np.ndarray:
     if best is None:
         raise ValueError("no ETS form could be fit")
     return best.forecast(horizon)
+
+
+def _ets_seasonal(season: int, length: int) -> bool:
+    """Whether ETS tries its seasonal forms on `length` steps: two seasons (and two steps) to estimate one."""
+    return season > 1 and length >= 2 * season + 2
 
 
 def _theta(y: np.ndarray, season: int, horizon: int) -> np.ndarray:

@@ -503,7 +503,8 @@ def fill_the_grids(
             off_grid[rows] = found < 0
             position[rows] = np.maximum(found, 0)
     lengths = position[bounds[1:] - 1] + 1  # (n_ids,) grid steps from each series' first to last timestamp
-    sparse = np.flatnonzero(lengths > 2 * np.diff(bounds))
+    rows_in = np.diff(bounds)  # (n_ids,) rows each series has
+    sparse = np.flatnonzero(lengths > 2 * rows_in)
     if off_grid.any():
         i = int(np.flatnonzero(off_grid)[0])
         s = int(series[i])
@@ -516,7 +517,7 @@ def fill_the_grids(
         s = int(sparse[0])
         first, last = timestamps[int(bounds[s])], timestamps[int(bounds[s + 1]) - 1]
         raise DataError(
-            f"series {names[s]!r} is too sparse for the {freq} grid of the other series: {int(np.diff(bounds)[s])} "
+            f"series {names[s]!r} is too sparse for the {freq} grid of the other series: {int(rows_in[s])} "
             f"rows over {int(lengths[s])} steps from {first} to {last} (more than half missing, as if it had another "
             "frequency); give every series the same frequency, or leave this one out"
         )
