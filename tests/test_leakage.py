@@ -15,6 +15,7 @@ from tsformer.model import Forecaster, attention, forecaster, normalisation
 
 CONFIGS = [
     dict(patch_len=4),
+    dict(patch_len=4, attention="fused"),
     dict(patch_len=1, context_len=12),
     dict(patch_len=5),  # context not a whole number of patches: a left-padded first token
     dict(patch_len=4, channel_independent=False),

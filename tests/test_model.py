@@ -18,6 +18,8 @@ from tsformer.model import (
     scaled_dot_product,
     sinusoidal_encoding,
 )
+from tsformer.model import attention
+from tsformer.model.attention import CPU_FORMULA_MAX_TOKENS, fused_is_faster
 from tsformer.model.forecaster import NAIVE_SCALE_FLOOR
 
 
@@ -86,8 +88,8 @@ def test_heads_split_d_model_and_output_shape_equals_input():
 
 def test_explicit_and_fused_attention_agree():
     torch.manual_seed(0)
-    fused = MultiHeadAttention(16, 4, fused=True).eval()
-    explicit = MultiHeadAttention(16, 4, fused=False).eval()
+    fused = MultiHeadAttention(16, 4, kernel="fused").eval()
+    explicit = MultiHeadAttention(16, 4, kernel="explicit").eval()
     explicit.load_state_dict(fused.state_dict())
     x = torch.randn(3, 9, 16)
     real = torch.ones(3, 9, dtype=torch.bool)
@@ -96,8 +98,25 @@ def test_explicit_and_fused_attention_agree():
     torch.testing.assert_close(fused(x, mask), explicit(x, mask), atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("n_tokens, fused", [(CPU_FORMULA_MAX_TOKENS, False), (CPU_FORMULA_MAX_TOKENS + 1, True)])
+def test_auto_attention_takes_the_formula_on_short_rows_on_cpu(monkeypatch, n_tokens, fused):
+    calls = []
+    kernel = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or kernel(*a, **k))
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(16, 4, kernel="auto").eval()
+    reference = MultiHeadAttention(16, 4, kernel="explicit").eval()
+    reference.load_state_dict(attn.state_dict())
+    x = torch.randn(2, n_tokens, 16)
+    torch.testing.assert_close(attn(x), reference(x), atol=1e-6, rtol=1e-5)
+    assert bool(calls) == fused
+    assert fused_is_faster(n_tokens, torch.device("cuda"))  # the fused kernel everywhere off the CPU
+
+
 def test_whole_models_agree_between_attention_paths():
-    cfg = ModelConfig(context_len=32, horizon=8, patch_len=4, d_model=16, n_heads=4, d_ff=32, n_layers=2)
+    cfg = ModelConfig(
+        context_len=32, horizon=8, patch_len=4, d_model=16, n_heads=4, d_ff=32, n_layers=2, attention="fused"
+    )
     torch.manual_seed(0)
     fused = Forecaster(cfg, layout_of(3)).eval()
     explicit = Forecaster(dataclasses.replace(cfg, attention="explicit"), layout_of(3)).eval()
@@ -290,10 +309,10 @@ def test_predict_batches_equals_one_predict_in_order():
     assert list(model.predict_batches(contexts[:0])) == []
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_no_mask_means_causal_only(fused):
+@pytest.mark.parametrize("kernel", ["fused", "explicit", "auto"])
+def test_no_mask_means_causal_only(kernel):
     torch.manual_seed(0)
-    attn = MultiHeadAttention(16, 4, fused=fused).eval()
+    attn = MultiHeadAttention(16, 4, kernel=kernel).eval()
     x = torch.randn(3, 9, 16)
     causal = attention_mask(torch.ones(3, 9, dtype=torch.bool))  # (B, 1, T, T)
     torch.testing.assert_close(attn(x), attn(x, causal), atol=1e-6, rtol=1e-5)

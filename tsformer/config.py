@@ -29,7 +29,7 @@ DEFAULT_SPLIT_RATIOS = (0.7, 0.1, 0.2)  # train, validation, test of a wide file
 MAX_VAL_HORIZONS = 3  # the most horizons of validation an automatic data.val_horizons gives each series
 MAX_SEED = 2**63 - 1  # torch.manual_seed takes a signed 64-bit integer
 MAX_COUNT = 2**31 - 1  # sizes, strides and counts beyond this are typos, not settings
-ATTENTIONS = ("fused", "explicit")
+ATTENTIONS = ("auto", "fused", "explicit")  # model.attention (`tsformer.model.attention`)
 PRECISIONS = ("auto", "float32", "bfloat16")  # model.precision (`tsformer.model.precision`)
 # auto: mae for a panel, mse for a wide file (tsformer.data.choices); mase: mae in units of each window's naive MAE
 LOSSES = ("auto", "mse", "mae", "mase")
@@ -176,7 +176,9 @@ class ModelConfig:
     dropout: float | None = None
     channel_independent: bool = True  # each series its own sequence through shared weights
     stats_features: bool = True  # also feed each token its (causal, prefix) normalisation mean and log std
-    attention: str = "fused"  # fused (scaled_dot_product_attention) or explicit (the formula)
+    # fused (scaled_dot_product_attention), explicit (the formula) or auto: the faster of the two for the device and
+    # the number of tokens (`attention.fused_is_faster`)
+    attention: str = "auto"
     # The head maps the states of the n_tokens tokens up to a token to its forecast; each state is
     # first reduced to this width (not the per-head width, which is d_model / n_heads).
     head_token_width: int = 16

@@ -133,7 +133,7 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.norm_attn = nn.LayerNorm(cfg.d_model)
-        self.attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout_rate, fused=cfg.attention == "fused")
+        self.attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout_rate, kernel=cfg.attention)
         self.resid_dropout = Dropout(cfg.dropout_rate)  # on the attention branch's output
         self.norm_ff = nn.LayerNorm(cfg.d_model)
         self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout_rate)
