@@ -12,13 +12,13 @@ from tsformer.model import (
     Block,
     Forecaster,
     MultiHeadAttention,
+    attention,
     attention_mask,
     causal_mask,
     instance_stats,
     scaled_dot_product,
     sinusoidal_encoding,
 )
-from tsformer.model import attention
 from tsformer.model.attention import CPU_FORMULA_MAX_TOKENS, fused_is_faster
 from tsformer.model.forecaster import NAIVE_SCALE_FLOOR
 
