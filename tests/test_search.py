@@ -19,7 +19,7 @@ from tsformer.data import training_data
 from tsformer.errors import ConfigError
 from tsformer.model import Ensemble
 from tsformer.predictor import load_predictor
-from tsformer.search import Candidate, HeldOut, mean_outputs, search, validation_mse, validation_targets
+from tsformer.search import Candidate, HeldOut, mean_outputs, search, validation_targets
 from tsformer.train import SEARCH_FILE, train
 
 
@@ -81,12 +81,14 @@ def test_the_space_is_tried_in_order_and_members_are_kept_while_validation_impro
     assert [m.candidate.config.train.seed for m in found.members] == [0, 1, 2]
     cfg = found.config
     assert (cfg.model.context_len, cfg.model.members, cfg.train.loss) == (32, 3, "mse")
-    ensemble_loss = validation_mse(mean_outputs([m.outputs for m in found.members])[0], *validation_targets(found.data))
+    ensemble_loss = validation_targets(found.data).score(mean_outputs([m.outputs for m in found.members])[0])
     assert found.val_loss == pytest.approx(ensemble_loss)
     assert (
-        log.loc["seed 2", "members_val_mse"] < log.loc["seed 1", "members_val_mse"] < log.loc["context 32", "val_mse"]
+        log.loc["seed 2", "members_val_score"]
+        < log.loc["seed 1", "members_val_score"]
+        < log.loc["context 32", "val_score"]
     )
-    assert found.val_loss < found.default_val_loss == pytest.approx(log.loc["default", "val_mse"])
+    assert found.val_loss < found.default_val_loss == pytest.approx(log.loc["default", "val_score"])
 
 
 def test_a_candidate_starts_only_when_it_and_the_final_fits_fit_the_budget(data, monkeypatch):

@@ -1,5 +1,6 @@
 import dataclasses
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -9,10 +10,16 @@ import tsformer.train as train_module
 from tsformer.config import TrainConfig
 from tsformer.data import training_data
 from tsformer.errors import ConfigError, LeakageError
+from tsformer.metrics import PANEL_SCORE_FLOOR, ValidationScore
 from tsformer.model import Forecaster
 from tsformer.predictor import load_predictor
 from tsformer.schedule import lr_at
 from tsformer.train import train
+
+
+def same_score(loss: float) -> ValidationScore:
+    """A validation score whose MSE is the score (one series)."""
+    return ValidationScore(loss, loss)
 
 
 def test_schedule_warms_up_then_decays_to_the_floor():
@@ -46,7 +53,7 @@ def test_same_seed_same_weights(tiny_csv, tmp_path):
 
 def test_early_stopping_keeps_the_best_epoch(tiny_csv, tmp_path, monkeypatch):
     losses = iter([0.5, 0.4, 0.6, 0.7, 0.8, 0.1])
-    monkeypatch.setattr(train_module._Runner, "_val_loss", lambda self, windows: next(losses))
+    monkeypatch.setattr(train_module._Runner, "_val_loss", lambda self, windows: same_score(next(losses)))
     cfg = tiny_config(tiny_csv)
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, epochs=6, patience=2))
     result = train(cfg, tmp_path / "run", show_progress=False).summary
@@ -84,7 +91,28 @@ def test_validation_loss_is_the_mse_of_the_last_token_forecast(tiny_csv, tmp_pat
     best = load_predictor(tmp_path / "run" / "model.pt").model
     val = training_data(cfg).split_windows("val").split(16)  # (N, L, C) contexts, (N, H, C) targets, covariates
     by_hand = (best.predict(val.context, None, val.covariates) - val.target).square().mean().item()
+    assert result.best_val_loss == result.best_val_mse == pytest.approx(by_hand, rel=1e-5)  # one series: the MSE
+
+
+def test_a_panel_chooses_its_epoch_by_the_geometric_mean_of_its_series_mse(tmp_path):
+    from test_long_format import long_frame
+
+    path = tmp_path / "long.csv"
+    long_frame({"A": 120, "B": 96, "C": 150}).to_csv(path, index=False)
+    cfg = tiny_config(path)
+    result = train(cfg, tmp_path / "run", show_progress=False).summary
+    best = load_predictor(tmp_path / "run" / "model.pt").model
+    val_windows = training_data(cfg).split_windows("val")
+    val = val_windows.split(16)
+    error = (best.predict(val.context, val.context_observed, val.covariates) - val.target).square()  # (N, H, 1)
+    series = val_windows.series()
+    per_series = [error[torch.from_numpy(series == i)].mean().item() for i in range(3)]
+    by_hand = float(np.exp(np.mean(np.log(np.maximum(per_series, PANEL_SCORE_FLOOR)))))
     assert result.best_val_loss == pytest.approx(by_hand, rel=1e-5)
+    assert result.best_val_mse == pytest.approx(error.mean().item(), rel=1e-5)
+    history = pd.read_csv(tmp_path / "run" / "history.csv")
+    assert history["val_loss"].min() == pytest.approx(by_hand, rel=1e-5)
+    assert history["val_mse"].iloc[result.best_epoch - 1] == pytest.approx(result.best_val_mse)
 
 
 @pytest.mark.parametrize("all_positions", [True, False])
@@ -120,7 +148,7 @@ def test_huber_loss_is_no_longer_an_option():
 def test_the_summary_says_what_stopped_training(tiny_csv, tmp_path, monkeypatch):
     cfg = tiny_config(tiny_csv)  # 2 epochs, patience 5: the limit, while validation improves
     losses = iter([0.5, 0.4])
-    monkeypatch.setattr(train_module._Runner, "_val_loss", lambda self, windows: next(losses))
+    monkeypatch.setattr(train_module._Runner, "_val_loss", lambda self, windows: same_score(next(losses)))
     assert train(cfg, tmp_path / "one", show_progress=False).summary.stopped_by == (
         "stopped at the epoch limit (2, --epochs) while validation was still improving: more epochs may help"
     )
@@ -135,7 +163,7 @@ def test_a_small_file_trains_past_ten_epochs_until_validation_stops_improving(ti
     cfg = tiny_config(tiny_csv)
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, epochs=0, patience=3))  # automatic
     losses = iter([1.0 / epoch for epoch in range(1, 15)] + [0.5] * 3)  # better for 14 epochs, then not
-    monkeypatch.setattr(train_module._Runner, "_val_loss", lambda self, windows: next(losses))
+    monkeypatch.setattr(train_module._Runner, "_val_loss", lambda self, windows: same_score(next(losses)))
     predictor = train(cfg, tmp_path / "run", show_progress=False)
     summary = predictor.summary
     assert predictor.config.train.epochs == 100  # a few windows: 100 short epochs at most

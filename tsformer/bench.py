@@ -69,7 +69,7 @@ def run_benchmark(
         "context_len": cfg.model.context_len,
         "n_test_windows": report.n_windows,
         "test": scores,
-        "best_val_mse": trained.best_val_loss,
+        "best_val_mse": trained.best_val_mse,
         "train_wall_seconds": round(train_wall, 1),
         "epochs_run": trained.epochs_run,
         "best_epoch": trained.best_epoch,
@@ -99,7 +99,7 @@ def _ablation(cfg: Config, run_dir: Path, show_progress: bool) -> dict:
     predictor = train(ablated, run_dir, overwrite=True, show_progress=show_progress)
     trained, report = predictor.summary, evaluate(predictor, predictor.read())
     return {
-        "best_val_mse": trained.best_val_loss,
+        "best_val_mse": trained.best_val_mse,
         "test_mse": report.scores["model"]["mean"]["mse"],
         "test_mae": report.scores["model"]["mean"]["mae"],
         "n_parameters": trained.n_parameters,

@@ -24,7 +24,7 @@ class TrainSummary:
     """What training did and chose, for the user."""
 
     best_epoch: int
-    best_val_loss: float
+    best_val_loss: float  # the score that chose it (`metrics.validation_score`): a panel's geometric mean
     epochs_run: int
     train_seconds: float
     n_parameters: int
@@ -32,6 +32,7 @@ class TrainSummary:
     n_val_windows: int
     lines: tuple[str, ...] = ()  # per column: the model against the naive forecasters on validation, and the choice
     stopped_by: str = ""  # what ended training, in words (convergence, or a limit)
+    best_val_mse: float = float("nan")  # that epoch's plain validation MSE (NaN: a run saved before it was kept)
 
 
 @dataclass(frozen=True)

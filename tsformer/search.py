@@ -31,6 +31,7 @@ from tsformer.candidates import steps_per_week
 from tsformer.config import Config, longer_context
 from tsformer.data.choices import resolve_from_data
 from tsformer.data.prepare import Prepared, prepare
+from tsformer.metrics import ValidationScore, squared_error_sums, validation_score
 from tsformer.model import ForecasterBase
 
 MAX_MEMBERS = 5  # the most members the search ensembles
@@ -72,7 +73,7 @@ class Searched:
     """The members chosen (one recipe, one or more seeds) and the search's log."""
 
     members: list[HeldOut]
-    val_loss: float  # validation MSE of the members' mean forecast
+    val_loss: float  # validation score (`metrics.validation_score`) of the members' mean forecast
     default_val_loss: float  # of the default recipe alone
     log: pd.DataFrame  # one row per candidate trained or left out
     budget: float
@@ -99,7 +100,7 @@ class Searched:
         return (
             f"recipe search within {self.budget:g} s (train.time_limit): {len(trained)} candidates trained and scored "
             f"on the same validation windows (search.csv); chose context {cfg.model.context_len}, loss "
-            f"{cfg.train.loss}, {len(self.members)} member{'s' * (len(self.members) > 1)}: validation MSE "
+            f"{cfg.train.loss}, {len(self.members)} member{'s' * (len(self.members) > 1)}: validation score "
             f"{self.val_loss:.4f} against {self.default_val_loss:.4f} for the default recipe alone"
             + (f"; not tried for time: {', '.join(skipped)}" if skipped else "")
             + (
@@ -118,19 +119,30 @@ def mean_outputs(outputs: list[tuple[torch.Tensor, torch.Tensor | None]]) -> tup
     return point, torch.stack([q for _, q in outputs]).mean(0)
 
 
-def validation_targets(data: Prepared) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The targets (N, H, C) of `data`'s validation windows and their observed mask or None: every candidate's
-    (the search compares only candidates with the same validation targets, `_same_validation`)."""
-    windows = data.split_windows("val").split(data.config.model.context_len)
-    return windows.target, windows.target_observed
+@dataclass(frozen=True)
+class ValidationTargets:
+    """The validation windows' targets, gathered once: every candidate's (the search compares only candidates
+    with the same validation targets, `_same_validation`)."""
+
+    target: torch.Tensor  # (N, H, C)
+    observed: torch.Tensor | None  # (N, H, C) bool; None: all observed
+    series: np.ndarray  # (N,) each window's series
+    n_series: int
+
+    def of(self, point: torch.Tensor) -> ValidationScore:
+        """The validation score (`metrics.validation_score`, what chose each epoch) of forecasts (N, H, C)."""
+        sums, counts = squared_error_sums(point, self.target, self.observed)
+        return validation_score(sums, counts, self.series, self.n_series)
+
+    def score(self, point: torch.Tensor) -> float:
+        return self.of(point).score
 
 
-def validation_mse(point: torch.Tensor, target: torch.Tensor, observed: torch.Tensor | None) -> float:
-    """MSE of forecasts (N, H, C) of the validation windows over every observed target."""
-    error = (point - target).square()
-    if observed is None:
-        return float(error.double().mean()) if error.numel() else float("inf")
-    return float(error[observed].double().sum() / max(1, int(observed.sum())))
+def validation_targets(data: Prepared) -> ValidationTargets:
+    """The targets of `data`'s validation windows, their observed mask and series."""
+    val = data.split_windows("val")
+    windows = val.split(data.config.model.context_len)
+    return ValidationTargets(windows.target, windows.target_observed, val.series(), val.n_series)
 
 
 @dataclass(frozen=True)
@@ -195,7 +207,7 @@ def search(
     default_row = run.record("default", default, "chosen")
     best, best_loss = run.best_recipe(default, default_row, variants(given, data))
     members, members_loss = run.members(best, best_loss)
-    return Searched(members, members_loss, default_row["val_mse"], pd.DataFrame(run.rows), given.train.time_limit)
+    return Searched(members, members_loss, default_row["val_score"], pd.DataFrame(run.rows), given.train.time_limit)
 
 
 class _Search:
@@ -206,10 +218,10 @@ class _Search:
         budget_end: float,
         calibration_seconds: float,
         train: TrainHeldOut,
-        targets: tuple[torch.Tensor, torch.Tensor | None],
+        targets: ValidationTargets,
     ):
         self.budget_end, self.calibration_seconds, self.train = budget_end, calibration_seconds, train
-        self.targets = targets  # the validation windows' targets and mask, gathered once
+        self.targets = targets
         self.rows: list[dict] = []  # the log, in the order candidates were tried
 
     def fits(self, estimate: float, finals: float) -> bool:
@@ -232,14 +244,14 @@ class _Search:
                 "best_epoch": held.best_epoch,
                 "stopped_by": held.stopped_by,
                 "seconds": round(held.seconds, 2),
-                "val_mse": validation_mse(held.outputs[0], *self.targets),
-                "members_val_mse": members_loss,
+                "val_score": self.targets.score(held.outputs[0]),
+                "members_val_score": members_loss,
             }
         self.rows.append(row)
         return row
 
     def best_recipe(self, default: HeldOut, default_row: dict, space: list[Variant | str]) -> tuple[HeldOut, float]:
-        """Steps 2 to 4: each variant that fits, against the best so far; -> the best and its validation MSE."""
+        """Steps 2 to 4: each variant that fits, against the best so far; -> the best and its validation score."""
         best, best_row = default, default_row
         for variant in space:
             if isinstance(variant, str):
@@ -257,10 +269,10 @@ class _Search:
                 continue
             held = self.train(candidate, self.deadline(final))
             row = self.record(variant.name, held, "lost")
-            if row["val_mse"] < best_row["val_mse"]:
+            if row["val_score"] < best_row["val_score"]:
                 best_row["outcome"], row["outcome"] = "lost", "chosen"
                 best, best_row = held, row
-        return best, best_row["val_mse"]
+        return best, best_row["val_score"]
 
     def members(self, best: HeldOut, best_loss: float) -> tuple[list[HeldOut], float]:
         """Step 5: the best recipe from the next seeds, each kept while the members' mean improves on validation."""
@@ -276,7 +288,7 @@ class _Search:
                 break
             candidate = Candidate(name, seed_cfg, dataclasses.replace(recipe.data, config=seed_cfg))
             held = self.train(candidate, self.deadline(finals))
-            loss = validation_mse(mean_outputs([m.outputs for m in members + [held]])[0], *self.targets)
+            loss = self.targets.score(mean_outputs([m.outputs for m in members + [held]])[0])
             if loss >= members_loss:
                 self.record(name, held, "left out: the members' validation did not improve", loss)
                 break

@@ -35,6 +35,7 @@ from tsformer.files import atomic_write_text
 from tsformer.final import FinalFit, every_row, last_timestamps
 from tsformer.intervals import CHUNK_WINDOWS
 from tsformer.leakage import check_data, check_model, require_passed
+from tsformer.metrics import ValidationScore, squared_error_sums, validation_score
 from tsformer.model import Ensemble, ForecasterBase, build_forecaster
 from tsformer.model.precision import resolve_precision
 from tsformer.predictor import Predictor, load_predictor, load_train_state
@@ -42,7 +43,7 @@ from tsformer.progress import Progress
 from tsformer.results import TrainSummary
 from tsformer.runfolder import CONFIG_FILE, LAST_FILE, MODEL_FILE
 from tsformer.schedule import lr_at
-from tsformer.search import Candidate, HeldOut, search
+from tsformer.search import Candidate, HeldOut, search, validation_targets
 
 SEARCH_FILE = "search.csv"  # the recipe search's log (train.time_limit)
 CALIBRATION_SAMPLE = 32  # validation windows timed to plan the search's room for the fallback and calibration
@@ -54,7 +55,8 @@ class LoopState:
 
     epoch: int = 0
     step: int = 0
-    best_val: float = math.inf
+    best_val: float = math.inf  # the best validation score (`metrics.validation_score`)
+    best_val_mse: float = math.inf  # the plain validation MSE of that epoch
     best_epoch: int = 0
     bad_epochs: int = 0
     train_seconds: float = 0.0
@@ -165,6 +167,7 @@ def _train(
         len(val_windows),
         _lines(decision, predictor, final, state.best_epoch),
         _stopped(state, cfg),
+        state.best_val_mse,
     )
     predictor = predictor.replace(summary=summary, data=data, final=final)
     if folder is not None:
@@ -242,6 +245,7 @@ def _searched(
         (searched.line(),) + _lines(decision, predictor, final, first.best_epoch),
         f"each candidate stopped by patience or the search's deadline (search.csv); {len(members)} member"
         + "s" * (len(members) > 1),
+        validation_targets(chosen).of(searched.outputs[0]).mse,
     )
     predictor = predictor.replace(summary=summary, data=chosen, final=final)
     if folder is not None:
@@ -519,10 +523,11 @@ class _Runner:
         return sum(losses) / len(losses), lr
 
     def _end_epoch(
-        self, state: LoopState, train_loss: float, lr: float, val_loss: float, started: float, progress: Progress
+        self, state: LoopState, train_loss: float, lr: float, val: ValidationScore, started: float, progress: Progress
     ) -> None:
-        """Early-stopping bookkeeping, history, checkpoints."""
+        """Early-stopping bookkeeping (on the validation score), history, checkpoints."""
         epoch = state.epoch + 1
+        val_loss = val.score
         if not math.isfinite(val_loss):
             raise TrainingError(
                 f"the validation loss became {val_loss} at epoch {epoch}; {self._kept()}. "
@@ -532,7 +537,7 @@ class _Runner:
         state.train_seconds = time.monotonic() - started
         improved = val_loss < state.best_val
         if improved:
-            state.best_val, state.best_epoch, state.bad_epochs = val_loss, epoch, 0
+            state.best_val, state.best_val_mse, state.best_epoch, state.bad_epochs = val_loss, val.mse, epoch, 0
             self.best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
             self.best_val_outputs = self.epoch_val_outputs
         else:
@@ -542,7 +547,14 @@ class _Runner:
         elif not state.finished and epoch == self.cfg.train.epochs:
             state.finished, state.stopped_by = True, "epochs"
         state.history.append(
-            {"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss, "lr": lr, "seconds": state.train_seconds}
+            {
+                "epoch": epoch,
+                "train_loss": train_loss,
+                "val_loss": val_loss,
+                "val_mse": val.mse,
+                "lr": lr,
+                "seconds": state.train_seconds,
+            }
         )
         self._save(state, improved)
         progress.epoch(epoch, train_loss, val_loss, lr, improved)
@@ -583,18 +595,19 @@ class _Runner:
         self.optimizer.step()
         return loss.item()
 
-    def _val_loss(self, val_windows: WindowIndex) -> float:
-        """MSE of the last token's forecast (the real forecast) over every observed validation target."""
+    def _val_loss(self, val_windows: WindowIndex) -> ValidationScore:
+        """The score (`metrics.validation_score`) of the last token's forecast (the real forecast) over every observed
+        validation target."""
         windows = val_windows.split(self.cfg.model.context_len)
         targets, target_observed = windows.target, windows.target_observed
-        if target_observed is None:
-            target_observed = torch.ones_like(targets, dtype=torch.bool)
-        total, start, points, quantiles = 0.0, 0, [], []
+        start, sums, counts, points, quantiles = 0, [], [], [], []
         batches = self.model.output_batches(windows.context, windows.context_observed, windows.covariates)
         for forecast, quantile in batches:  # (b, H, C) and (b, H, C, Q) or None each, in order
             end = start + len(forecast)
-            error = (forecast - targets[start:end].to(forecast.device)).square()
-            total += error[target_observed[start:end].to(forecast.device)].sum().item()
+            observed = None if target_observed is None else target_observed[start:end]
+            squared, steps = squared_error_sums(forecast.cpu(), targets[start:end], observed)  # (b, C) each
+            sums.append(squared)
+            counts.append(steps)
             start = end
             points.append(forecast.cpu())
             quantiles.append(None if quantile is None else quantile.cpu())
@@ -602,7 +615,9 @@ class _Runner:
         self.epoch_val_outputs = (
             (torch.cat(points), None if quantiles[0] is None else torch.cat(quantiles)) if points else None
         )
-        return total / max(1, int(target_observed.sum()))
+        if not points:
+            return ValidationScore(0.0, 0.0)
+        return validation_score(torch.cat(sums), torch.cat(counts), val_windows.series(), val_windows.n_series)
 
     def _save(self, state: LoopState, improved: bool) -> None:
         """Best weights, the resumable state and the history; the first save puts the run in place."""

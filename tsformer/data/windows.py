@@ -187,6 +187,11 @@ class WindowIndex:
         """The windows at `index`, still lazy."""
         return dataclasses.replace(self, starts=self.starts[index], floors=self.floors[index])
 
+    @property
+    def n_series(self) -> int:
+        """How many series the inputs hold (not all need windows here)."""
+        return len(self.inputs.bounds) - 1
+
     def series(self) -> np.ndarray:
         """(n_windows,) the index of each window's series."""
         return self.inputs.series_of(self.floors).numpy()
