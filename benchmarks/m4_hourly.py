@@ -174,12 +174,13 @@ def main() -> None:
         "seasonal_naive": naive,
         "intervals": intervals,
         "references": {name: {"smape": s, "mase": m} for name, (s, m) in REFERENCES.items()},
-        "best_val_mse": summary.best_val_loss,
+        "best_val_mse": summary.best_val_mse,
+        "best_val_score": summary.best_val_loss,
         "validation": {name: {k: v["mean"][k] for k in ("smape", "mase")} for name, v in validation.items()},
         "epochs_run": summary.epochs_run,
         "train": {"command": command, **trained},
         "predict": {"command": "predictor.predict()", **predicted},
-        "train_output": [*printed.getvalue().strip().splitlines(), _trained_line(summary), *summary.lines],
+        "train_output": [*printed.getvalue().strip().splitlines(), summary.trained_line(panel=True), *summary.lines],
         "evaluate_output": format_report(report).splitlines(),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
     }
@@ -208,15 +209,6 @@ def _final(final) -> dict | None:
     if final is None:
         return None
     return {"steps": final.steps, "windows": final.n_windows, "seconds": round(final.seconds)}
-
-
-def _trained_line(summary) -> str:
-    return (
-        f"trained {summary.n_parameters:,} parameters on {summary.n_train_windows} windows in "
-        f"{summary.train_seconds:.0f} s; best validation MSE {summary.best_val_loss:.4f} at epoch "
-        f"{summary.best_epoch} of {summary.epochs_run} over {summary.n_val_windows} validation windows, on which "
-        f"every choice below was made; {summary.stopped_by}"
-    )
 
 
 def markdown(result: dict) -> str:
@@ -263,7 +255,9 @@ def markdown(result: dict) -> str:
     lines += [
         "",
         f"- Train: {result['train']['wall_seconds']:.0f} s wall, peak RSS {result['train']['peak_rss_mib']:.0f} MiB, "
-        f"{result['epochs_run']} epochs, best validation MSE {result['best_val_mse']:.4f} ({result['machine']}).",
+        f"{result['epochs_run']} epochs, best validation MSE {result['best_val_mse']:.4f} (its score, the "
+        f"geometric mean of the series' MSE that chose the epoch: {result['best_val_score']:.4f}; "
+        f"{result['machine']}).",
         f"- Validation (each series' 48 steps before its own test split; what settings were chosen on): sMAPE "
         f"{result['validation']['model']['smape']:.3f}, MASE {result['validation']['model']['mase']:.3f} "
         f"(seasonal naive {result['validation']['seasonal_naive']['smape']:.3f} / "

@@ -90,7 +90,7 @@ def main() -> None:
             "tsformer_relative": mae(shipped, truth) / naive,
             "forecaster": "/".join(sorted(set(forecast["forecaster"]))),
             "train_predict_s": round(wall, 1),
-            "model_val_mse": predictor.summary.best_val_loss,
+            "model_val_mse": predictor.summary.best_val_mse,
             "seasonal_naive_mase": naive / scale,
             "notes": [line for line in printed.getvalue().splitlines() if line.startswith(("value:", "final model"))],
         }

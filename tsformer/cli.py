@@ -231,16 +231,8 @@ def train(
     predictor = fit(frame, config=cfg, out=out, resume=resume, overwrite=overwrite, progress=not quiet)
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
         return
-    s = predictor.summary
-    panel = predictor.data.frame.n_ids > 1
-    score = f" (its score {s.best_val_loss:.4f}: the geometric mean of the series' MSE)" if panel else ""
-    typer.echo(
-        f"trained {s.n_parameters:,} parameters on {s.n_train_windows} windows in {s.train_seconds:.0f} s; best "
-        f"validation MSE {s.best_val_mse:.4f}{score} at epoch {s.best_epoch} of {s.epochs_run} over "
-        f"{s.n_val_windows} validation windows, on which every choice below was made; {s.stopped_by}"
-        f"\nrun folder: {out}"
-    )
-    for line in s.lines:
+    typer.echo(f"{predictor.summary.trained_line(predictor.data.frame.n_ids > 1)}\nrun folder: {out}")
+    for line in predictor.summary.lines:
         typer.echo(line)
 
 

@@ -34,6 +34,16 @@ class TrainSummary:
     stopped_by: str = ""  # what ended training, in words (convergence, or a limit)
     best_val_mse: float = float("nan")  # that epoch's plain validation MSE (NaN: a run saved before it was kept)
 
+    def trained_line(self, panel: bool) -> str:
+        """What training did and chose, in one line; `panel`: its score is the series' geometric mean."""
+        score = f" (its score {self.best_val_loss:.4f}: the geometric mean of the series' MSE)" if panel else ""
+        return (
+            f"trained {self.n_parameters:,} parameters on {self.n_train_windows} windows in "
+            f"{self.train_seconds:.0f} s; best validation MSE {self.best_val_mse:.4f}{score} at epoch "
+            f"{self.best_epoch} of {self.epochs_run} over {self.n_val_windows} validation windows, on which every "
+            f"choice below was made; {self.stopped_by}"
+        )
+
 
 @dataclass(frozen=True)
 class Forecasts:
