@@ -36,7 +36,7 @@ from tsformer.config import AUTO_DROPOUT, LONG_EPOCH_DROPOUT
 RESULTS = Path(__file__).resolve().parent / "results"
 LIMIT_GIB = 4.0
 N_SERIES = 7  # plus the date column: 8 columns; also ETTh1's
-INFERENCE_BATCHES = (32, 64, 128, 256, 512)  # besides the package's own (PREDICT_BATCH)
+INFERENCE_BATCHES = (64, 128, 256, 512)  # windows, besides the package's own (`inference_batch`: 292 for 7 columns)
 CHUNK_ROWS = 250_000
 TRAIN_FLAGS = [
     "--epochs", "1", "--context-len", "96", "--horizon", "24", "--quiet", "--overwrite",
@@ -156,7 +156,7 @@ def measure_inference(n_windows: int = 4096, repeats: int = 5, threads: int = 2)
 
     from tsformer.config import ModelConfig
     from tsformer.layout import Layout
-    from tsformer.model import PREDICT_BATCH, Forecaster
+    from tsformer.model import Forecaster
     from tsformer.model.precision import resolve_precision
 
     torch.set_num_threads(threads)
@@ -165,7 +165,8 @@ def measure_inference(n_windows: int = 4096, repeats: int = 5, threads: int = 2)
     cfg = ModelConfig(context_len=336, patch_len=24, precision=precision)  # what ETTh1's automatic choice gives
     model = Forecaster(cfg, Layout(tuple(f"s{j}" for j in range(N_SERIES)))).eval()
     contexts = torch.randn(n_windows, cfg.context_len, N_SERIES)
-    rates: dict[int, list[float]] = {batch: [] for batch in sorted({*INFERENCE_BATCHES, PREDICT_BATCH})}
+    own_batch = model.inference_batch  # what evaluate, validation and predict use
+    rates: dict[int, list[float]] = {batch: [] for batch in sorted({*INFERENCE_BATCHES, own_batch})}
     for _ in range(repeats + 1):
         for batch, batch_rates in rates.items():
             started = time.perf_counter()
@@ -181,11 +182,11 @@ def measure_inference(n_windows: int = 4096, repeats: int = 5, threads: int = 2)
         "context_len": cfg.context_len,
         "horizon": cfg.horizon,
         "columns": N_SERIES,
-        "batch": PREDICT_BATCH,
+        "batch": own_batch,
         "threads": threads,
         "windows": n_windows,
         "repeats": repeats,
-        "windows_per_s": by_batch[str(PREDICT_BATCH)],
+        "windows_per_s": by_batch[str(own_batch)],
         "by_batch": by_batch,
     }
 

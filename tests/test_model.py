@@ -20,6 +20,7 @@ from tsformer.model import (
     sinusoidal_encoding,
 )
 from tsformer.model.attention import CPU_FORMULA_MAX_TOKENS, fused_is_faster
+from tsformer.model.inference import PREDICT_SEQUENCES
 from tsformer.model.forecaster import NAIVE_SCALE_FLOOR
 
 
@@ -307,6 +308,15 @@ def test_predict_batches_equals_one_predict_in_order():
     torch.testing.assert_close(torch.cat(batches), model.predict(contexts), atol=1e-6, rtol=1e-6)
     assert model.training  # predict restores the mode
     assert list(model.predict_batches(contexts[:0])) == []
+
+
+@pytest.mark.parametrize(("n_series", "independent", "batch"), [(7, True, 292), (1, True, 2048), (7, False, 2048)])
+def test_inference_batch_holds_a_fixed_number_of_sequences(n_series, independent, batch):
+    cfg = ModelConfig(context_len=8, horizon=2, patch_len=4, d_model=8, n_heads=2, d_ff=8, n_layers=1,
+                      channel_independent=independent)  # fmt: skip
+    model = Forecaster(cfg, layout_of(n_series))
+    assert PREDICT_SEQUENCES == 2048 and model.inference_batch == batch
+    assert [len(b) for b in model.predict_batches(torch.randn(batch + 1, 8, n_series))] == [batch, 1]
 
 
 @pytest.mark.parametrize("kernel", ["fused", "explicit", "auto"])

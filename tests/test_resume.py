@@ -21,7 +21,7 @@ from tsformer.cli import app
 from tsformer.config import load_config
 from tsformer.data import training_data
 from tsformer.errors import CheckpointError, TrainingError
-from tsformer.model import PREDICT_BATCH, Forecaster
+from tsformer.model import PREDICT_SEQUENCES, Forecaster
 from tsformer.predictor import load_predictor, load_train_state
 from tsformer.runfolder import LAST_FILE, MODEL_FILE
 from tsformer.train import train
@@ -191,9 +191,11 @@ def _nan_from(monkeypatch, method: str, call: int) -> None:
     monkeypatch.setattr(Forecaster, method, poisoned)
 
 
-def _n_batches(cfg, split: str, batch_size: int) -> int:
-    n_windows = len(training_data(cfg).windows(split))
-    return -(-n_windows // batch_size)
+def _n_batches(cfg, split: str, batch_size: int | None = None) -> int:
+    """Batches of `split`'s windows: of batch_size, or inference's (PREDICT_SEQUENCES sequences, one per series)."""
+    data = training_data(cfg)
+    batch_size = batch_size or max(1, PREDICT_SEQUENCES // data.layout.n_targets)
+    return -(-len(data.windows(split)) // batch_size)
 
 
 def _tiny_config(csv: Path, epochs: int = 4):
@@ -222,7 +224,7 @@ def test_nan_validation_loss_does_not_overwrite_last_good_checkpoint(
 ):
     cfg = _tiny_config(series_csv)
     run = tmp_path / "run"
-    _nan_from(monkeypatch, "_inference", call=_n_batches(cfg, "val", PREDICT_BATCH) + 1)  # epoch 2
+    _nan_from(monkeypatch, "_inference", call=_n_batches(cfg, "val") + 1)  # epoch 2
     with pytest.raises(TrainingError, match="validation loss became nan at epoch 2"):
         train(cfg, run, show_progress=False)
     assert load_train_state(run / LAST_FILE)[1]["loop"]["epoch"] == 1

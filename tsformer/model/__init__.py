@@ -5,11 +5,11 @@ from tsformer.model.covariates import Covariates
 from tsformer.model.encoding import PatchProjection, sinusoidal_encoding
 from tsformer.model.ensemble import Ensemble, build_forecaster
 from tsformer.model.forecaster import Block, Forecaster
-from tsformer.model.inference import PREDICT_BATCH, ForecasterBase
+from tsformer.model.inference import PREDICT_SEQUENCES, ForecasterBase
 from tsformer.model.normalisation import instance_stats
 
 __all__ = [
-    "PREDICT_BATCH",
+    "PREDICT_SEQUENCES",
     "Block",
     "Covariates",
     "Ensemble",

@@ -14,7 +14,10 @@ from torch import nn
 
 from tsformer.model.covariates import Covariates
 
-PREDICT_BATCH = 64  # windows per inference batch (evaluation, validation): fastest on CPU, benchmarks/large_input.py
+# sequences per inference batch (evaluation, validation): a window is one sequence per series when the series go
+# through the model one by one (model.channel_independent), one otherwise. 2,048 was the fastest of 448 to 4,096 on
+# 2 CPU threads for ETTh1's 7 columns (292 windows) and M4's one (benchmarks/NOTES.md, session 35)
+PREDICT_SEQUENCES = 2048
 
 
 class ForecasterBase(nn.Module):
@@ -63,10 +66,10 @@ class ForecasterBase(nn.Module):
         contexts: torch.Tensor,
         observed: torch.Tensor | None = None,
         covariates: Covariates | None = None,
-        batch_size: int = PREDICT_BATCH,
+        batch_size: int | None = None,
     ) -> Iterator[torch.Tensor]:
         """`predict` over many contexts (N, L, C) (and their observed mask and covariates), batch by batch:
-        yields (batch_size, H, C) forecasts in order, on the model's device, so a caller can keep them all
+        yields (batch_size, H, C) forecasts (`inference_batch` windows by default) in order, on the model's device, so a caller can keep them all
         (torch.cat) or reduce them as they come."""
         return self._batches(self.predict, contexts, observed, covariates, batch_size)
 
@@ -75,14 +78,22 @@ class ForecasterBase(nn.Module):
         contexts: torch.Tensor,
         observed: torch.Tensor | None = None,
         covariates: Covariates | None = None,
-        batch_size: int = PREDICT_BATCH,
+        batch_size: int | None = None,
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
         """Both outputs in one pass, batch by batch: yields (forecast (b, H, C), quantiles (b, H, C, Q) or None)."""
         return self._batches(self._inference, contexts, observed, covariates, batch_size)
 
-    def _batches(self, method, contexts, observed, covariates, batch_size: int) -> Iterator[torch.Tensor]:
+    @property
+    def inference_batch(self) -> int:
+        """Windows per inference batch: PREDICT_SEQUENCES sequences, each window one per series when the series go
+        through the model one by one."""
+        sequences_per_window = self.n_series if self.cfg.channel_independent else 1
+        return max(1, PREDICT_SEQUENCES // sequences_per_window)
+
+    def _batches(self, method, contexts, observed, covariates, batch_size: int | None) -> Iterator[torch.Tensor]:
         """method(batch of contexts, their mask, their covariates) for each batch, on the model's device."""
         device = self.positional_encoding.device
+        batch_size = batch_size or self.inference_batch
         for start in range(0, len(contexts), batch_size):
             end = start + batch_size
             mask = None if observed is None else observed[start:end].to(device)
