@@ -20,8 +20,8 @@ from tsformer.model import (
     sinusoidal_encoding,
 )
 from tsformer.model.attention import CPU_FORMULA_MAX_TOKENS, fused_is_faster
-from tsformer.model.inference import PREDICT_SEQUENCES
 from tsformer.model.forecaster import NAIVE_SCALE_FLOOR
+from tsformer.model.inference import PREDICT_SEQUENCES
 
 
 def test_positional_encoding_matches_the_formula():

@@ -69,8 +69,8 @@ class ForecasterBase(nn.Module):
         batch_size: int | None = None,
     ) -> Iterator[torch.Tensor]:
         """`predict` over many contexts (N, L, C) (and their observed mask and covariates), batch by batch:
-        yields (batch_size, H, C) forecasts (`inference_batch` windows by default) in order, on the model's device, so a caller can keep them all
-        (torch.cat) or reduce them as they come."""
+        yields (batch_size, H, C) forecasts (`inference_batch` windows by default) in order, on the model's device,
+        so a caller can keep them all (torch.cat) or reduce them as they come."""
         return self._batches(self.predict, contexts, observed, covariates, batch_size)
 
     def output_batches(
