@@ -21,7 +21,8 @@ from tsformer.cli import app
 from tsformer.config import load_config
 from tsformer.data import training_data
 from tsformer.errors import CheckpointError, TrainingError
-from tsformer.model import PREDICT_SEQUENCES, Forecaster
+from tsformer.model import Forecaster
+from tsformer.model.inference import inference_batch_size
 from tsformer.predictor import load_predictor, load_train_state
 from tsformer.runfolder import LAST_FILE, MODEL_FILE
 from tsformer.train import train
@@ -192,9 +193,9 @@ def _nan_from(monkeypatch, method: str, call: int) -> None:
 
 
 def _n_batches(cfg, split: str, batch_size: int | None = None) -> int:
-    """Batches of `split`'s windows: of batch_size, or inference's (PREDICT_SEQUENCES sequences, one per series)."""
+    """Batches of `split`'s windows: of batch_size, or of the model's inference batch."""
     data = training_data(cfg)
-    batch_size = batch_size or max(1, PREDICT_SEQUENCES // data.layout.n_targets)
+    batch_size = batch_size or inference_batch_size(data.layout.n_targets, cfg.model.channel_independent)
     return -(-len(data.windows(split)) // batch_size)
 
 

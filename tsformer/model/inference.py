@@ -20,6 +20,12 @@ from tsformer.model.covariates import Covariates
 PREDICT_SEQUENCES = 2048
 
 
+def inference_batch_size(n_series: int, channel_independent: bool) -> int:
+    """Windows per inference batch: PREDICT_SEQUENCES sequences, each window one per series when the series go
+    through the model one by one."""
+    return max(1, PREDICT_SEQUENCES // (n_series if channel_independent else 1))
+
+
 class ForecasterBase(nn.Module):
     """The inference methods shared by `Forecaster` and `Ensemble`."""
 
@@ -85,10 +91,8 @@ class ForecasterBase(nn.Module):
 
     @property
     def inference_batch(self) -> int:
-        """Windows per inference batch: PREDICT_SEQUENCES sequences, each window one per series when the series go
-        through the model one by one."""
-        sequences_per_window = self.n_series if self.cfg.channel_independent else 1
-        return max(1, PREDICT_SEQUENCES // sequences_per_window)
+        """This model's windows per inference batch (`inference_batch_size`)."""
+        return inference_batch_size(self.n_series, self.cfg.channel_independent)
 
     def _batches(self, method, contexts, observed, covariates, batch_size: int | None) -> Iterator[torch.Tensor]:
         """method(batch of contexts, their mask, their covariates) for each batch, on the model's device."""
