@@ -130,6 +130,8 @@ def test_the_floor_is_zero_where_a_column_reached_zero_in_training_and_never_wen
     back = Scaler.from_dict(json.loads(json.dumps(scaler.to_dict())))  # NaN stored as null
     np.testing.assert_array_equal(back.lowest, scaler.lowest)
     assert np.isneginf(Scaler(scaler.mean, scaler.std).floors()).all()  # a run saved before it: no floor
+    assert scaler.floors("zero")[0].tolist() == pytest.approx((-scaler.mean / scaler.std)[0].tolist())  # every column
+    assert np.isneginf(scaler.floors("none")).all()
 
 
 def test_constant_columns_are_left_out_of_a_wide_files_default_targets(tmp_path):

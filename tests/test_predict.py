@@ -166,6 +166,36 @@ def test_business_day_forecasts_skip_weekends(tmp_path):
     ]
 
 
+def test_data_floor_zero_floors_a_column_that_never_reached_zero_and_refuses_negative_values(tmp_path):
+    """A positive column that never reached zero is not floored by default (its 95 % lower bounds go below zero);
+    with data.floor=zero they stop at zero, and a target below zero is refused (data.floor=none floors nothing)."""
+    frame = make_frame(n_rows=240, n_series=1)
+    frame["a"] = frame["a"] - frame["a"].min() + 0.05  # positive, its lowest 0.05
+    frame["count"] = np.random.default_rng(1).poisson(0.7, len(frame)).astype(float) + 0.05
+    csv = write_csv(tmp_path / "positive.csv", frame)
+    bounds = [f"{column}_lower_95" for column in ("a", "count")]
+    lows = {}
+    for rule in ("auto", "zero"):
+        cfg = tiny_config(csv)
+        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, floor=rule))
+        train(cfg, tmp_path / rule, show_progress=False)
+        lows[rule] = predict_run(tmp_path / rule, csv).frame[bounds].to_numpy()
+    assert (lows["auto"][:, 1] < 0).any()  # the default leaves a column that never reached zero alone
+    assert (lows["zero"] >= 0).all() and (lows["zero"][:, 1] == 0).any()  # declared: floored, and it acted
+    predictor = load_predictor(tmp_path / "zero" / "model.pt")
+    assert np.isneginf(predictor.scaler.floors("none")).all()
+
+    frame["count"] = frame["count"] - 0.5  # now below zero in some rows
+    cfg = tiny_config(write_csv(tmp_path / "negative.csv", frame))
+    with pytest.raises(DataError, match="data.floor=zero says no target goes below zero, but column 'count' has"):
+        train(
+            dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, floor="zero")),
+            tmp_path / "no",
+            show_progress=False,
+        )
+    assert not (tmp_path / "no").exists()
+
+
 def test_a_count_column_is_never_forecast_below_zero_and_is_scored_as_shipped(tmp_path):
     """A column of small counts (zeros in training, never negative) beside one that goes below zero: the counts'
     point forecasts and interval bounds stay at or above zero, the other column's are not floored, and evaluate

@@ -24,6 +24,7 @@ from tsformer.files import atomic_write_text
 
 FILL_METHODS = ("", "ffill", "zero")
 SCALES = ("std", "seasonal")
+FLOORS = ("auto", "zero", "none")  # data.floor (`tsformer.data.split.Scaler.floors`)
 TIME_UNITS = ("", "s", "ms", "us", "ns")  # data.time_unit: the unit of integer (Unix epoch) timestamps
 DEFAULT_SPLIT_RATIOS = (0.7, 0.1, 0.2)  # train, validation, test of a wide file when data.split_ratios is ()
 MAX_VAL_HORIZONS = 3  # the most horizons of validation an automatic data.val_horizons gives each series
@@ -113,6 +114,12 @@ class DataConfig:
     # Each series' scale (from its training steps): std, or seasonal = the mean absolute change over one season
     # (MASE's denominator), which weighs smooth, regular series more in the loss
     scale: str = "std"
+    # which target columns are never forecast below zero (point forecasts, quantiles, interval bounds, in the
+    # validation windows that choose and calibrate as in what ships): auto, each column that reached zero in a
+    # series' training rows and never went below (counts, sales); zero, every target column (values that cannot
+    # go negative though they never reached zero: investment, prices of goods; an error if one is below zero);
+    # none, no column
+    floor: str = "auto"
     # train, validation, test shares of each series; () = DEFAULT_SPLIT_RATIOS for a wide file, and for
     # long format (many series) the last `horizon` steps of each series as test, `val_horizons` x horizon before
     # them as validation
@@ -130,6 +137,7 @@ class DataConfig:
         )
         _require(self.fill in FILL_METHODS, f"data.fill must be one of {FILL_METHODS[1:]}, got {self.fill!r}")
         _require(self.scale in SCALES, f"data.scale must be one of {SCALES}, got {self.scale!r}")
+        _require(self.floor in FLOORS, f"data.floor must be one of {', '.join(FLOORS)}, got {self.floor!r}")
         _require(
             self.calendar is None or isinstance(self.calendar, bool),
             f"data.calendar must be true, false or auto, got {self.calendar!r}",

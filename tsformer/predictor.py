@@ -125,7 +125,7 @@ class Predictor:
         `window_scaler`: one row of statistics per window, for `Forecasts.units` (default: the run's scaler's
         rows of `ids`)."""
         targets = self.window_targets(ids, window_scaler)
-        floor = _floor(targets)
+        floor = _floor(targets, self.config.data.floor)
         return self.ship(self.forecasters(windows, floor), windows, ids, targets, floor)
 
     def window_targets(self, ids: np.ndarray, window_scaler: Scaler | None = None) -> Scaler:
@@ -163,7 +163,7 @@ class Predictor:
 
     def floors(self, ids: np.ndarray) -> torch.Tensor:
         """(N, 1, C) scaled: the floor of the forecasts of windows of series `ids` (`Scaler.floors`)."""
-        return _floor(self.window_targets(ids))
+        return _floor(self.window_targets(ids), self.config.data.floor)
 
     def ship(
         self,
@@ -344,6 +344,7 @@ def load_train_state(path: str | Path) -> tuple[Predictor, dict]:
     return Predictor(**fields), state
 
 
-def _floor(targets: Scaler) -> torch.Tensor:
-    """(N, 1, C) scaled: the floor of each window's forecasts, from its target statistics (`Scaler.floors`)."""
-    return torch.from_numpy(targets.floors()).unsqueeze(1)
+def _floor(targets: Scaler, rule: str) -> torch.Tensor:
+    """(N, 1, C) scaled: the floor of each window's forecasts by data.floor `rule`, from its target statistics
+    (`Scaler.floors`)."""
+    return torch.from_numpy(targets.floors(rule)).unsqueeze(1)

@@ -129,6 +129,8 @@ def prepare(frame: SeriesFrame, cfg: Config, notes: tuple[str, ...] | None = Non
     borders = split_borders(cfg.data, frame, context_len, horizon, min_history=train_history)
     if panel:
         notes += (_split_note(cfg, frame, borders, train_history),)
+    if cfg.data.floor == "zero":
+        _require_non_negative(frame)
     scaler, notes = fit_scaler(frame, borders, notes, scale_season(cfg, frame.freq))
     numeric, categorical = static_roles(frame.static) if frame.static is not None else ((), ())
     layout = Layout(
@@ -243,6 +245,19 @@ def _extended(frame: SeriesFrame, horizon: int, ahead: pd.DatetimeIndex, future:
 def scale_season(cfg: Config, freq: str) -> int:
     """The season the scaler measures change over (data.scale=seasonal), else 0: the std."""
     return max(season_length(freq), 1) if cfg.data.scale == "seasonal" else 0
+
+
+def _require_non_negative(frame: SeriesFrame) -> None:
+    """data.floor=zero declares that no target goes below zero: a target cell below it is an error."""
+    below = frame.observed & (frame.values < 0)  # (n_rows, C)
+    if not below.any():
+        return
+    column = int(np.flatnonzero(below.any(axis=0))[0])
+    cells = below[:, column]
+    raise DataError(
+        f"data.floor=zero says no target goes below zero, but column {frame.columns[column]!r} has {int(cells.sum())} "
+        f"values below zero (the lowest {float(frame.values[cells, column].min()):g}); use data.floor=auto or none"
+    )
 
 
 def fit_scaler(

@@ -242,14 +242,17 @@ class Scaler:
         lowest = None if any(one.lowest is None for one in scalers) else np.concatenate([s.lowest for s in scalers])
         return cls(np.concatenate([s.mean for s in scalers]), np.concatenate([s.std for s in scalers]), lowest)
 
-    def floors(self) -> np.ndarray:
-        """(n_ids, n_columns) scaled: the value 0 where a series' column reached zero in its training rows and never
-        went below it (counts, sales, volumes: no forecast there goes below zero), -inf elsewhere (no floor), and
-        everywhere for a scaler without `lowest`."""
-        if self.lowest is None:
+    def floors(self, rule: str = "auto") -> np.ndarray:
+        """(n_ids, n_columns) scaled: the value 0 where forecasts may not go below zero, -inf elsewhere (no floor).
+        By `rule` (data.floor): auto, where a series' column reached zero in its training rows and never went below
+        it (counts, sales, volumes; nowhere for a scaler without `lowest`); zero, every column; none, no column."""
+        zero = (-self.mean / self.std).astype(np.float32)
+        if rule == "zero":
+            return zero
+        if rule == "none" or self.lowest is None:
             return np.full(self.mean.shape, -np.inf, dtype=np.float32)
         bounded = np.nan_to_num(self.lowest, nan=-1.0) == 0  # NaN: no training value, no floor
-        return np.where(bounded, -self.mean / self.std, -np.inf).astype(np.float32)
+        return np.where(bounded, zero, -np.inf).astype(np.float32)
 
     def inverse(self, scaled: np.ndarray, ids: np.ndarray | int = 0) -> np.ndarray:
         return (scaled * self.std[ids] + self.mean[ids]).astype(np.float32)
