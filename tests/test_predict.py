@@ -186,7 +186,10 @@ def test_data_floor_zero_floors_a_column_that_never_reached_zero_and_refuses_neg
     assert np.isneginf(predictor.scaler.floors("none")).all()
 
     frame["count"] = frame["count"] - 0.5  # now below zero in some rows
-    cfg = tiny_config(write_csv(tmp_path / "negative.csv", frame))
+    negative = write_csv(tmp_path / "negative.csv", frame)
+    with pytest.raises(DataError, match="but column 'count' has .* values below zero .*data.floor=auto or none"):
+        predict_run(tmp_path / "zero", negative)  # nor a file it forecasts from
+    cfg = tiny_config(negative)
     with pytest.raises(DataError, match="data.floor=zero says no target goes below zero, but column 'count' has"):
         train(
             dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, floor="zero")),

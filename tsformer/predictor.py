@@ -38,7 +38,7 @@ from tsformer.data import (
     read_series,
     scale_inputs,
 )
-from tsformer.data.prepare import data_fingerprint, scale_season, series_difference
+from tsformer.data.prepare import data_fingerprint, require_non_negative, scale_season, series_difference
 from tsformer.errors import DataError
 from tsformer.fallback import Weights, apply, chosen
 from tsformer.final import FinalFit, ends_early
@@ -232,6 +232,8 @@ class Predictor:
                     f"with time column {self.time_col!r}{ids}: {exc}"
                 ) from None
             raise
+        if self.config.data.floor == "zero":
+            require_non_negative(frame)
         if self.layout.static and not from_data:
             frame = dataclasses.replace(frame, static=self._stored_static(frame))
         return frame

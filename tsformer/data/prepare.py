@@ -130,7 +130,7 @@ def prepare(frame: SeriesFrame, cfg: Config, notes: tuple[str, ...] | None = Non
     if panel:
         notes += (_split_note(cfg, frame, borders, train_history),)
     if cfg.data.floor == "zero":
-        _require_non_negative(frame)
+        require_non_negative(frame)
     scaler, notes = fit_scaler(frame, borders, notes, scale_season(cfg, frame.freq))
     numeric, categorical = static_roles(frame.static) if frame.static is not None else ((), ())
     layout = Layout(
@@ -247,16 +247,19 @@ def scale_season(cfg: Config, freq: str) -> int:
     return max(season_length(freq), 1) if cfg.data.scale == "seasonal" else 0
 
 
-def _require_non_negative(frame: SeriesFrame) -> None:
-    """data.floor=zero declares that no target goes below zero: a target cell below it is an error."""
+def require_non_negative(frame: SeriesFrame) -> None:
+    """data.floor=zero declares that no target goes below zero: a target cell below it, in the file trained on or
+    one forecast from, is an error."""
     below = frame.observed & (frame.values < 0)  # (n_rows, C)
     if not below.any():
         return
     column = int(np.flatnonzero(below.any(axis=0))[0])
     cells = below[:, column]
+    count = int(cells.sum())
     raise DataError(
-        f"data.floor=zero says no target goes below zero, but column {frame.columns[column]!r} has {int(cells.sum())} "
-        f"values below zero (the lowest {float(frame.values[cells, column].min()):g}); use data.floor=auto or none"
+        f"data.floor=zero says no target goes below zero, but column {frame.columns[column]!r} has {count} "
+        f"value{'s' * (count > 1)} below zero (the lowest {float(frame.values[cells, column].min()):g}); "
+        "train with data.floor=auto or none"
     )
 
 
