@@ -174,13 +174,16 @@ def test_data_floor_zero_floors_a_column_that_never_reached_zero_and_refuses_neg
     frame["count"] = np.random.default_rng(1).poisson(0.7, len(frame)).astype(float) + 0.05
     csv = write_csv(tmp_path / "positive.csv", frame)
     bounds = [f"{column}_lower_95" for column in ("a", "count")]
-    lows = {}
+    lows, notes = {}, {}
     for rule in ("auto", "zero"):
         cfg = tiny_config(csv)
         cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, floor=rule))
         train(cfg, tmp_path / rule, show_progress=False)
-        lows[rule] = predict_run(tmp_path / rule, csv).frame[bounds].to_numpy()
+        forecast = predict_run(tmp_path / rule, csv)
+        lows[rule], notes[rule] = forecast.frame[bounds].to_numpy(), [n for n in forecast.notes if "below zero" in n]
     assert (lows["auto"][:, 1] < 0).any()  # the default leaves a column that never reached zero alone
+    assert len(notes["auto"]) == 1 and "95 % lower bounds go below zero for" in notes["auto"][0]
+    assert "count" in notes["auto"][0] and "--set data.floor=zero" in notes["auto"][0] and not notes["zero"]
     assert (lows["zero"] >= 0).all() and (lows["zero"][:, 1] == 0).any()  # declared: floored, and it acted
     predictor = load_predictor(tmp_path / "zero" / "model.pt")
     assert np.isneginf(predictor.scaler.floors("none")).all()

@@ -79,8 +79,28 @@ def shipped_after(
     shipped = forecaster.forecast(index.split(predictor.context_len), ids, window_scaler=scaler)
     naive = not_the_model(shipped.chosen, predictor.layout.targets, per_series=bool(predictor.id_cols))
     left_out = "" if predictor.calibration is None else predictor.calibration.note()
-    notes += tuple(note for note in (passed_over, naive, left_out) if note)
+    below = below_zero_note(shipped, scaler.first(predictor.layout.n_targets), predictor)
+    notes += tuple(note for note in (passed_over, naive, left_out, below) if note)
     return shipped, timestamps, notes
+
+
+def below_zero_note(shipped: Forecasts, targets: Scaler, predictor: Predictor) -> str:
+    """Where an interval reaches below zero for a column that stayed above zero in the series' training rows, and
+    data.floor left it unfloored (auto): how to floor it, if it cannot go negative. `targets`: each series'
+    target statistics."""
+    if predictor.config.data.floor != "auto" or targets.lowest is None or not shipped.levels:
+        return ""
+    level, lower, _ = max(shipped.bounds(), key=lambda bound: bound[0])  # the widest interval, (S, H, C)
+    positive = np.nan_to_num(targets.lowest, nan=-1.0) > 0  # (S, C)
+    below = (lower < 0).any(axis=1) & positive  # (S, C)
+    if not below.any():
+        return ""
+    names = ", ".join(name for j, name in enumerate(predictor.layout.targets) if below[:, j].any())
+    where = f"{int(below.sum())} series x columns ({names})" if predictor.id_cols else names
+    return (
+        f"{label(level)} % lower bounds go below zero for {where}, which stayed above zero in training; "
+        "if they cannot go negative, train with --set data.floor=zero"
+    )
 
 
 def write_forecast(
