@@ -99,7 +99,7 @@ def test_given_settings_are_kept_without_a_note():
     cfg = Config(
         data=DataConfig(calendar=False),
         model=ModelConfig(horizon=24, context_len=48, patch_len=24, cycle=0, members=1, dropout=0.3),
-        train=TrainConfig(loss="mae", epochs=7, candidates=("seasonal_naive",)),
+        train=TrainConfig(loss="mae", epochs=7, lr=1e-3, candidates=("seasonal_naive",)),
     )
     assert resolve_from_data(cfg, read_series(hourly(weekday_effect=4.0), cfg.data)) == (cfg, ())
 
@@ -144,26 +144,30 @@ def test_three_members_where_ten_epochs_take_fewer_than_500_steps_else_one():
     assert members_chosen(8_000, epoch_windows=1_000) == 3  # an epoch's budget counts, not every window
 
 
-def test_long_epochs_train_at_most_four_epochs_with_less_dropout():
+def test_long_epochs_train_three_epochs_at_twice_the_rate_with_less_dropout():
     # 0.8 n - 48 - 24 + 1 training windows, 8 a step: 1,000 steps an epoch from 7,993 windows (n = 10,080)
     long, short = chosen_for(10_080, batch_size=8), chosen_for(10_079, batch_size=8)
-    assert (long.model.dropout, long.train.epochs) == (0.1, 4)
-    assert (short.model.dropout, short.train.epochs) == (0.3, 10)
-    given = chosen_for(10_080, dropout=0.2, batch_size=8, epochs=7)
-    assert (given.model.dropout, given.train.epochs) == (0.2, 7)  # given settings are kept
+    assert (long.model.dropout, long.train.epochs, long.train.lr) == (0.1, 3, 2e-3)
+    assert (short.model.dropout, short.train.epochs, short.train.lr) == (0.3, 10, 1e-3)
+    given = chosen_for(10_080, dropout=0.2, batch_size=8, epochs=7, lr=5e-4)
+    assert (given.model.dropout, given.train.epochs, given.train.lr) == (0.2, 7, 5e-4)  # given settings are kept
     assert chosen_for(10_080, batch_size=16).model.dropout == 0.3  # 500 steps an epoch: not long
-    # four epochs only with the light dropout they were measured with; given epochs keep the light dropout
-    assert chosen_for(10_080, dropout=0.3, batch_size=8).train.epochs == 10
-    assert chosen_for(10_080, batch_size=8, epochs=7).model.dropout == 0.1
+    # three epochs at twice the rate only with the light dropout they were measured with
+    with_dropout = chosen_for(10_080, dropout=0.3, batch_size=8)
+    assert (with_dropout.train.epochs, with_dropout.train.lr) == (10, 1e-3)
+    # given epochs keep the light dropout, at the usual rate
+    given_epochs = chosen_for(10_080, batch_size=8, epochs=7)
+    assert (given_epochs.model.dropout, given_epochs.train.lr) == (0.1, 1e-3)
     budget = chosen_for(10_080, batch_size=8, epoch_windows=4_000)  # an epoch's budget counts: 500 steps
-    assert (budget.model.dropout, budget.train.epochs) == (0.3, 10)
+    assert (budget.model.dropout, budget.train.epochs, budget.train.lr) == (0.3, 10, 1e-3)
 
 
 def test_long_epochs_say_what_they_chose():
     _, notes = resolved_for(10_080, batch_size=8)
-    assert "at most 4 epochs (7,993 training windows, long epochs; patience 3 ends it earlier)" in notes[0]
+    assert "at most 3 epochs (7,993 training windows, long epochs; patience 3 ends it earlier)" in notes[0]
     assert "model.dropout 0.1 (1,000 steps an epoch: so many windows need less)" in notes[0]
-    assert "--set model.dropout=P" in notes[0]
+    assert "train.lr 0.002 (long epochs: 3 at twice the usual rate)" in notes[0]
+    assert "--set model.dropout=P" in notes[0] and "--set train.lr=R" in notes[0]
 
 
 def test_the_recipe_search_and_a_given_count_keep_their_members():

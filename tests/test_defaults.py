@@ -70,9 +70,9 @@ def test_defaults_are_automatic():
 @pytest.mark.parametrize(
     "n_windows, epochs",
     # M4 Hourly (1,834 steps an epoch: long), the shortest long epoch and one step fewer, ETTh1, the sample, short files
-    [(234_682, 4), (128_000, 4), (127_872, 10), (8_209, 10), (1_523, 42), (300, 100), (0, 100)],
+    [(234_682, 3), (128_000, 3), (127_872, 10), (8_209, 10), (1_523, 42), (300, 100), (0, 100)],
 )
-def test_automatic_epochs_reach_500_steps_from_10_to_100_epochs_or_4_long_ones(n_windows, epochs):
+def test_automatic_epochs_reach_500_steps_from_10_to_100_epochs_or_3_long_ones(n_windows, epochs):
     from tsformer.config import auto_epochs
 
     assert auto_epochs(n_windows, 128) == epochs

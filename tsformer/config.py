@@ -63,12 +63,15 @@ AUTO_MIN_EPOCHS = 10
 AUTO_MAX_EPOCHS = 100
 AUTO_MEMBERS = 3  # an automatic model.members where training is short (`data.choices`)
 # a long epoch (at least LONG_EPOCH_STEPS optimiser steps: a large panel, M4 Hourly's 1,834) trains with dropout
-# LONG_EPOCH_DROPOUT, as so many windows need less, and at most LONG_EPOCHS epochs, as with it validation peaks by
-# the third (benchmarks/NOTES.md, session 25); shorter epochs keep AUTO_DROPOUT, and a given dropout the usual epochs
+# LONG_EPOCH_DROPOUT, as so many windows need less, and at most LONG_EPOCHS epochs at LONG_EPOCH_LR, as with them
+# validation peaks by the last (benchmarks/NOTES.md, sessions 25 and 37); shorter epochs keep AUTO_DROPOUT and
+# AUTO_LR, and a given dropout or epoch count the usual epochs and learning rate
 LONG_EPOCH_STEPS = 1_000
-LONG_EPOCHS = 4
+LONG_EPOCHS = 3
+LONG_EPOCH_LR = 2e-3
 LONG_EPOCH_DROPOUT = 0.1
 AUTO_DROPOUT = 0.3
+AUTO_LR = 1e-3
 
 
 def _require(ok: bool, message: str) -> None:
@@ -292,7 +295,9 @@ class TrainConfig:
 
     epochs: int = 0  # the most epochs; 0: from the training windows (`auto_epochs`), 10 to 100, or 4 long ones
     batch_size: int = 128
-    lr: float = 1e-3
+    # the peak learning rate; None = chosen from the data (`data.choices`): LONG_EPOCH_LR with the long epochs'
+    # automatic recipe, AUTO_LR otherwise and for a model trained from an unresolved config (`learning_rate`)
+    lr: float | None = None
     min_lr_ratio: float = 0.05  # the cosine schedule decays to lr * min_lr_ratio
     warmup_frac: float = 0.05  # share of all steps spent warming up linearly
     weight_decay: float = 0.05
@@ -345,7 +350,7 @@ class TrainConfig:
         )
         for name in ("batch_size", "patience", "train_stride"):
             _require(getattr(self, name) >= 1, f"train.{name} must be at least 1, got {getattr(self, name)}")
-        _require(self.lr > 0, f"train.lr must be positive, got {self.lr}")
+        _require(self.lr is None or self.lr > 0, f"train.lr must be positive, got {self.lr}")
         _require(0 <= self.seed <= MAX_SEED, f"train.seed must be in 0..{MAX_SEED}, got {self.seed}")
         _require(0 <= self.min_lr_ratio <= 1, f"train.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         _require(0 <= self.warmup_frac < 1, f"train.warmup_frac must be in [0, 1), got {self.warmup_frac}")
@@ -366,6 +371,11 @@ class TrainConfig:
             f"train.candidates must be distinct names among {', '.join(CANDIDATE_NAMES)}, got {list(self.candidates)}",
         )
         _require(self.device in ("cpu", "cuda", "auto"), f"train.device must be cpu, cuda or auto, got {self.device!r}")
+
+    @property
+    def learning_rate(self) -> float:
+        """The peak learning rate training uses: train.lr, or AUTO_LR while it is still automatic."""
+        return AUTO_LR if self.lr is None else self.lr
 
 
 @dataclass(frozen=True)
@@ -424,7 +434,7 @@ def auto_epochs(n_train_windows: int, batch_size: int, light_dropout: bool = Tru
     """The most epochs of an automatic train.epochs: enough for AUTO_MIN_STEPS optimiser steps of `batch_size`
     windows, at least AUTO_MIN_EPOCHS and at most AUTO_MAX_EPOCHS (a few hundred windows get 100 short epochs),
     or LONG_EPOCHS where an epoch is long and the dropout is the automatic one that goes with it (M4 Hourly's
-    234,682 windows get 4); patience stops training once validation stops improving."""
+    234,682 windows get 3); patience stops training once validation stops improving."""
     if light_dropout and long_epochs(n_train_windows, batch_size):
         return LONG_EPOCHS
     return min(AUTO_MAX_EPOCHS, max(AUTO_MIN_EPOCHS, -(-AUTO_MIN_STEPS // epoch_steps(n_train_windows, batch_size))))

@@ -404,7 +404,7 @@ def build_optimizer(model: ForecasterBase, cfg: TrainConfig) -> torch.optim.Opti
     chosen = {id(p) for p in decay}
     no_decay = [p for p in model.parameters() if id(p) not in chosen]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr, fused=True)
+    return torch.optim.AdamW(groups, lr=cfg.learning_rate, fused=True)
 
 
 def _restore(
@@ -507,12 +507,12 @@ class _Runner:
             order = torch.cat([order, order[:padding]])[self.ctx.rank :: self.ctx.world_size]
             torch.manual_seed((epoch_seed * 1_009 + self.ctx.rank) % MAX_SEED)
         self.model.train()
-        losses, lr = [], tc.lr
+        losses, lr = [], tc.learning_rate
         for i, start in enumerate(range(0, len(order), tc.batch_size), start=1):
             if max_steps and i > max_steps:
                 break
             batch = train_windows.take(order[start : start + tc.batch_size], self.ctx.device)
-            lr = lr_at(state.step, total_steps, tc.lr, tc.warmup_frac, tc.min_lr_ratio)
+            lr = lr_at(state.step, total_steps, tc.learning_rate, tc.warmup_frac, tc.min_lr_ratio)
             losses.append(self._step(batch, lr, epoch, i))
             state.step += 1
             progress.step(epoch, i, losses[-1])

@@ -10,6 +10,9 @@
   panel, which then also trains at most LONG_EPOCHS epochs), AUTO_DROPOUT otherwise. On M4 Hourly it lowered
   the validation MSE and sMAPE, tied MASE, and took about a third of the optimiser steps; ETTh1 lost with less
   dropout (benchmarks/NOTES.md, session 25);
+- train.lr: LONG_EPOCH_LR with the long epochs' automatic epochs and dropout (their LONG_EPOCHS epochs at twice
+  the usual rate: on M4 Hourly it lowered the epoch score on two seeds in three quarters of the time,
+  benchmarks/NOTES.md, session 37), AUTO_LR otherwise;
 - model.members: AUTO_MEMBERS models averaged where an epoch is short (fewer than AUTO_MIN_STEPS optimiser steps
   in AUTO_MIN_EPOCHS epochs, so a member trains about AUTO_MIN_STEPS steps), one otherwise; one under the recipe
   search (`train.time_limit`), which adds members itself. The mean of several seeds has a lower expected squared
@@ -45,10 +48,13 @@ from tsformer.candidates import CLASSICAL, candidate_names, season_for, steps_pe
 from tsformer.classical import fit_seconds
 from tsformer.config import (
     AUTO_DROPOUT,
+    AUTO_LR,
     AUTO_MEMBERS,
     AUTO_MIN_EPOCHS,
     AUTO_MIN_STEPS,
     LONG_EPOCH_DROPOUT,
+    LONG_EPOCH_LR,
+    LONG_EPOCHS,
     Config,
     ModelConfig,
     auto_epochs,
@@ -121,10 +127,18 @@ def resolve_from_data(cfg: Config, frame: SeriesFrame) -> tuple[Config, tuple[st
         chosen.append(f"train.loss {loss} ({what})")
         flags.append("train.loss=mse|mae|mase")
     n_windows = _epoch_windows(cfg, frame, borders)
+    # the long epochs' recipe (few epochs at a higher rate) goes with their automatic epochs and dropout
+    long_recipe = not cfg.train.epochs and cfg.model.dropout is None and long_epochs(n_windows, cfg.train.batch_size)
     if not cfg.train.epochs:
         cfg, note = _choose_epochs(cfg, n_windows)
         chosen.append(note)
         flags.append("train.epochs=N")
+    if cfg.train.lr is None:
+        lr = LONG_EPOCH_LR if long_recipe else AUTO_LR
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, lr=lr))
+        if long_recipe:
+            chosen.append(f"train.lr {lr:g} (long epochs: {LONG_EPOCHS} at twice the usual rate)")
+            flags.append("train.lr=R")
     if cfg.model.dropout is None:
         long = long_epochs(n_windows, cfg.train.batch_size)
         dropout = LONG_EPOCH_DROPOUT if long else AUTO_DROPOUT
