@@ -293,7 +293,7 @@ class ModelConfig:
 class TrainConfig:
     """Optimisation, early stopping and reproducibility."""
 
-    epochs: int = 0  # the most epochs; 0: from the training windows (`auto_epochs`), 10 to 100, or 4 long ones
+    epochs: int = 0  # the most epochs; 0: from the training windows (`auto_epochs`), 10 to 100, or 3 long ones
     batch_size: int = 128
     # the peak learning rate; None = chosen from the data (`data.choices`): LONG_EPOCH_LR with the long epochs'
     # automatic recipe, AUTO_LR otherwise and for a model trained from an unresolved config (`learning_rate`)

@@ -11,7 +11,7 @@
   the validation MSE and sMAPE, tied MASE, and took about a third of the optimiser steps; ETTh1 lost with less
   dropout (benchmarks/NOTES.md, session 25);
 - train.lr: LONG_EPOCH_LR with the long epochs' automatic epochs and dropout (their LONG_EPOCHS epochs at twice
-  the usual rate: on M4 Hourly it lowered the epoch score on two seeds in three quarters of the time,
+  the usual rate: on M4 Hourly it lowered the epoch score on two seeds in two thirds of the time,
   benchmarks/NOTES.md, session 37), AUTO_LR otherwise;
 - model.members: AUTO_MEMBERS models averaged where an epoch is short (fewer than AUTO_MIN_STEPS optimiser steps
   in AUTO_MIN_EPOCHS epochs, so a member trains about AUTO_MIN_STEPS steps), one otherwise; one under the recipe
