@@ -127,10 +127,9 @@ def resolve_from_data(cfg: Config, frame: SeriesFrame) -> tuple[Config, tuple[st
         chosen.append(f"train.loss {loss} ({what})")
         flags.append("train.loss=mse|mae|mase")
     n_windows = _epoch_windows(cfg, frame, borders)
-    # the long epochs' recipe (few epochs at a higher rate) goes with their automatic epochs and dropout
-    long_recipe = not cfg.train.epochs and cfg.model.dropout is None and long_epochs(n_windows, cfg.train.batch_size)
+    long_recipe = False  # the long epochs' higher rate goes with their automatic epochs and dropout
     if not cfg.train.epochs:
-        cfg, note = _choose_epochs(cfg, n_windows)
+        cfg, note, long_recipe = _choose_epochs(cfg, n_windows)
         chosen.append(note)
         flags.append("train.epochs=N")
     if cfg.train.lr is None:
@@ -180,15 +179,17 @@ def _epoch_windows(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> in
     return min(n_windows, tc.epoch_windows) if tc.epoch_windows else n_windows
 
 
-def _choose_epochs(cfg: Config, n_windows: int) -> tuple[Config, str]:
-    """train.epochs from the windows an epoch trains on (`config.auto_epochs`): the most epochs; patience ends it."""
+def _choose_epochs(cfg: Config, n_windows: int) -> tuple[Config, str, bool]:
+    """train.epochs from the windows an epoch trains on (`config.auto_epochs`): the most epochs, patience ending
+    it; and whether they are the long epochs' recipe (LONG_EPOCHS, which train at LONG_EPOCH_LR)."""
     tc = cfg.train
     light_dropout = cfg.model.dropout is None  # the long epochs' cap goes with their automatic dropout
     epochs = auto_epochs(n_windows, tc.batch_size, light_dropout)
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(tc, epochs=epochs))
     each = "training windows" if not tc.epoch_windows else "training windows an epoch, train.epoch_windows"
-    long = ", long epochs" if light_dropout and long_epochs(n_windows, tc.batch_size) else ""
-    return cfg, f"at most {epochs} epochs ({n_windows:,} {each}{long}; patience {tc.patience} ends it earlier)"
+    long = light_dropout and long_epochs(n_windows, tc.batch_size)
+    why = f"{n_windows:,} {each}{', long epochs' * long}; patience {tc.patience} ends it earlier"
+    return cfg, f"at most {epochs} epochs ({why})", long
 
 
 def _choose_members(cfg: Config, n_windows: int, frame: SeriesFrame) -> tuple[ModelConfig, str]:
