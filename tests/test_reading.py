@@ -66,6 +66,14 @@ def test_the_first_rows_offset_is_the_zone_and_a_stated_one_wins():
         DataConfig(utc_offset="CET")
 
 
+def test_a_first_timestamp_without_an_offset_before_ones_with_it_is_refused(tmp_path):
+    # the fuzzer's case: pandas reads the column as zoned, but its first row alone carries no offset
+    path = tmp_path / "mixed.csv"
+    path.write_bytes(b"date,\x01\n-0\xe2\x80\xa8\n0:0Z")
+    with pytest.raises(DataError, match="writes its first timestamp '-0' without a UTC offset and later ones with"):
+        read_series(path, DataConfig())
+
+
 def weekdays(n: int) -> pd.DatetimeIndex:
     return pd.bdate_range("2024-01-01", periods=n)
 

@@ -202,7 +202,13 @@ def parse_timestamps(
         )
     stamps = pd.DatetimeIndex(timestamps)
     if stamps.tz is not None:  # one stated zone, whatever offsets later rows are written with
-        zone = cfg.utc_offset or written_offset(_to_datetime(text.iloc[:1], readings[order], order == "day-first"))
+        first = pd.DatetimeIndex(_to_datetime(text.iloc[:1], readings[order], order == "day-first"))
+        if first.tz is None:
+            raise DataError(
+                f"time column {name!r} writes its first timestamp {text.iloc[0]!r} without a UTC offset and later "
+                "ones with one; write every timestamp with an offset (such as +01:00 or Z) or none"
+            )
+        zone = cfg.utc_offset or written_offset(first)
         mixed = str(stamps.tz) == "UTC" and not _all_utc(text)
         stamps = stamps.tz_convert(fixed_zone(zone))
         if mixed:
