@@ -177,6 +177,16 @@ def test_integer_epoch_timestamps_are_read_in_the_unit_their_magnitude_says(tmp_
     assert years.timestamps[0] == pd.Timestamp("1990-01-01")  # a year stays a year
 
 
+def test_a_column_named_year_is_the_time_column_even_written_as_floats(tmp_path):
+    """A float column's export writes 1935.0; it is the year 1935, found by the column's name, and written back
+    as a year."""
+    frame = pd.DataFrame({"invest": 1.0 + np.arange(30), "year": np.arange(1935.0, 1965.0)})
+    series = read_series(write_csv(tmp_path / "grunfeld.csv", frame), DataConfig())
+    assert series.time_col == "year" and series.columns == ("invest",) and series.freq.startswith("YS")
+    assert series.timestamps[[0, -1]].tolist() == [pd.Timestamp("1935-01-01"), pd.Timestamp("1964-01-01")]
+    assert series.time_notation.write(series.timestamps[:2]).tolist() == ["1935", "1936"]
+
+
 def test_weekday_only_data_with_holidays_are_business_days(tmp_path):
     days = pd.bdate_range("2023-01-02", periods=300).delete([20, 100, 150])  # three holidays
     frame = pd.DataFrame({"Date": days.strftime("%Y-%m-%d"), "Close": 100 + np.arange(len(days)) * 0.1})

@@ -14,6 +14,7 @@ from test_cli_errors import assert_error, invoke
 
 from tsformer.config import DataConfig
 from tsformer.data import read_series, training_data
+from tsformer.errors import DataError
 from tsformer.leakage import check_data, check_scaler, check_windows
 from tsformer.predictor import load_predictor
 from tsformer.runs import evaluate_run, predict_run
@@ -281,6 +282,42 @@ def test_a_long_file_of_one_series_named_by_id_col_is_read_as_one_series(tmp_pat
     assert load_predictor(run / "model.pt").borders.to_list() == [[140], [160], [200]]  # 70/10/20, one series
     forecast = predict_run(run, csv).frame
     assert list(forecast.columns[:3]) == ["unique_id", "ds", "y"] and (forecast["unique_id"] == "AirPassengers").all()
+
+
+def panel_by_name(names: list[str], years: int = 20) -> pd.DataFrame:
+    """country, code, year, rate: one row per country and year, with no column named like an id."""
+    rows = [(name, name[:3].upper(), 1960 + t, 5.0 - 0.1 * t + k) for k, name in enumerate(names) for t in range(years)]
+    return pd.DataFrame(rows, columns=["country", "code", "year", "rate"])
+
+
+def test_the_first_text_column_is_the_id_when_timestamps_repeat(tmp_path):
+    csv = tmp_path / "rates.csv"
+    panel_by_name(["Aruba", "Chad", "Peru"]).to_csv(csv, index=False)
+    frame = read_series(csv, DataConfig())
+    assert frame.id_cols == ("country",) and frame.keys == (("Aruba",), ("Chad",), ("Peru",))
+    assert frame.columns == ("rate",) and frame.bounds.tolist() == [0, 20, 40, 60]
+    assert "took 'country' as the series id column" in frame.notes[0] and "each of its 3 series" in frame.notes[0]
+    np.testing.assert_allclose(frame.values[frame.rows_of(1), 0], 6.0 - 0.1 * np.arange(20))
+
+
+def test_a_first_text_column_that_does_not_tell_rows_apart_is_no_id(tmp_path):
+    """Only the first text column is tried (so later rows can refuse the file, never pick another column); where
+    it repeats a (value, timestamp) pair the file is refused, with the flag that names the id."""
+    table = panel_by_name(["Aruba", "Chad"])
+    table["country"] = "Earth"  # every row the same: no id
+    csv = tmp_path / "earth.csv"
+    table.to_csv(csv, index=False)
+    with pytest.raises(DataError, match="duplicate timestamp .* or name the column that tells several series apart"):
+        read_series(csv, DataConfig())
+    assert read_series(csv, DataConfig(id_cols=("code",))).keys == (("ARU",), ("CHA",))
+
+
+def test_a_text_column_beside_unrepeated_timestamps_is_no_id(tmp_path):
+    table = panel_by_name(["Aruba"])  # one series: its timestamps never repeat
+    csv = tmp_path / "one.csv"
+    table.to_csv(csv, index=False)
+    frame = read_series(csv, DataConfig())
+    assert frame.id_cols == () and frame.columns == ("rate",)
 
 
 def test_evaluate_refuses_a_csv_without_the_runs_series(long_run, long_csv, tmp_path):

@@ -150,10 +150,11 @@ def _read(
 ) -> SeriesFrame:
     """read_series on a table whose index is the line of the file holding each row."""
     time_col, found_notes = find_time_col(table, cfg.time_col, name, cfg)
-    if expected_ids is None:  # training: the id columns given, else found by name
-        id_cols = _find_id_cols(table, cfg.id_cols, time_col, name)
+    if expected_ids is None:  # training: the id columns given, else found by name or by their values
+        id_cols, id_notes = _find_id_cols(table, cfg.id_cols, time_col, name)
+        found_notes += id_notes
     else:  # a trained model's (none for a wide file): exactly those, whatever the names of the columns
-        id_cols = _find_id_cols(table, expected_ids, time_col, name) if expected_ids else ()
+        id_cols = _find_id_cols(table, expected_ids, time_col, name)[0] if expected_ids else ()
     codes, keys = _series_codes(table, id_cols, check_unique=expected_ids is None)
     raw_times, codes_in_file = table[time_col], codes
     timestamps, time_notes, notation = parse_timestamps(table[time_col], time_col, cfg, sample=codes == 0)
@@ -224,8 +225,11 @@ def _read(
 # --- series ids -----------------------------------------------------------------------------------
 
 
-def _find_id_cols(table: pd.DataFrame, requested: tuple[str, ...], time_col: str, source: str) -> tuple[str, ...]:
-    """The long format's id columns: as given (--id-col), else the first of ID_COL_NAMES present, else ()."""
+def _find_id_cols(
+    table: pd.DataFrame, requested: tuple[str, ...], time_col: str, source: str
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The long format's id columns and a note when they were found by their values: as given (--id-col), else
+    the first of ID_COL_NAMES present, else `_id_col_by_values`, else () (a wide file)."""
     for i, name in enumerate(requested):
         if name not in table.columns:
             raise DataError(f"id column {name!r} not in {source}; columns are: {names(table.columns)}")
@@ -234,9 +238,33 @@ def _find_id_cols(table: pd.DataFrame, requested: tuple[str, ...], time_col: str
         if name in requested[:i]:
             raise DataError(f"id column {name!r} is given twice; give each --id-col once")
     if requested:
-        return tuple(requested)
+        return tuple(requested), ()
     by_lower = {str(column).lower(): column for column in table.columns if column != time_col}
-    return next(((by_lower[name],) for name in ID_COL_NAMES if name in by_lower), ())
+    named = next(((by_lower[name],) for name in ID_COL_NAMES if name in by_lower), ())
+    if named:
+        return named, ()
+    found = _id_col_by_values(table, time_col)
+    if not found:
+        return (), ()
+    n_series = table[found].astype(str).str.strip().nunique()
+    return (found,), (
+        f"took {found!r} as the series id column: the time column repeats its timestamps, and {found!r}, the first "
+        f"text column, gives each of its {n_series} series one row per timestamp (--id-col names others)",
+    )
+
+
+def _id_col_by_values(table: pd.DataFrame, time_col: str) -> str:
+    """The first text column when the time column repeats a timestamp and that column tells every row apart
+    (one row per value and timestamp), else "". Only the first is tried: rows after the training rows can then
+    refuse the file (a repeated timestamp with no id), never choose another column to split its series by."""
+    times = table[time_col].astype(str).str.strip()
+    if not times.duplicated().any():
+        return ""
+    text = [c for c in table.columns if c != time_col and not _is_numeric_like(table[c])]
+    if not text or table[text[0]].isna().any():
+        return ""
+    ids = table[text[0]].astype(str).str.strip()
+    return "" if pd.DataFrame({"id": ids, "time": times}).duplicated().any() else str(text[0])
 
 
 def _series_codes(

@@ -13,7 +13,9 @@ rows alone (each series' rows up to its training end, as read, `ReadEvidence`):
   as a column constant over the whole file is (its later values cannot be learnt from the training rows).
 
 The UTC offset of timestamps is decided from the first row (`timestamps.parse_timestamps`), and the
-calendar features from each row's own timestamp, so neither needs a second look.
+calendar features from each row's own timestamp, so neither needs a second look. A long file's id column found
+by its values (no column named like one) is the first text column or none (`loader._id_col_by_values`): later
+rows can only leave the file refused (a repeated timestamp without an id), never split it by another column.
 """
 
 from __future__ import annotations

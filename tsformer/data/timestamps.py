@@ -20,10 +20,11 @@ from tsformer.config import DataConfig
 from tsformer.data.csvfile import names
 from tsformer.errors import DataError
 
-TIME_COL_NAMES = ("date", "timestamp", "time", "datetime", "ds", "period", "dt")
+TIME_COL_NAMES = ("date", "timestamp", "time", "datetime", "ds", "period", "dt", "year")
 EPOCH_UNITS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}  # nanoseconds per unit of a Unix epoch integer
 NOTATION_SAMPLE = 10_000  # rows, spread over the file, whose text the output notation must give back
 QUARTER = re.compile(r"^(\d{4})(\s*-?\s*)[Qq]([1-4])$")  # 1998Q1, 1998 Q1, 1998-Q1
+WHOLE_YEAR = r"\d{4}\.0*"  # 1935.0: a year written as a number with a fraction (a float column's export)
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,8 @@ def parse_timestamps(
     if pd.api.types.is_datetime64_any_dtype(column):  # a DataFrame's own timestamps
         return pd.DatetimeIndex(column), (), TimeNotation()
     text = column.astype(str).str.strip()
+    if text.str.fullmatch(WHOLE_YEAR).all():
+        text = text.str.split(".").str[0]  # years: 1935.0 is 1935
     unit = _epoch_unit(text, cfg.time_unit)
     if unit is not None:
         stamps = pd.DatetimeIndex(pd.to_datetime(text.astype(np.int64), unit=unit))
@@ -326,16 +329,33 @@ def check_order(timestamps: pd.DatetimeIndex, lines: np.ndarray, bounds: np.ndar
     steps[bounds[1:-1] - 1] = 1  # from one series' last row to the next series' first: no order
     if (steps > 0).all():
         return
+    if names == ("",):  # no id: a repeat anywhere says more than the first decrease (several series stacked?)
+        _refuse_repeats(timestamps, lines)
     i = int(np.flatnonzero(steps <= 0)[0])
     series = int(np.searchsorted(bounds, i, side="right")) - 1
     where = f"series {names[series]!r}: " if names[series] else ""
     first, second = timestamps[i], timestamps[i + 1]
     if steps[i] == 0:
-        one_row = "one row per series and timestamp" if names[series] else "one row per timestamp"
-        raise DataError(f"{where}duplicate timestamp {second} at lines {lines[i]} and {lines[i + 1]}; keep {one_row}")
+        raise DataError(
+            f"{where}duplicate timestamp {second} at lines {lines[i]} and {lines[i + 1]}; keep one row per series and "
+            "timestamp"
+        )
     raise DataError(
         f"{where}timestamps decrease at line {lines[i + 1]} ({second} after {first} at line {lines[i]}); "
         "sort the file by time or pass --sort"
+    )
+
+
+def _refuse_repeats(timestamps: pd.DatetimeIndex, lines: np.ndarray) -> None:
+    """A DataError naming the first timestamp that repeats (by its second row) and both lines, if one does."""
+    repeated = timestamps.duplicated()
+    if not repeated.any():
+        return
+    second = int(np.flatnonzero(repeated)[0])
+    first = int(np.flatnonzero(timestamps == timestamps[second])[0])
+    raise DataError(
+        f"duplicate timestamp {timestamps[second]} at lines {lines[first]} and {lines[second]}; keep one row per "
+        "timestamp, or name the column that tells several series apart with --id-col"
     )
 
 
