@@ -187,6 +187,22 @@ def test_a_column_named_year_is_the_time_column_even_written_as_floats(tmp_path)
     assert series.time_notation.write(series.timestamps[:2]).tolist() == ["1935", "1936"]
 
 
+@pytest.mark.parametrize("part, n, freq, first", [("quarter", 4, "QS", "1959Q1"), ("Month", 12, "MS", "1959-01")])
+def test_a_year_column_beside_a_quarter_or_month_column_is_one_time_column(tmp_path, part, n, freq, first):
+    """statsmodels' macrodata writes year, quarter, realgdp, ... (as floats): both make the time, and the part
+    column is no target."""
+    steps = np.arange(40)
+    frame = pd.DataFrame({"year": 1959.0 + steps // n, part: 1.0 + steps % n, "realgdp": 100.0 + steps})
+    series = read_series(write_csv(tmp_path / "macro.csv", frame), DataConfig())
+    assert series.time_col == "year" and series.columns == ("realgdp",) and series.freq.startswith(freq)
+    assert series.timestamps[1] - series.timestamps[0] == pd.Timedelta(days=90 if n == 4 else 31)
+    assert series.notes[0].startswith(f"read the time from 'year' and '{part}' ({first}, ")
+    assert series.time_notation.write(series.timestamps[:1]).tolist() == [first]
+    frame.loc[5, part] = 13.0  # not a part of a year: the year alone is the time, and it repeats
+    with pytest.raises(DataError, match="duplicate timestamp"):
+        read_series(write_csv(tmp_path / "odd.csv", frame), DataConfig())
+
+
 def test_weekday_only_data_with_holidays_are_business_days(tmp_path):
     days = pd.bdate_range("2023-01-02", periods=300).delete([20, 100, 150])  # three holidays
     frame = pd.DataFrame({"Date": days.strftime("%Y-%m-%d"), "Close": 100 + np.arange(len(days)) * 0.1})

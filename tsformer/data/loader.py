@@ -26,6 +26,7 @@ from tsformer.data.timestamps import (
     fill_the_grid,
     fill_the_grids,
     find_time_col,
+    join_year_and_part,
     parse_timestamps,
     pick_date_order,
     resolve_freq,
@@ -150,6 +151,8 @@ def _read(
 ) -> SeriesFrame:
     """read_series on a table whose index is the line of the file holding each row."""
     time_col, found_notes = find_time_col(table, cfg.time_col, name, cfg)
+    table, joined_notes = join_year_and_part(table, time_col)
+    found_notes += joined_notes
     if expected_ids is None:  # training: the id columns given, else found by name or by their values
         id_cols, id_notes = _find_id_cols(table, cfg.id_cols, time_col, name)
         found_notes += id_notes

@@ -24,7 +24,8 @@ TIME_COL_NAMES = ("date", "timestamp", "time", "datetime", "ds", "period", "dt",
 EPOCH_UNITS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}  # nanoseconds per unit of a Unix epoch integer
 NOTATION_SAMPLE = 10_000  # rows, spread over the file, whose text the output notation must give back
 QUARTER = re.compile(r"^(\d{4})(\s*-?\s*)[Qq]([1-4])$")  # 1998Q1, 1998 Q1, 1998-Q1
-WHOLE_YEAR = r"\d{4}\.0*"  # 1935.0: a year written as a number with a fraction (a float column's export)
+WHOLE_YEAR = r"\d{4}(?:\.0*)?"  # 1935, or 1935.0 as a float column's export writes it
+YEAR_PARTS = {"quarter": 4, "month": 12}  # a column beside `year` that says which part of it a row is
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,30 @@ def find_time_col(table: pd.DataFrame, requested: str, source: str, cfg: DataCon
         f"no time column found in {source} (looked for {', '.join(TIME_COL_NAMES)}, and for a column of increasing "
         f"timestamps; columns are: {names(table.columns)}); name it with --time-col"
     )
+
+
+def join_year_and_part(table: pd.DataFrame, time_col: str) -> tuple[pd.DataFrame, tuple[str, ...]]:
+    """A `year` time column beside a `quarter` (1-4) or `month` (1-12) column, as official statistics write
+    them (statsmodels' macrodata: year, quarter, realgdp, ...): the table with the time column holding both
+    (1959Q1, 1959-01) and the part column dropped, and a note; else the table as it is."""
+    if time_col.lower() != "year":
+        return table, ()
+    years = table[time_col].astype(str).str.strip()
+    if not years.str.fullmatch(WHOLE_YEAR).all():
+        return table, ()
+    for column in table.columns:
+        part = YEAR_PARTS.get(str(column).lower())
+        if part is None:
+            continue
+        values = pd.to_numeric(table[column], errors="coerce")
+        if values.isna().any() or not values.between(1, part).all() or not (values == values.round()).all():
+            return table, ()
+        year = years.str.split(".").str[0]
+        number = values.astype(np.int64).astype(str)
+        joined = year + "Q" + number if part == 4 else year + "-" + number.str.zfill(2)
+        table = table.drop(columns=[column]).assign(**{time_col: joined})
+        return table, (f"read the time from {time_col!r} and {column!r} ({joined.iloc[0]}, {joined.iloc[-1]}, ...)",)
+    return table, ()
 
 
 def _reads_as_time(column: pd.Series, cfg: DataConfig) -> bool:
