@@ -7,6 +7,7 @@ import math
 import pathlib
 import shutil
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -124,10 +125,31 @@ def test_wrong_delimiter_names_the_delimiter(tmp_path):
     train_error(tmp_path, csv, "only 1 column", "delimiter ','", "';', tab or '|'")
 
 
-def test_semicolon_with_decimal_commas_names_the_delimiter(tmp_path):
+def test_semicolon_with_decimal_commas_are_read_as_decimals(tmp_path):
+    """European spreadsheets write 1.234,5 with ';' between cells: read as 1234.5, saying so."""
     rows = [row.replace(",", ";").replace(".", ",") for row in hourly_rows()]
-    csv = write_csv(tmp_path / "european.csv", rows, header="date;load;OT")
-    train_error(tmp_path, csv, "column 'load' is not numeric", "line 2", "delimiter ';'", "decimals with '.'")
+    rows[3] = rows[3].rsplit(";", 1)[0] + ";1.234,5"  # a thousands point too
+    frame = read_series(write_csv(tmp_path / "european.csv", rows, header="date;load;OT"), DataConfig())
+    expected = [float(row.split(",")[1]) for row in hourly_rows()]
+    np.testing.assert_allclose(frame.values[:, 0], expected, rtol=1e-6)
+    assert frame.values[3, 1] == 1234.5
+    assert any(note.startswith("read 'load', 'OT' with decimal commas") for note in frame.notes)
+
+
+def test_a_decimal_point_after_decimal_commas_is_refused(tmp_path):
+    rows = [row.replace(",", ";").replace(".", ",") for row in hourly_rows()]
+    rows[8] = "2024-01-01 08:00:00;0.5;1"
+    csv = write_csv(tmp_path / "mixed.csv", rows, header="date;load;OT")
+    train_error(tmp_path, csv, "column 'load' writes decimals with commas", "'0.5' at line 10", "alike")
+
+
+def test_decimal_points_with_semicolons_keep_their_thousands_reading(tmp_path):
+    """The first cell with a mark decides: a file whose decimals are points reads 1.234 as 1.234, and a later
+    cell with a comma is refused rather than re-reading it."""
+    rows = [row.replace(",", ";") for row in hourly_rows()]
+    rows[8] = "2024-01-01 08:00:00;0,5;1"
+    csv = write_csv(tmp_path / "points.csv", rows, header="date;load;OT")
+    train_error(tmp_path, csv, "column 'load' is not numeric", "'0,5' at line 10", "delimiter ';'", "decimals with '.'")
 
 
 @pytest.mark.parametrize("delimiter", [";", "\t", "|"])
@@ -149,10 +171,19 @@ def test_duplicate_column_name(tmp_path):
     train_error(tmp_path, csv, "column name 'load' twice", "unique name")
 
 
-def test_unnamed_index_column(tmp_path):
+def test_an_exported_row_index_is_left_out(tmp_path):
+    """pandas' to_csv writes its index first, with no header name: left out, saying so."""
     csv = write_csv(
         tmp_path / "index.csv", [f"{i},{row}" for i, row in enumerate(hourly_rows())], header=",date,load,OT"
     )
+    frame = read_series(csv, DataConfig())
+    assert frame.columns == ("load", "OT") and frame.n_rows == 200
+    assert frame.notes[0].startswith("left out the first column of index.csv: it has no header name and counts")
+
+
+def test_an_unnamed_column_that_is_no_row_index(tmp_path):
+    rows = [f"{i + 1},{row}" for i, row in enumerate(hourly_rows())]  # from 1: a count, not pandas' index
+    csv = write_csv(tmp_path / "index.csv", rows, header=",date,load,OT")
     train_error(tmp_path, csv, "column 1", "no header name", "exported row index")
 
 

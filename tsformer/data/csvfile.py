@@ -11,6 +11,7 @@ import re
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from tsformer.errors import DataError
@@ -21,8 +22,9 @@ SNIFF_BYTES = 64 * 1024
 NEWLINE = re.compile(r"\r\n|\r|\n")  # the line ends pandas splits on
 
 
-def read_table(path: Path) -> tuple[pd.DataFrame, str]:
-    """The table (index: line of the file) and the delimiter it was read with."""
+def read_table(path: Path) -> tuple[pd.DataFrame, str, tuple[str, ...]]:
+    """The table (index: line of the file), the delimiter it was read with, and a note on a row index it left
+    out (`_name_columns`)."""
     text, complete = _read_head(path)
     lines = NEWLINE.split(text)
     if not complete and len(lines) > 1:
@@ -35,7 +37,7 @@ def read_table(path: Path) -> tuple[pd.DataFrame, str]:
     delimiter = _sniff_delimiter(lines[n_blank:])
     table = _parse_csv(path, delimiter, n_blank)
     table.index = table.index + n_blank + 2
-    table = _name_columns(table.dropna(how="all"), _header_names(lines[n_blank], delimiter), path)
+    table, notes = _name_columns(table.dropna(how="all"), _header_names(lines[n_blank], delimiter), path)
     if table.shape[1] < 2:
         raise DataError(
             f"{path} has only {table.shape[1]} column{'s' * (table.shape[1] == 0)} with delimiter {delimiter!r}; "
@@ -43,7 +45,7 @@ def read_table(path: Path) -> tuple[pd.DataFrame, str]:
         )
     if len(table) == 0:
         raise DataError(f"{path} has a header but no data rows; add rows below the header")
-    return table, delimiter
+    return table, delimiter, notes
 
 
 def _read_head(path: Path) -> tuple[str, bool]:
@@ -145,10 +147,18 @@ def _header_names(line: str, delimiter: str) -> list[str]:
         return []
 
 
-def _name_columns(table: pd.DataFrame, header: list[str], path: Path) -> pd.DataFrame:
-    """Columns named as in the header (pandas renames duplicates); an unnamed empty column is dropped."""
+def _name_columns(table: pd.DataFrame, header: list[str], path: Path) -> tuple[pd.DataFrame, tuple[str, ...]]:
+    """Columns named as in the header (pandas renames duplicates), and a note when the first column was a row
+    index: an unnamed empty column is dropped, and so is an unnamed first column counting the rows 0, 1, 2, ...
+    (pandas' `to_csv` writes its index so by default)."""
     if len(header) != table.shape[1]:  # the csv module split the header otherwise: trust pandas
         header = [str(c).strip() for c in table.columns]
+    notes = ()
+    if header and not header[0] and _counts_rows(table.iloc[:, 0]):
+        header = ["", *header[1:]]
+        table = table.assign(**{str(table.columns[0]): None})  # emptied: dropped below with the unnamed columns
+        notes = (f"left out the first column of {path.name}: it has no header name and counts the rows 0, 1, 2, ... "
+                 "(a row index, as pandas' to_csv writes one)",)  # fmt: skip
     for i, name in enumerate(header):
         cells = table.iloc[:, i].notna().to_numpy()
         if not name and cells.any():
@@ -161,7 +171,13 @@ def _name_columns(table: pd.DataFrame, header: list[str], path: Path) -> pd.Data
     keep = [i for i, name in enumerate(header) if name]
     table = table.iloc[:, keep]
     table.columns = [header[i] for i in keep]
-    return table
+    return table, notes
+
+
+def _counts_rows(column: pd.Series) -> bool:
+    """Whether a column holds 0, 1, 2, ... in order, one per row (a row index)."""
+    values = pd.to_numeric(column, errors="coerce")
+    return bool(len(values)) and (values.to_numpy() == np.arange(len(values))).all()
 
 
 def names(columns) -> str:

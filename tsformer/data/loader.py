@@ -136,8 +136,8 @@ def read_series(
         except DataError as exc:
             raise DataError(rows_not_lines(str(exc))) from None
     path = Path(source)
-    table, delimiter = read_table(path)
-    return _read(table, path.name, delimiter, cfg, expected_freq, expected_ids, static)
+    table, delimiter, file_notes = read_table(path)
+    return _read(table, path.name, delimiter, cfg, expected_freq, expected_ids, static, file_notes)
 
 
 def _read(
@@ -148,9 +148,12 @@ def _read(
     expected_freq: str,
     expected_ids: tuple[str, ...] | None,
     static: str | Path | pd.DataFrame | None,
+    file_notes: tuple[str, ...] = (),
 ) -> SeriesFrame:
-    """read_series on a table whose index is the line of the file holding each row."""
+    """read_series on a table whose index is the line of the file holding each row (`file_notes`: how the file
+    was read into it)."""
     time_col, found_notes = find_time_col(table, cfg.time_col, name, cfg)
+    found_notes = file_notes + found_notes
     table, joined_notes = join_year_and_part(table, time_col)
     found_notes += joined_notes
     if expected_ids is None:  # training: the id columns given, else found by name or by their values
@@ -184,12 +187,15 @@ def _read(
         readings = date_readings(raw_times, cfg, codes_in_file == 0)
         order = pick_date_order(readings, time_col, cfg) if readings and len(readings) > 1 else ""
         evidence = ReadEvidence(longest, timestamps[span], lines[span], order, readings if order else None)
-    values = _numeric_values(table, targets, delimiter)  # (n_rows, n_columns) float64, NaN where missing
+    values, decimal_notes = _numeric_values(table, targets, delimiter)  # (n_rows, n_columns) float64, NaN: missing
+    target_notes += decimal_notes
     if not cfg.targets and not id_cols:  # a wide file's default targets: its columns that vary
         targets, values, constant_notes = _drop_constant(targets, values)
         target_notes += constant_notes
     if covariate_names:  # read and laid on the grid with the targets
-        values = np.concatenate([values, _numeric_values(table, list(covariate_names), delimiter, "covariate")], 1)
+        covariate_values, decimal_notes = _numeric_values(table, list(covariate_names), delimiter, "covariate")
+        values = np.concatenate([values, covariate_values], 1)
+        target_notes += decimal_notes
     if len(keys) == 1:
         timestamps, values, gap_notes = fill_the_grid(timestamps, values, freq)
         first_lines = lines[:1]
@@ -375,13 +381,21 @@ def _is_numeric_like(column: pd.Series) -> bool:
     return bool(len(sample)) and sample.str.contains(r"\d").mean() > 0.5
 
 
-def _numeric_values(table: pd.DataFrame, targets: list[str], delimiter: str, kind: str = "target") -> np.ndarray:
-    """(n_rows, n_series) float64 values, NaN where a cell is missing or infinite."""
+def _numeric_values(
+    table: pd.DataFrame, targets: list[str], delimiter: str, kind: str = "target"
+) -> tuple[np.ndarray, tuple[str, ...]]:
+    """(n_rows, n_series) float64 values, NaN where a cell is missing or infinite, and a note naming the columns
+    written with decimal commas (`_decimal_comma`)."""
     values = np.empty((len(table), len(targets)))
     lines = table.index
+    commas = []
     for j, name in enumerate(targets):
         try:
-            column = _to_float(table[name], name, delimiter)
+            text = table[name]
+            if _decimal_comma(text, delimiter):
+                commas.append(name)
+                text = _with_decimal_points(text, name)
+            column = _to_float(text, name, delimiter)
         except DataError as exc:
             if kind == "target":
                 raise
@@ -398,7 +412,44 @@ def _numeric_values(table: pd.DataFrame, targets: list[str], delimiter: str, kin
                 "rescale the column, for example to thousands"
             )
         values[:, j] = np.where(np.isfinite(column), column, np.nan)
-    return values
+    if not commas:
+        return values, ()
+    return values, (
+        f"read {names(commas)} with decimal commas (1.234,5 is 1234.5), as their first cell with a decimal mark writes "
+        f"them and the delimiter {delimiter!r} allows",
+    )
+
+
+EUROPEAN_NUMBER = r"[-+]?(?:\d{1,3}(?:\.\d{3})+|\d+)(?:,\d+)?"  # 1.234,5 or 1234,5 or 12
+MARKED = r".*\d[.,]\d.*"  # a cell with a decimal mark (or a thousands point) between digits
+
+
+def _decimal_comma(column: pd.Series, delimiter: str) -> bool:
+    """Whether a text column of a file not delimited by commas writes decimals with a comma, as European
+    spreadsheets do: its first cell with a mark between digits has a comma there and reads as such a number.
+    The first such cell decides, so later rows can only conform or be refused, never change how earlier ones
+    read (1.234 is 1234 after 5,5 and 1.234 before it)."""
+    if delimiter in ("", ",") or pd.api.types.is_numeric_dtype(column) or pd.api.types.is_bool_dtype(column):
+        return False
+    text = column.dropna().astype(str).str.strip()
+    marked = text[text.str.fullmatch(MARKED)]
+    return bool(len(marked)) and "," in marked.iloc[0] and bool(re.fullmatch(EUROPEAN_NUMBER, marked.iloc[0]))
+
+
+def _with_decimal_points(column: pd.Series, name: str) -> pd.Series:
+    """Cells of a decimal-comma column as plain numbers (1.234,5 -> 1234.5), missing markers kept; a DataError
+    names the first cell written otherwise."""
+    text = column.astype("string").str.strip()
+    european = text.str.fullmatch(EUROPEAN_NUMBER).fillna(False)
+    missing = text.isna() | text.str.lower().isin(NA_TEXT).fillna(True)
+    other = (~european & ~missing).to_numpy()
+    if other.any():
+        row = int(np.flatnonzero(other)[0])
+        raise DataError(
+            f"column {name!r} writes decimals with commas (as its first cell with a decimal mark does) but "
+            f"{column.iloc[row]!r} at line {column.index[row]} does not; write every number of it alike"
+        )
+    return text.str.replace(".", "", regex=False).str.replace(",", ".", regex=False)
 
 
 def _complete(
