@@ -203,6 +203,15 @@ def test_a_year_column_beside_a_quarter_or_month_column_is_one_time_column(tmp_p
         read_series(write_csv(tmp_path / "odd.csv", frame), DataConfig())
 
 
+@pytest.mark.parametrize("written", ["%b %Y", "%B %Y", "%d-%b-%Y"])
+def test_dates_with_month_names_make_the_time_column_and_are_written_back_alike(tmp_path, written):
+    stamps = pd.date_range("2000-01-01", periods=48, freq="MS")
+    frame = pd.DataFrame({"month": stamps.strftime(written), "sales": np.arange(48.0)})
+    series = read_series(write_csv(tmp_path / "months.csv", frame), DataConfig())
+    assert series.time_col == "month" and series.freq == "MS" and series.timestamps[13] == stamps[13]
+    assert series.time_notation.write(series.timestamps[:2]).tolist() == frame["month"][:2].tolist()
+
+
 def test_weekday_only_data_with_holidays_are_business_days(tmp_path):
     days = pd.bdate_range("2023-01-02", periods=300).delete([20, 100, 150])  # three holidays
     frame = pd.DataFrame({"Date": days.strftime("%Y-%m-%d"), "Close": 100 + np.arange(len(days)) * 0.1})

@@ -25,6 +25,9 @@ EPOCH_UNITS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}  # nanoseconds per
 NOTATION_SAMPLE = 10_000  # rows, spread over the file, whose text the output notation must give back
 QUARTER = re.compile(r"^(\d{4})(\s*-?\s*)[Qq]([1-4])$")  # 1998Q1, 1998 Q1, 1998-Q1
 WHOLE_YEAR = r"\d{4}(?:\.0*)?"  # 1935, or 1935.0 as a float column's export writes it
+MONTH = r"\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\b"
+MONTH_AND_YEAR = re.compile(rf"(?i)^(?=.*{MONTH})(?=.*\b\d{{4}}\b)")  # a month's name and a year: Jan 2000
+MONTH_NAME_FORMATS = ("%b %Y", "%B %Y", "%b-%Y", "%B-%Y", "%Y %b", "%d %b %Y", "%d-%b-%Y", "%b %d, %Y", "%B %d, %Y")
 YEAR_PARTS = {"quarter": 4, "month": 12}  # a column beside `year` that says which part of it a row is
 
 
@@ -158,7 +161,10 @@ def _reads_as_time(column: pd.Series, cfg: DataConfig) -> bool:
     if pd.api.types.is_integer_dtype(column) and _epoch_unit(text, cfg.time_unit) is None:
         return False
     head = text.iloc[: min(len(text), 50)]
-    if not (QUARTER.match(head.iloc[0]) or guess_datetime_format(head.iloc[0]) or _epoch_unit(head, cfg.time_unit)):
+    first = head.iloc[0]
+    if not (QUARTER.match(first) or MONTH_AND_YEAR.match(first) or guess_datetime_format(first)) and not _epoch_unit(
+        head, cfg.time_unit
+    ):
         return False
     try:
         stamps, _, _ = parse_timestamps(column.iloc[: len(head)], str(column.name), cfg)
@@ -270,8 +276,11 @@ def _notation(timestamps: pd.DatetimeIndex, text: pd.Series, dayfirst: bool) -> 
         warnings.simplefilter("ignore")
         fmt = guess_datetime_format(text.iloc[0], dayfirst=dayfirst)
     rows = np.unique(np.linspace(0, len(text) - 1, min(len(text), NOTATION_SAMPLE)).astype(np.int64))
-    if fmt and (timestamps[rows].strftime(fmt) == text.to_numpy()[rows]).all():  # only output depends on it
-        return TimeNotation("datetime", fmt)
+    written = text.to_numpy()[rows]
+    tried = (fmt,) if fmt else MONTH_NAME_FORMATS if MONTH_AND_YEAR.match(text.iloc[0]) else ()
+    for fmt in tried:  # only output depends on it
+        if (timestamps[rows].strftime(fmt) == written).all():
+            return TimeNotation("datetime", fmt)
     return TimeNotation()
 
 
