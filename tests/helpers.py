@@ -37,7 +37,9 @@ TINY_SIZE_FLAGS = [
 ]
 # the automatic settings given, as the defaults were before they were chosen from the data (tests/test_choices.py
 # covers choosing them), one validation horizon in long format and no final fit (tests/test_final.py covers both),
-# the built-in candidates (tests/test_classical.py covers ETS and Theta) and one member (tests/test_ensemble.py: more)
+# the built-in candidates (tests/test_classical.py covers ETS and Theta), one member (tests/test_ensemble.py: more),
+# and the trained model, never its least-squares start, so that a test sees what training made
+# (tests/test_linear_start.py covers the start)
 PINNED_FLAGS = [
     "--set",
     "data.calendar=true",
@@ -51,6 +53,8 @@ PINNED_FLAGS = [
     "train.candidates=" + ",".join(BUILT_IN),
     "--set",
     "model.members=1",
+    "--set",
+    "train.least_squares_start=false",
 ]
 TINY_FLAGS = TINY_SIZE_FLAGS + PINNED_FLAGS
 
@@ -87,6 +91,7 @@ def tiny_config(csv: Path | str = "", fallback: bool = True, **model) -> Config:
             loss="mse",
             final_fit=False,
             candidates=BUILT_IN,
+            least_squares_start=False,
         ),
     )
 

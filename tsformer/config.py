@@ -329,6 +329,9 @@ class TrainConfig:
     # after every choice is made on the held-out model, train the final model on every row with its recipe
     # (its optimiser steps up to the best epoch); predict forecasts with it (`tsformer.final`)
     final_fit: bool = True
+    # score the model as its context skip alone, fitted by least squares on the training windows, as epoch 0: it
+    # ships where no trained epoch beats it on validation (`tsformer.model.linear_start`)
+    least_squares_start: bool = True
 
     def __post_init__(self) -> None:
         _check_finite(self, "train")

@@ -28,13 +28,13 @@ class FinalFit:
 
     model: ForecasterBase  # in eval mode
     until: np.ndarray  # (n_series,) int64: each trained series' last timestamp it read, as ns since the epoch (UTC)
-    steps: int  # optimiser steps it took: the held-out model's up to its best epoch
+    steps: int  # optimiser steps it took: the held-out model's up to its best epoch (0: the least-squares start)
     n_windows: int  # training windows it drew them from
     seconds: float = 0.0  # its training's wall time
 
     def __post_init__(self) -> None:
-        if self.until.dtype != np.int64 or self.until.ndim != 1 or self.steps < 1:
-            raise ValueError("a final fit needs one last timestamp per series and at least one step")
+        if self.until.dtype != np.int64 or self.until.ndim != 1 or self.steps < 0:
+            raise ValueError("a final fit needs one last timestamp per series and no negative count of steps")
 
 
 def every_row(data: Prepared) -> Prepared:

@@ -36,7 +36,7 @@ from tsformer.final import FinalFit, every_row, last_timestamps
 from tsformer.intervals import CHUNK_WINDOWS
 from tsformer.leakage import check_data, check_model, require_passed
 from tsformer.metrics import ValidationScore, squared_error_sums, validation_score
-from tsformer.model import Ensemble, ForecasterBase, build_forecaster
+from tsformer.model import Ensemble, ForecasterBase, build_forecaster, linear_start
 from tsformer.model.precision import resolve_precision
 from tsformer.predictor import Predictor, load_predictor, load_train_state
 from tsformer.progress import Progress
@@ -149,6 +149,7 @@ def _train(
     runner.best_state = best_so_far  # a resumed run's best weights are its model.pt
     if not state.finished:
         runner.loop(state, train_windows, val_windows)
+    start_score = runner.consider_least_squares_start(state, train_windows, val_windows)
     model.load_state_dict(runner.best_state)
     model.eval()
     predictor, decision = choose_and_calibrate(
@@ -165,7 +166,7 @@ def _train(
         sum(p.numel() for p in model.parameters()),
         len(train_windows),
         len(val_windows),
-        _lines(decision, predictor, final, state.best_epoch),
+        _start_line(start_score, state) + _lines(decision, predictor, final, state.best_epoch),
         _stopped(state, cfg),
         state.best_val_mse,
     )
@@ -205,11 +206,12 @@ def _searched(
         if shown:
             print(f"search: {candidate.name} (context {cfg.model.context_len}, loss {cfg.train.loss})", file=sys.stderr)
         runner = _Runner(cfg, prepared, model, build_optimizer(model, cfg.train), None, None, ctx, shown, deadline)
-        state = LoopState()
-        runner.loop(state, train_windows, prepared.split_windows("val"))
+        state, val_windows = LoopState(), prepared.split_windows("val")
+        runner.loop(state, train_windows, val_windows)
+        runner.consider_least_squares_start(state, train_windows, val_windows)
         model.load_state_dict(runner.best_state)
         model.eval()
-        to_best = state.history[state.best_epoch - 1]["seconds"]
+        to_best = state.history[state.best_epoch - 1]["seconds"] if state.best_epoch else 0.0
         return HeldOut(
             candidate, model, runner.best_val_outputs, len(train_windows), state.best_epoch, state.epoch,
             state.train_seconds, to_best, state.stopped_by, state.history,
@@ -315,6 +317,9 @@ def _final_fit(
     runner = _Runner(cfg, all_rows, model, build_optimizer(model, cfg.train), None, None, ctx, show_progress, deadline)
     steps_per_epoch = _steps_per_epoch(_epoch_size(n_held_out_windows, cfg), ctx.world_size, cfg.train.batch_size)
     started = time.monotonic()
+    if best_epoch == 0:  # the least-squares start won validation: fitted again, on every row
+        model = linear_start.least_squares_start(model, windows, cfg.train.seed).to(ctx.device)
+        return FinalFit(model, last_timestamps(data.frame), 0, len(windows), time.monotonic() - started)
     try:
         steps = runner.fit_steps(windows, best_epoch, steps_per_epoch, cfg.train.epochs * steps_per_epoch)
     except KeyboardInterrupt:
@@ -340,10 +345,33 @@ def _steps_per_epoch(n_windows: int, world_size: int, batch_size: int) -> int:
 
 
 def _final_line(final: FinalFit, best_epoch: int) -> str:
+    if best_epoch == 0:
+        return (
+            f"final model: the least-squares start fitted on {final.n_windows} windows from every row, validation and "
+            f"test included, in {final.seconds:.0f} s; predict forecasts with it, evaluate, backtest and check score "
+            "the held-out model (train.final_fit=false skips it)"
+        )
     return (
         f"final model: the held-out run's {final.steps} optimiser steps (to its best epoch, {best_epoch}) on "
         f"{final.n_windows} windows from every row, validation and test included, in {final.seconds:.0f} s; predict "
         "forecasts with it, evaluate, backtest and check score the held-out model (train.final_fit=false skips it)"
+    )
+
+
+def _start_line(start_score: float | None, state: LoopState) -> tuple[str, ...]:
+    """What the least-squares start scored against the trained epochs, as a summary line (none without it)."""
+    if start_score is None:
+        return ()
+    trained = min((row["val_loss"] for row in state.history), default=math.inf)
+    if state.best_epoch == 0:
+        return (
+            "epoch 0, the least-squares start (the context skip alone, fitted in closed form on the training "
+            f"windows), scored {start_score:.4g} on validation, below every trained epoch (best {trained:.4g}): the "
+            "model ships as that linear map (--set train.least_squares_start=false leaves it out)",
+        )
+    return (
+        f"the least-squares start (epoch 0) scored {start_score:.4g} on validation, above the best epoch's "
+        f"{trained:.4g}",
     )
 
 
@@ -468,6 +496,26 @@ class _Runner:
                 f"training stopped during epoch {self.saved_epoch + 1}; {self._kept()}. "
                 f"Resume with: tsformer train --resume --out {self.out_dir}"
             ) from None
+
+    def consider_least_squares_start(
+        self, state: LoopState, train_windows: WindowIndex, val_windows: WindowIndex
+    ) -> float | None:
+        """Score the least-squares start (`tsformer.model.linear_start`) on validation as epoch 0, and make it the
+        best where it beats every trained epoch; its score, or None without one (train.least_squares_start off, or a
+        model with a quantile head)."""
+        if not (self.cfg.train.least_squares_start and linear_start.applies(self.model)):
+            return None
+        start = linear_start.least_squares_start(self.model, train_windows, self.cfg.train.seed)
+        trained, self.model = self.model, start.to(self.ctx.device)
+        try:
+            val = self._val_loss(val_windows)
+        finally:
+            self.model = trained
+        if val.score < state.best_val:
+            state.best_val, state.best_val_mse, state.best_epoch = val.score, val.mse, 0
+            self.best_state = {k: v.detach().clone() for k, v in start.state_dict().items()}
+            self.best_val_outputs = self.epoch_val_outputs
+        return val.score
 
     def fit_steps(self, windows: WindowIndex, epochs: int, steps_per_epoch: int, total_steps: int) -> int:
         """`epochs` epochs of `steps_per_epoch` steps each, no validation, on the schedule of `total_steps` (the

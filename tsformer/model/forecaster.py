@@ -110,6 +110,11 @@ class ContextSkip(nn.Module):
 
     def forward(self, series: torch.Tensor, mask: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
         """Every token's: series (N, T*P, k), mask (N, T*P), mean/std (N, T, k) -> (N, T, H, k), standardised."""
+        return self.linear(self.inputs(series, mask, mean, std)).transpose(2, 3)  # (N, T, H, k)
+
+    def inputs(self, series: torch.Tensor, mask: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+        """What the map reads for every token: its window, standardised with its statistics, pads zero, (N, T, k,
+        T*P)."""
         steps = self.n_tokens * self.patch_len
         lead = steps - self.patch_len
         padded = F.pad(series * mask.unsqueeze(-1).to(series.dtype), (0, 0, lead, 0))  # (N, lead + T*P, k)
@@ -117,8 +122,7 @@ class ContextSkip(nn.Module):
         windows = padded.unfold(1, steps, self.patch_len)  # (N, T, k, T*P): window k ends at token k's end
         window_real = real.unfold(1, steps, self.patch_len).unsqueeze(2)  # (N, T, 1, T*P)
         # times the reciprocal, not divided by std: the gradient of a division over every window's steps cost more
-        scaled = (windows - mean.unsqueeze(-1)) * (window_real * std.reciprocal().unsqueeze(-1))
-        return self.linear(scaled).transpose(2, 3)  # (N, T, H, k)
+        return (windows - mean.unsqueeze(-1)) * (window_real * std.reciprocal().unsqueeze(-1))
 
     def last(self, series: torch.Tensor, mask: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
         """The last token's only, equal to forward(...)[:, -1]: mean/std (N, k) of the last token -> (N, H, k)."""
@@ -299,6 +303,29 @@ class Forecaster(ForecasterBase):
     def _quantiles_to_series(self, levels: torch.Tensor, b: int) -> torch.Tensor:
         """(N, ..., H, k, Q) -> (B, ..., H, C, Q)."""
         return self._to_series(levels.movedim(-1, 1), b).movedim(1, -1)
+
+    def skip_rows(
+        self, x: torch.Tensor, observed: torch.Tensor | None, target: torch.Tensor, target_observed: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The context skip's least-squares rows from contexts x (B, L, C) and every token's targets (B, T, H, C)
+        (`token_targets`): its inputs times the token's std (R, T*P) and the targets less the token's mean (R, H),
+        so that a row's squared error is the training loss's MSE of that token's forecast; one row per token and
+        sequence with a real step and every target observed."""
+        series, mask = self._sequences(x, observed)  # (N, T*P, k), (N, T*P)
+        mean, std = normalisation.instance_stats(series, mask, self.cfg.patch_len)  # (N, T, k) each
+        inputs = self.context_skip.inputs(series, mask, mean, std) * std.unsqueeze(-1)  # (N, T, k, T*P)
+        targets = self._per_token_sequences(target) - mean.unsqueeze(2)  # (N, T, H, k)
+        keep = mask.view(mask.shape[0], self.n_tokens, -1).any(-1).unsqueeze(-1).expand_as(mean)  # (N, T, k)
+        if target_observed is not None:
+            keep = keep & self._per_token_sequences(target_observed).all(2)
+        return inputs[keep], targets.transpose(2, 3)[keep]  # (R, T*P), (R, H)
+
+    def _per_token_sequences(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(B, T, H, C) -> (N, T, H, k): channel-independent series as sequences of their own."""
+        if not self.cfg.channel_independent:
+            return tokens
+        b, t, h, c = tokens.shape
+        return tokens.permute(0, 3, 1, 2).reshape(b * c, t, h, 1)  # sequence (b, c) is b * C + c, as `_sequences`
 
     def _read_covariates(self, covariates: Covariates | None) -> tuple[Covariates | None, torch.Tensor | None]:
         """The batch's covariates (a model built with a role requires it, and refuses one it was not built
