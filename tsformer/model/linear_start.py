@@ -25,7 +25,7 @@ from tsformer.model.inference import ForecasterBase
 
 MAX_ROWS = 1 << 20  # rows (a token of a sequence) the normal equations sum at most, from windows drawn at random
 RIDGE = 1e-4  # added to the Gram matrix's diagonal, relative to its mean: a tie-breaker, not a prior
-BATCH = 256  # windows read at a time
+BATCH_ELEMENTS = 1 << 23  # the skip's inputs held at once (32 MiB of float32), whatever the series and context
 
 
 def applies(model: ForecasterBase) -> bool:
@@ -56,9 +56,11 @@ def _fit_skip(member: Forecaster, windows: WindowIndex, order: torch.Tensor, off
     gram = torch.zeros(n_inputs, n_inputs, dtype=torch.float64)
     cross = torch.zeros(n_inputs, skip.out_features, dtype=torch.float64)
     rows = 0
+    per_window = member.n_tokens * member.n_series * n_inputs  # (T, C, T*P) inputs of one window
+    batch_size = max(1, BATCH_ELEMENTS // per_window)
     with torch.no_grad():
-        for first in range(0, len(order), BATCH):
-            batch = windows.take(order[first : first + BATCH])
+        for first in range(0, len(order), batch_size):
+            batch = windows.take(order[first : first + batch_size])
             split = batch.split(windows.context_len)
             window = batch.target[:, offset:]  # (B, L_member + H, C): the member's context and the horizon
             observed = None if batch.observed is None else member.token_targets(batch.observed[:, offset:])
@@ -66,9 +68,9 @@ def _fit_skip(member: Forecaster, windows: WindowIndex, order: torch.Tensor, off
             inputs, targets = member.skip_rows(
                 split.context[:, offset:], context_observed, member.token_targets(window), observed
             )
-            inputs, targets = inputs.double(), targets.double()  # (R, T*P), (R, H)
-            gram += inputs.T @ inputs
-            cross += inputs.T @ targets
+            inputs, targets = inputs.double(), targets.double()  # float64: smooth contexts make it ill-conditioned
+            gram += inputs.T @ inputs  # (T*P, T*P)
+            cross += inputs.T @ targets  # (T*P, H)
             rows += len(inputs)
             if rows >= MAX_ROWS:
                 break
