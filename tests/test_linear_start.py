@@ -11,7 +11,9 @@ import torch
 from helpers import tiny_config
 
 from tsformer.api import fit
-from tsformer.data import training_data
+from tsformer.check import check_start
+from tsformer.data import Prepared, training_data
+from tsformer.final import every_row
 from tsformer.model import build_forecaster, linear_start
 from tsformer.train import LoopState, _start_line
 
@@ -123,3 +125,18 @@ def test_a_model_with_a_quantile_head_has_no_start(quantiles):
     data = training_data(config(), trends())
     model = build_forecaster(data.config.model, data.layout, "mse", quantiles)
     assert linear_start.applies(model) is (not quantiles)
+
+
+def test_check_proves_the_start_read_the_training_rows_only(monkeypatch):
+    predictor = fit(trends(), horizon=4, config=config())
+    data = predictor.read()
+    result = check_start(predictor, data)
+    assert result.passed and result.max_change == 0.0 and "which is the start" in result.detail
+    original = Prepared.split_windows
+
+    def every_row_for_training(self, split, stride=1):  # a deliberate break: the fit reads every row
+        return original(every_row(self), split, stride) if split == "train" else original(self, split, stride)
+
+    monkeypatch.setattr(Prepared, "split_windows", every_row_for_training)
+    broken = check_start(predictor, data)
+    assert not broken.passed and broken.max_change > 1e-3
