@@ -23,9 +23,9 @@ from tsformer.model.ensemble import Ensemble
 from tsformer.model.forecaster import Forecaster
 from tsformer.model.inference import ForecasterBase
 
-MAX_ROWS = 1 << 20  # rows (a token of a sequence) the normal equations sum at most, from windows drawn at random
+MAX_ROWS = 1 << 18  # rows (a token of a sequence) the normal equations sum at most, from windows drawn at random
 RIDGE = 1e-4  # added to the Gram matrix's diagonal, relative to its mean: a tie-breaker, not a prior
-BATCH_ELEMENTS = 1 << 23  # the skip's inputs held at once (32 MiB of float32), whatever the series and context
+BATCH_ELEMENTS = 1 << 21  # the skip's inputs held at once (8 MiB of float32), whatever the series and context
 
 
 def applies(model: ForecasterBase) -> bool:
