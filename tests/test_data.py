@@ -212,6 +212,15 @@ def test_dates_with_month_names_make_the_time_column_and_are_written_back_alike(
     assert series.time_notation.write(series.timestamps[:2]).tolist() == frame["month"][:2].tolist()
 
 
+def test_iso_week_labels_are_their_mondays_and_are_written_back_alike(tmp_path):
+    mondays = pd.date_range("2015-12-21", periods=60, freq="W-MON")  # across 2015-W53 and the turn of two years
+    labels = [f"{d.isocalendar().year}-W{d.isocalendar().week:02d}" for d in mondays]
+    series = read_series(write_csv(tmp_path / "weeks.csv", pd.DataFrame({"week": labels, "cases": np.arange(60.0)})),
+                         DataConfig())  # fmt: skip
+    assert series.time_col == "week" and series.freq == "W-MON" and (series.timestamps == mondays).all()
+    assert labels[1] == "2015-W53" and series.time_notation.write(series.timestamps[:3]).tolist() == labels[:3]
+
+
 def test_weekday_only_data_with_holidays_are_business_days(tmp_path):
     days = pd.bdate_range("2023-01-02", periods=300).delete([20, 100, 150])  # three holidays
     frame = pd.DataFrame({"Date": days.strftime("%Y-%m-%d"), "Close": 100 + np.arange(len(days)) * 0.1})

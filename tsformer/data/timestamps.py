@@ -24,6 +24,8 @@ TIME_COL_NAMES = ("date", "timestamp", "time", "datetime", "ds", "period", "dt",
 EPOCH_UNITS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}  # nanoseconds per unit of a Unix epoch integer
 NOTATION_SAMPLE = 10_000  # rows, spread over the file, whose text the output notation must give back
 QUARTER = re.compile(r"^(\d{4})(\s*-?\s*)[Qq]([1-4])$")  # 1998Q1, 1998 Q1, 1998-Q1
+ISO_WEEK = re.compile(r"^\d{4}-W\d{2}$")  # 2015-W02: the ISO week, read as its Monday and written back alike
+ISO_WEEK_FORMAT = "%G-W%V"
 WHOLE_YEAR = r"\d{4}(?:\.0*)?"  # 1935, or 1935.0 as a float column's export writes it
 MONTH = r"\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\b"
 MONTH_AND_YEAR = re.compile(rf"(?i)^(?=.*{MONTH})(?=.*\b\d{{4}}\b)")  # a month's name and a year: Jan 2000
@@ -162,9 +164,9 @@ def _reads_as_time(column: pd.Series, cfg: DataConfig) -> bool:
         return False
     head = text.iloc[: min(len(text), 50)]
     first = head.iloc[0]
-    if not (QUARTER.match(first) or MONTH_AND_YEAR.match(first) or guess_datetime_format(first)) and not _epoch_unit(
-        head, cfg.time_unit
-    ):
+    if not (
+        QUARTER.match(first) or ISO_WEEK.match(first) or MONTH_AND_YEAR.match(first) or guess_datetime_format(first)
+    ) and not _epoch_unit(head, cfg.time_unit):
         return False
     try:
         stamps, _, _ = parse_timestamps(column.iloc[: len(head)], str(column.name), cfg)
@@ -218,6 +220,10 @@ def parse_timestamps(
             "the unit)",
         )  # fmt: skip
         return stamps, note, TimeNotation("epoch", unit)
+    if text.str.match(ISO_WEEK).all():
+        mondays = pd.to_datetime(text + "-1", format=f"{ISO_WEEK_FORMAT}-%u", errors="coerce")
+        if not mondays.isna().any():
+            return pd.DatetimeIndex(mondays), (), TimeNotation("datetime", ISO_WEEK_FORMAT)
     quarters = text.str.extract(QUARTER)
     if not quarters.isna().any(axis=None):
         periods = pd.PeriodIndex.from_fields(year=quarters[0].astype(int), quarter=quarters[2].astype(int), freq="Q")
@@ -389,7 +395,8 @@ def _refuse_repeats(timestamps: pd.DatetimeIndex, lines: np.ndarray) -> None:
     first = int(np.flatnonzero(timestamps == timestamps[second])[0])
     raise DataError(
         f"duplicate timestamp {timestamps[second]} at lines {lines[first]} and {lines[second]}; keep one row per "
-        "timestamp, or name the column that tells several series apart with --id-col"
+        "timestamp, or name the column that tells several series apart with --id-col (repeated where it takes "
+        "several: --id-col store --id-col item)"
     )
 
 
