@@ -140,3 +140,27 @@ def test_check_proves_the_start_read_the_training_rows_only(monkeypatch):
     monkeypatch.setattr(Prepared, "split_windows", every_row_for_training)
     broken = check_start(predictor, data)
     assert not broken.passed and broken.max_change > 1e-3
+
+
+def test_each_member_of_an_ensemble_fits_its_own_context():
+    """Members reading 8 and 4 steps: each skip solves the normal equations of its own rows, the shorter member's
+    from the last 4 steps of each context."""
+    cfg = config()
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, members=2, member_contexts=(8, 4)))
+    data = training_data(cfg, trends())
+    windows = data.split_windows("train")
+    torch.manual_seed(0)
+    start = linear_start.least_squares_start(build_forecaster(data.config.model, data.layout, "mse"), windows, 0)
+    every = windows.take(torch.arange(len(windows)))
+    split = every.split(windows.context_len)
+    for member, offset in zip(start.members, (0, 4), strict=True):
+        inputs, rows = member.skip_rows(
+            split.context[:, offset:],
+            split.context_observed[:, offset:],
+            member.token_targets(every.target[:, offset:]),
+            member.token_targets(every.observed[:, offset:]),
+        )
+        a, b = inputs.double().numpy(), rows.double().numpy()
+        expected = np.linalg.solve(a.T @ a + linear_start.RIDGE * np.diag(a.T @ a).mean() * np.eye(a.shape[1]), a.T @ b)
+        assert member.cfg.context_len == 8 - offset
+        np.testing.assert_allclose(member.context_skip.linear.weight.detach().numpy().T, expected, rtol=1e-3, atol=1e-5)

@@ -98,8 +98,7 @@ def check_start(predictor: Predictor, data: Prepared | None) -> CheckResult:
     noisy = dataclasses.replace(data, inputs=dataclasses.replace(data.inputs, target=redrawn))
 
     def skips(model) -> list[torch.Tensor]:
-        members = list(model.members) if hasattr(model, "members") else [model]
-        return [m.context_skip.linear.weight.detach().cpu() for m in members]
+        return [m.context_skip.linear.weight.detach().cpu() for m in linear_start.members_of(model)]
 
     def fitted(prepared: Prepared) -> list[torch.Tensor]:
         windows = prepared.split_windows("train", train.train_stride)

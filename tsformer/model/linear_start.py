@@ -28,21 +28,24 @@ RIDGE = 1e-4  # added to the Gram matrix's diagonal, relative to its mean: a tie
 BATCH_ELEMENTS = 1 << 21  # the skip's inputs held at once (8 MiB of float32), whatever the series and context
 
 
+def members_of(model: ForecasterBase) -> list[Forecaster]:
+    """An ensemble's members, or the model itself."""
+    return list(model.members) if isinstance(model, Ensemble) else [model]
+
+
 def applies(model: ForecasterBase) -> bool:
     """Whether the model has a least-squares start: every member a context skip and no quantile head (whose
     offsets would all be zero)."""
-    members = list(model.members) if isinstance(model, Ensemble) else [model]
-    return all(m.context_skip is not None and m.quantile_head is None for m in members)
+    return all(m.context_skip is not None and m.quantile_head is None for m in members_of(model))
 
 
 def least_squares_start(model: ForecasterBase, windows: WindowIndex, seed: int) -> ForecasterBase:
     """A copy of `model` (in eval mode) at the least-squares start, fitted on `windows` (at most MAX_ROWS rows
     of them, the windows drawn in an order fixed by `seed`); `model` is left as it was."""
     start = copy.deepcopy(model).cpu().eval()
-    members = list(start.members) if isinstance(start, Ensemble) else [start]
     offsets = start.offsets if isinstance(start, Ensemble) else [0]
     order = torch.randperm(len(windows), generator=torch.Generator().manual_seed(seed))
-    for member, offset in zip(members, offsets, strict=True):
+    for member, offset in zip(members_of(start), offsets, strict=True):
         _fit_skip(member, windows, order, offset)
         _zero_other_outputs(member)
     return start
