@@ -239,6 +239,16 @@ def test_unparseable_date_names_the_line(tmp_path):
     train_error(tmp_path, csv, "cannot parse 'yesterday'", "time column 'date'", "line 5", "date format")
 
 
+def test_a_week_label_that_is_no_iso_week_names_its_line(tmp_path):
+    rows = (
+        [f"2015-W{w:02d},{w},1" for w in range(1, 54)]
+        + ["2015-W54,1,1"]
+        + [f"2016-W{w:02d},{w},1" for w in range(1, 60)]
+    )
+    csv = write_csv(tmp_path / "weeks.csv", rows, header="week,load,OT")
+    train_error(tmp_path, csv, "'2015-W54' in time column 'week' at line 55 is no ISO week", "2015-W02")
+
+
 def test_empty_timestamp(tmp_path):
     csv = write_csv(tmp_path / "gap.csv", with_row(10, ",1,2"))
     train_error(tmp_path, csv, "empty timestamp", "line 12", "every row needs a timestamp")

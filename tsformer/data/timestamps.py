@@ -222,8 +222,14 @@ def parse_timestamps(
         return stamps, note, TimeNotation("epoch", unit)
     if text.str.match(ISO_WEEK).all():
         mondays = pd.to_datetime(text + "-1", format=f"{ISO_WEEK_FORMAT}-%u", errors="coerce")
-        if not mondays.isna().any():
-            return pd.DatetimeIndex(mondays), (), TimeNotation("datetime", ISO_WEEK_FORMAT)
+        bad = mondays.isna().to_numpy()
+        if bad.any():
+            line = column.index[bad][0]
+            raise DataError(
+                f"{text[line]!r} in time column {name!r} at line {line} is no ISO week (a year has 52 or 53); "
+                "write every week as its ISO label, such as 2015-W02"
+            )
+        return pd.DatetimeIndex(mondays), (), TimeNotation("datetime", ISO_WEEK_FORMAT)
     quarters = text.str.extract(QUARTER)
     if not quarters.isna().any(axis=None):
         periods = pd.PeriodIndex.from_fields(year=quarters[0].astype(int), quarter=quarters[2].astype(int), freq="Q")
