@@ -74,6 +74,20 @@ def test_a_first_timestamp_without_an_offset_before_ones_with_it_is_refused(tmp_
         read_series(path, DataConfig())
 
 
+def test_an_integer_past_int64_is_a_value_not_an_epoch(tmp_path):
+    # the fuzzer's case: a column of 9223372036854775808 (uint64) overflowed while asking whether it held epochs
+    stamps = pd.date_range("2024-01-01", periods=40, freq="h").strftime("%Y-%m-%d %H:%M")
+    rows = [f"{9223372036854775808 + i},{t}" for i, t in enumerate(stamps)]
+    path = tmp_path / "huge.csv"
+    path.write_text("count,when\n" + "\n".join(rows) + "\n")
+    frame = read_series(path, DataConfig())
+    assert (
+        frame.time_col == "when"
+        and frame.columns == ("count",)
+        and frame.values[0, 0] == pytest.approx(9.223e18, rel=1e-3)
+    )
+
+
 def weekdays(n: int) -> pd.DatetimeIndex:
     return pd.bdate_range("2024-01-01", periods=n)
 

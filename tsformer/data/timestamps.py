@@ -180,7 +180,10 @@ def _epoch_unit(text: pd.Series, stated: str) -> str | None:
     not integers of epoch size (at least 1e8: from 1973 in seconds; a year or 20240131 is a date)."""
     if not re.fullmatch(r"-?\d+", text.iloc[0]) or not text.str.fullmatch(r"-?\d+").all():  # the first: quick
         return None
-    values = text.astype(np.int64).abs()
+    try:
+        values = text.astype(np.int64).abs()
+    except (OverflowError, ValueError):  # past int64 (9223372036854775808): no epoch, a value
+        return None
     if stated:
         return stated
     if values.min() < 10**8:
