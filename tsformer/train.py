@@ -309,17 +309,18 @@ def _final_fit(
     deadline: float = math.inf,
 ) -> FinalFit:
     """The final model: from the held-out model's initial weights and recipe, its optimiser steps up to its best
-    epoch (the same learning rate at each step, as many windows per epoch) on windows drawn from every row."""
+    epoch (the same learning rate at each step, as many windows per epoch) on windows drawn from every row; where
+    the best epoch is 0, the least-squares start fitted on them."""
     all_rows = every_row(data)
     windows = all_rows.split_windows("train", cfg.train.train_stride)
     torch.manual_seed(cfg.train.seed)  # the held-out model's initial weights
     model = build_forecaster(cfg.model, data.layout, cfg.train.loss, cfg.train.quantiles).to(ctx.device)
-    runner = _Runner(cfg, all_rows, model, build_optimizer(model, cfg.train), None, None, ctx, show_progress, deadline)
-    steps_per_epoch = _steps_per_epoch(_epoch_size(n_held_out_windows, cfg), ctx.world_size, cfg.train.batch_size)
     started = time.monotonic()
     if best_epoch == 0:  # the least-squares start won validation: fitted again, on every row
         model = linear_start.least_squares_start(model, windows, cfg.train.seed).to(ctx.device)
         return FinalFit(model, last_timestamps(data.frame), 0, len(windows), time.monotonic() - started)
+    runner = _Runner(cfg, all_rows, model, build_optimizer(model, cfg.train), None, None, ctx, show_progress, deadline)
+    steps_per_epoch = _steps_per_epoch(_epoch_size(n_held_out_windows, cfg), ctx.world_size, cfg.train.batch_size)
     try:
         steps = runner.fit_steps(windows, best_epoch, steps_per_epoch, cfg.train.epochs * steps_per_epoch)
     except KeyboardInterrupt:

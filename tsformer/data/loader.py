@@ -252,28 +252,30 @@ def _find_id_cols(
     named = next(((by_lower[name],) for name in ID_COL_NAMES if name in by_lower), ())
     if named:
         return named, ()
-    found = _id_col_by_values(table, time_col)
+    found, n_series = _id_col_by_values(table, time_col)
     if not found:
         return (), ()
-    n_series = table[found].astype(str).str.strip().nunique()
     return (found,), (
         f"took {found!r} as the series id column: the time column repeats its timestamps, and {found!r}, the first "
         f"text column, gives each of its {n_series} series one row per timestamp (--id-col names others)",
     )
 
 
-def _id_col_by_values(table: pd.DataFrame, time_col: str) -> str:
-    """The first text column when the time column repeats a timestamp and that column tells every row apart
-    (one row per value and timestamp), else "". Only the first is tried: rows after the training rows can then
-    refuse the file (a repeated timestamp with no id), never choose another column to split its series by."""
+def _id_col_by_values(table: pd.DataFrame, time_col: str) -> tuple[str, int]:
+    """The first text column and its number of series, when the time column repeats a timestamp and that column
+    tells every row apart (one row per value and timestamp); else ("", 0). Only the first is tried: rows after the
+    training rows can then refuse the file (a repeated timestamp with no id), never choose another column to split
+    its series by."""
     times = table[time_col].astype(str).str.strip()
     if not times.duplicated().any():
-        return ""
+        return "", 0
     text = [c for c in table.columns if c != time_col and not _is_numeric_like(table[c])]
     if not text or table[text[0]].isna().any():
-        return ""
+        return "", 0
     ids = table[text[0]].astype(str).str.strip()
-    return "" if pd.DataFrame({"id": ids, "time": times}).duplicated().any() else str(text[0])
+    if pd.DataFrame({"id": ids, "time": times}).duplicated().any():
+        return "", 0
+    return str(text[0]), ids.nunique()
 
 
 def _series_codes(

@@ -134,10 +134,8 @@ def join_year_and_part(table: pd.DataFrame, time_col: str) -> tuple[pd.DataFrame
     """A `year` time column beside a `quarter` (1-4) or `month` (1-12) column, as official statistics write
     them (statsmodels' macrodata: year, quarter, realgdp, ...): the table with the time column holding both
     (1959Q1, 1959-01) and the part column dropped, and a note; else the table as it is."""
-    if time_col.lower() != "year":
-        return table, ()
-    years = table[time_col].astype(str).str.strip()
-    if not years.str.fullmatch(WHOLE_YEAR).all():
+    years = _whole_years(table[time_col].astype(str).str.strip()) if time_col.lower() == "year" else None
+    if years is None:
         return table, ()
     for column in table.columns:
         part = YEAR_PARTS.get(str(column).lower())
@@ -146,12 +144,16 @@ def join_year_and_part(table: pd.DataFrame, time_col: str) -> tuple[pd.DataFrame
         values = pd.to_numeric(table[column], errors="coerce")
         if values.isna().any() or not values.between(1, part).all() or not (values == values.round()).all():
             return table, ()
-        year = years.str.split(".").str[0]
         number = values.astype(np.int64).astype(str)
-        joined = year + "Q" + number if part == 4 else year + "-" + number.str.zfill(2)
+        joined = years + "Q" + number if part == 4 else years + "-" + number.str.zfill(2)
         table = table.drop(columns=[column]).assign(**{time_col: joined})
         return table, (f"read the time from {time_col!r} and {column!r} ({joined.iloc[0]}, {joined.iloc[-1]}, ...)",)
     return table, ()
+
+
+def _whole_years(text: pd.Series) -> pd.Series | None:
+    """The cells as years without a fraction (1935.0 is 1935) where every one is a whole year, else None."""
+    return text.str.split(".").str[0] if text.str.fullmatch(WHOLE_YEAR).all() else None
 
 
 def _reads_as_time(column: pd.Series, cfg: DataConfig) -> bool:
@@ -212,8 +214,8 @@ def parse_timestamps(
     if pd.api.types.is_datetime64_any_dtype(column):  # a DataFrame's own timestamps
         return pd.DatetimeIndex(column), (), TimeNotation()
     text = column.astype(str).str.strip()
-    if text.str.fullmatch(WHOLE_YEAR).all():
-        text = text.str.split(".").str[0]  # years: 1935.0 is 1935
+    years = _whole_years(text)
+    text = text if years is None else years
     unit = _epoch_unit(text, cfg.time_unit)
     if unit is not None:
         stamps = pd.DatetimeIndex(pd.to_datetime(text.astype(np.int64), unit=unit))
