@@ -53,8 +53,6 @@ PINNED_FLAGS = [
     "train.candidates=" + ",".join(BUILT_IN),
     "--set",
     "model.members=1",
-    "--set",
-    "train.least_squares_start=false",
 ]
 TINY_FLAGS = TINY_SIZE_FLAGS + PINNED_FLAGS
 
@@ -91,7 +89,6 @@ def tiny_config(csv: Path | str = "", fallback: bool = True, **model) -> Config:
             loss="mse",
             final_fit=False,
             candidates=BUILT_IN,
-            least_squares_start=False,
         ),
     )
 

@@ -32,7 +32,6 @@ TINY = {
     "train.final_fit": False,
     "train.candidates": list(BUILT_IN),
     "model.members": 1,
-    "train.least_squares_start": False,
 }  # the model of TINY_FLAGS
 HORIZON = 4
 

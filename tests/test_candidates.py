@@ -65,7 +65,8 @@ def test_a_season_without_a_trend_has_no_seasonal_drift_whatever_its_endpoints()
 def test_weekly_candidates_exist_below_a_day_where_the_context_reaches_a_week():
     assert (week_for("h", 336), week_for("h", 167), week_for("15min", 672), week_for("D", 400)) == (168, 0, 672, 0)
     assert week_for("MS", 100) == 0 and week_for("B", 100) == 0
-    assert candidate_names("h", 336) == BUILT_IN and candidate_names("h", 336, CANDIDATES) == CANDIDATES
+    assert candidate_names("h", 336) == BUILT_IN and candidate_names("h", 336, CANDIDATES, linear=True) == CANDIDATES
+    assert "linear" not in candidate_names("h", 336, CANDIDATES)  # a run without a fitted linear candidate
     assert candidate_names("h", 48) == ("repeat_last", "seasonal_naive", "drift", "seasonal_drift")
     context = seasonal_trend(336, slope=0.0).float()
     assert set(candidate_forecasts(context, None, HORIZON, 4, week=168)) == set(BUILT_IN)

@@ -88,6 +88,18 @@ def test_a_format_8_run_calibrated_by_a_calibration_model_still_reads(trained_ru
     assert predict_run(tmp_path / "old.pt", csv).frame.equals(predict_run(run, csv).frame)
 
 
+def test_a_format_10_run_with_the_least_squares_start_key_reads_without_a_linear_candidate(trained_run, tmp_path):
+    run, csv = trained_run
+    payload = torch.load(run / "model.pt", weights_only=True)
+    payload["format_version"] = 10
+    payload["config"]["train"]["least_squares_start"] = True
+    payload.pop("linear")
+    torch.save(payload, tmp_path / "old.pt")
+    old = load_predictor(tmp_path / "old.pt")
+    assert old.linear is None and old.config == load_predictor(run).config
+    assert predict_run(tmp_path / "old.pt", csv).frame.equals(predict_run(run, csv).frame)
+
+
 def test_a_format_9_fallback_of_names_reads_as_weights(trained_run, tmp_path):
     """Format 9 stored one forecaster's name per series and column; each reads as its weights (a blend: half the
     model's, half its candidate's), and forecasts as that forecaster did."""

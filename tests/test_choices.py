@@ -329,4 +329,20 @@ def test_ets_and_theta_are_candidates_where_their_fits_fit_the_budget():
     chosen, notes = resolve_from_data(cfg, read_series(wide, cfg.data))  # 84 columns: over the budget
     assert "ets" not in chosen.train.candidates and 7 * seconds > CLASSICAL_BUDGET_S
     assert notes[-1].startswith(f"candidates: ETS and Theta left out, as they are fit to each window: {7 * windows:,} ")
-    assert notes[-1].endswith("--candidates repeat_last,seasonal_naive,drift,seasonal_drift,ets,theta asks for them")
+    assert notes[-1].endswith(
+        "--candidates repeat_last,seasonal_naive,drift,seasonal_drift,linear,ets,theta asks for them"
+    )
+
+
+def test_the_linear_candidate_is_chosen_where_the_model_has_a_skip_and_a_point_forecast():
+    quarters = pd.date_range("1970-01-01", periods=200, freq="QS").strftime("%Y-%m-%d")
+    frame = pd.DataFrame({"quarter": quarters, "y": np.cumsum(np.random.default_rng(0).normal(size=200))})
+    for model, train, has_linear in [
+        (ModelConfig(horizon=8), TrainConfig(), True),
+        (ModelConfig(horizon=8, context_skip=False), TrainConfig(), False),
+        (ModelConfig(horizon=8), TrainConfig(quantiles=(0.1, 0.9)), False),
+    ]:
+        cfg = Config(model=model, train=train)
+        chosen, _ = resolve_from_data(cfg, read_series(frame, cfg.data))
+        assert ("linear" in chosen.train.candidates) is has_linear
+        assert chosen.train.candidates[:4] == ("repeat_last", "seasonal_naive", "drift", "seasonal_drift")

@@ -50,6 +50,7 @@ def test_overrides_are_typed():
         ("train.loss=l3", "train.loss must be one of"),
         ("train.interval_scale=local", "train.interval_scale must be one of seasonal, fixed"),
         ("train.interval_calibration=refit", "train.interval_calibration: the calibration model was removed"),
+        ("train.least_squares_start=false", "train.least_squares_start: the least-squares start is now the linear"),
         ("data.fill=mean", "data.fill must be one of"),
         ("data.split_ratios=[0.8, 0.2, 0.2]", "sum to at most 1"),
         ("model.patch_len=1000", "must not exceed model.context_len"),

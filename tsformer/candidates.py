@@ -15,6 +15,10 @@ it forecasts from any origin exactly as it would after the data's end:
 - ets, theta: automatic ETS and the Theta method from statsmodels, fit to each window's context
   (`tsformer.classical`), only where train.candidates names them (`train` does where their fits cost little).
 
+One more, `linear`, is fitted on the training windows rather than read off each context: the model's context
+skip alone, fitted by least squares (`tsformer.model.linear_candidate`). A predictor holds it beside its model and
+forecasts it there (`Predictor.forecasters`); `candidate_forecasts` makes the others.
+
 The drift is added per step ahead rather than per season back (the distance from the repeated value),
 which won on M4 Hourly's validation windows (benchmarks/NOTES.md, "Classical candidates").
 """
@@ -30,7 +34,9 @@ from tsformer.intervals import CHUNK_WINDOWS
 from tsformer.metrics import forward_fill, repeat_last, season_length, seasonal_naive, usable_season
 
 CANDIDATES = CANDIDATE_NAMES  # in order of preference on a tie; the config checks train.candidates against them
-BUILT_IN = tuple(name for name in CANDIDATES if name not in CLASSICAL)  # every run has these (weekly where they apply)
+FITTED = ("linear",)  # fitted on the training windows, held by the predictor (where its model has a context skip)
+# every run has these (the weekly ones where they apply)
+BUILT_IN = tuple(name for name in CANDIDATES if name not in (*CLASSICAL, *FITTED))
 WEEKLY = ("weekly_naive", "weekly_drift")  # only where the context reaches a week back, below a day
 LABELS = {
     "model": "the model",
@@ -40,6 +46,7 @@ LABELS = {
     "seasonal_drift": "seasonal naive with drift",
     "weekly_naive": "weekly seasonal naive",
     "weekly_drift": "weekly seasonal naive with drift",
+    "linear": "the linear map",
     "ets": "ETS",
     "theta": "Theta",
 }
@@ -66,12 +73,19 @@ def week_for(freq: str, context_len: int) -> int:
     return week if 0 < week <= context_len else 0
 
 
-def candidate_names(freq: str, context_len: int, allowed: tuple[str, ...] = ()) -> tuple[str, ...]:
+def candidate_names(
+    freq: str, context_len: int, allowed: tuple[str, ...] = (), linear: bool = False
+) -> tuple[str, ...]:
     """The candidates a run with this frequency and context has, in CANDIDATES order: those `allowed`
-    (train.candidates) that apply, or, when it names none, the built-in ones that apply."""
+    (train.candidates) that apply, or, when it names none, the built-in ones that apply; `linear`: whether a
+    linear candidate was fitted (without one, `linear` does not apply)."""
     weekly = week_for(freq, context_len) > 0
     chosen = allowed or BUILT_IN
-    return tuple(name for name in CANDIDATES if (weekly or name not in WEEKLY) and name in chosen)
+    return tuple(
+        name
+        for name in CANDIDATES
+        if (weekly or name not in WEEKLY) and (linear or name not in FITTED) and name in chosen
+    )
 
 
 def candidate_forecasts(

@@ -15,7 +15,7 @@ from tsformer.data import Prepared, SeriesFrame, WindowIndex
 from tsformer.fallback import BASE, Weights
 from tsformer.final import last_timestamps
 from tsformer.leakage import CheckResult, check_data, check_intervals, check_model
-from tsformer.model import linear_start
+from tsformer.model import linear_candidate
 
 if TYPE_CHECKING:
     from tsformer.predictor import Predictor
@@ -35,7 +35,7 @@ def check_predictor(predictor: Predictor, data: Prepared | None) -> list[CheckRe
     results.append(check_forecasters(predictor, data))
     results.append(check_choices(predictor, data))
     results.append(check_final(predictor, data))
-    results.append(check_start(predictor, data))
+    results.append(check_linear(predictor, data))
     results.append(check_backtest_origins(predictor, data))
     results.append(check_predict_origins(predictor, data))
     return results + ([] if data is None else check_data(data, predictor.config))
@@ -83,39 +83,32 @@ def check_choices(predictor: Predictor, data: Prepared | None) -> CheckResult:
     )
 
 
-def check_start(predictor: Predictor, data: Prepared | None) -> CheckResult:
-    """The least-squares start (epoch 0, `tsformer.model.linear_start`) reads each series' training rows alone:
-    fitted again after every later row is redrawn as noise, its context skip is the fit on the data as they are,
-    and where the held-out model is the start (best epoch 0) it is that model's skip."""
-    train = predictor.config.train
-    if not (train.least_squares_start and linear_start.applies(predictor.model)):
-        return CheckResult("start/rows", True, 0.0, "no least-squares start (train.least_squares_start, or quantiles)")
+def check_linear(predictor: Predictor, data: Prepared | None) -> CheckResult:
+    """The linear candidate (`tsformer.model.linear_candidate`) read each series' training rows alone: fitted
+    again, on the data as they are and after every later row is redrawn as noise, it is the one the run holds."""
+    if predictor.linear is None:
+        return CheckResult("linear/rows", True, 0.0, "no linear candidate (train.candidates, or a quantile head)")
     if data is None:
-        return CheckResult("start/rows", True, 0.0, "data checks skipped: the start cannot be fitted again")
+        return CheckResult("linear/rows", True, 0.0, "data checks skipped: the linear candidate cannot be fitted again")
+    train = predictor.config.train
     later = torch.from_numpy(~_rows_before(data.frame, data.borders.train_end))  # (n_rows,)
     noise = 1e3 * torch.randn(data.inputs.target.shape, generator=torch.Generator().manual_seed(0))
     redrawn = torch.where(later.view(-1, 1), noise.to(data.inputs.target.dtype), data.inputs.target)
     noisy = dataclasses.replace(data, inputs=dataclasses.replace(data.inputs, target=redrawn))
 
-    def skips(model) -> list[torch.Tensor]:
-        return [m.context_skip.linear.weight.detach().cpu() for m in linear_start.members_of(model)]
-
     def fitted(prepared: Prepared) -> list[torch.Tensor]:
         windows = prepared.split_windows("train", train.train_stride)
-        return skips(linear_start.least_squares_start(predictor.model, windows, train.seed))
+        return linear_candidate.skips(linear_candidate.fit(predictor.model, windows, train.seed))
 
-    as_is = fitted(data)
-    pairs = list(zip(as_is, fitted(noisy), strict=True))
-    shipped = predictor.summary is not None and predictor.summary.best_epoch == 0
-    if shipped:
-        pairs += list(zip(as_is, skips(predictor.model), strict=True))
+    held = linear_candidate.skips(predictor.linear)
+    pairs = [*zip(held, fitted(data), strict=True), *zip(held, fitted(noisy), strict=True)]
     change = max(float((a - b).abs().max()) for a, b in pairs)
     return CheckResult(
-        "start/rows",
+        "linear/rows",
         change == 0.0,
         change,
-        "the least-squares start fitted again with every row after the training rows redrawn"
-        + (", and against the held-out model, which is the start" if shipped else " (the model is a trained epoch)"),
+        "the linear candidate fitted again, on the data and with every row after the training rows redrawn, "
+        "against the run's",
     )
 
 

@@ -25,7 +25,7 @@ import torch
 
 from tsformer import __version__
 from tsformer.candidates import candidate_names
-from tsformer.config import config_from_dict, save_config, to_dict
+from tsformer.config import REMOVED_KEYS, config_from_dict, save_config, to_dict
 from tsformer.data import Scaler, SplitBorders, StaticScale, parse_freq
 from tsformer.data.calendar import calendar_names
 from tsformer.errors import CheckpointError, TsformerError
@@ -34,12 +34,12 @@ from tsformer.files import atomic_write
 from tsformer.final import FinalFit
 from tsformer.intervals import Calibration, quantile_pairs
 from tsformer.layout import Layout
-from tsformer.model import build_forecaster
+from tsformer.model import build_forecaster, linear_candidate
 from tsformer.results import TrainSummary
 from tsformer.runfolder import CONFIG_FILE, MODEL_FILE
 
 FORMAT_NAME = "tsformer-checkpoint"
-FORMAT_VERSION = 10  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
+FORMAT_VERSION = 11  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
 # 5: interval widths per unit of each window's scale. 6: a Predictor: the layout by name, static covariates,
 # the calibration (with the refit model's borders) and the training summary. 7: the calibration's error count
 # and the interval levels it left out; what stopped training. 8: the fallback may name the classical candidates
@@ -49,7 +49,9 @@ FORMAT_VERSION = 10  # 2: data fingerprint, renamed weights. 3: many series, cov
 # format 7 or 8 file reads as a run without a final model, its intervals as they were calibrated.
 # 10: the fallback as weights of the model and the candidates per series and column (a format 7 to 9 file's
 # forecaster names read as weights of one, or of two halves for a blend).
-READS_FORMATS = (7, 8, 9, 10)
+# 11: the linear candidate (`tsformer.model.linear_candidate`) as each member's skip weights, held out and final;
+# train.least_squares_start is gone (a format 10 file's is dropped; its run has no linear candidate).
+READS_FORMATS = (7, 8, 9, 10, 11)
 
 
 def save_predictor(predictor, path: str | Path, train_state: dict[str, Any] | None = None) -> None:
@@ -79,6 +81,7 @@ def save_predictor(predictor, path: str | Path, train_state: dict[str, Any] | No
         "calibration": None if p.calibration is None else _calibration_to_dict(p.calibration),
         "summary": None if p.summary is None else {**dataclasses.asdict(p.summary), "lines": list(p.summary.lines)},
         "model_state": _weights(p.model),
+        "linear": None if p.linear is None else linear_candidate.skips(p.linear),
         "final": None if p.final is None else _final_to_dict(p.final),
         "train_state": train_state,
     }
@@ -158,6 +161,7 @@ def _fields(payload: dict[str, Any], path: Path) -> dict[str, Any]:
         layout = Layout.from_dict(payload["layout"])
         _check_layout(layout, config, payload["freq"])
         model = _model(payload["model_state"], config, layout)
+        linear = _linear(payload.get("linear"), config, layout)
         final = payload.get("final")
         summary = payload.get("summary")
         fields = dict(
@@ -170,6 +174,7 @@ def _fields(payload: dict[str, Any], path: Path) -> dict[str, Any]:
             scaler=Scaler.from_dict(payload["scaler"]),
             borders=SplitBorders.from_list(payload["borders"]),
             model=model,
+            linear=linear,
             static=None if payload["static"] is None else _table_from_dict(payload["static"]),
             static_scale=None if payload["static_scale"] is None else StaticScale.from_dict(payload["static_scale"]),
             static_from=str(payload["static_from"]),
@@ -190,11 +195,12 @@ def _fields(payload: dict[str, Any], path: Path) -> dict[str, Any]:
 
 
 def _current_keys(raw: Any) -> Any:
-    """A stored config in today's keys: without those an earlier format had and this one dropped (format 7 and 8
-    runs stored train.interval_calibration, removed with the calibration model), and model.cycle 0 where a run
-    from before the learned cycle stored none (it has no cycle; unset now means chosen from the data)."""
-    if isinstance(raw, dict) and isinstance(raw.get("train"), dict) and "interval_calibration" in raw["train"]:
-        raw = {**raw, "train": {k: v for k, v in raw["train"].items() if k != "interval_calibration"}}
+    """A stored config in today's keys: without those an earlier format had and this one dropped (REMOVED_KEYS:
+    format 7 and 8 runs stored train.interval_calibration, removed with the calibration model, and format 10 runs
+    train.least_squares_start, now the linear candidate), and model.cycle 0 where a run from before the learned
+    cycle stored none (it has no cycle; unset now means chosen from the data)."""
+    if isinstance(raw, dict) and isinstance(raw.get("train"), dict):
+        raw = {**raw, "train": {k: v for k, v in raw["train"].items() if f"train.{k}" not in REMOVED_KEYS}}
     if isinstance(raw, dict) and isinstance(raw.get("model"), dict) and raw["model"].get("cycle") is None:
         raw = {**raw, "model": {**raw["model"], "cycle": 0}}
     return raw
@@ -223,6 +229,7 @@ def _final_to_dict(final: FinalFit) -> dict[str, Any]:
         "steps": final.steps,
         "n_windows": final.n_windows,
         "seconds": final.seconds,
+        "linear": None if final.linear is None else linear_candidate.skips(final.linear),
     }
 
 
@@ -231,7 +238,19 @@ def _final_from_dict(raw: dict[str, Any], config, layout: Layout, n_series: int)
     if until.shape != (n_series,) or until.dtype.kind != "i":
         raise ValueError("the final model must name one last timestamp per series")
     model = _model(raw["model_state"], config, layout)
-    return FinalFit(model, until.astype(np.int64), int(raw["steps"]), int(raw["n_windows"]), float(raw["seconds"]))
+    linear = _linear(raw.get("linear"), config, layout)
+    return FinalFit(
+        model, until.astype(np.int64), int(raw["steps"]), int(raw["n_windows"]), float(raw["seconds"]), linear
+    )
+
+
+def _linear(stored: Any, config, layout: Layout):
+    """The stored linear candidate (each member's skip weights), or None where the run has none."""
+    if stored is None:
+        return None
+    if not isinstance(stored, list) or not all(isinstance(w, torch.Tensor) for w in stored):
+        raise ValueError("the linear candidate must be a list of skip weights, one per member")
+    return linear_candidate.from_skips(config.model, layout, stored)
 
 
 def _check_layout(layout: Layout, config, freq: Any) -> None:
@@ -279,7 +298,8 @@ def _validate(p: SimpleNamespace) -> None:
     if not isinstance(fingerprint, dict) or set(fingerprint) != {"rows", "first", "last", "sha256"}:
         raise ValueError("data fingerprint must hold rows, first, last and sha256")
     if p.fallback is not None:
-        allowed = ("model", *candidate_names(p.freq, p.config.model.context_len, p.config.train.candidates))
+        names = candidate_names(p.freq, p.config.model.context_len, p.config.train.candidates, p.linear is not None)
+        allowed = ("model", *names)
         values = p.fallback.values
         if (
             not set(p.fallback.names) <= set(allowed)

@@ -39,6 +39,8 @@ INTERVAL_SCALES = ("seasonal", "fixed")  # train.interval_scale (tsformer.interv
 REMOVED_KEYS = {
     "train.interval_calibration": "the calibration model was removed: with the final fit (train.final_fit) predict "
     "forecasts from where its model's training ends, as validation does; drop the key",
+    "train.least_squares_start": "the least-squares start is now the linear candidate, weighed per series and "
+    "column beside the others: train.candidates without linear leaves it out; drop the key",
 }
 # train.candidates' names: the candidates of `tsformer.candidates`, defined here as this module loads no torch
 CANDIDATE_NAMES = (
@@ -48,6 +50,7 @@ CANDIDATE_NAMES = (
     "seasonal_drift",
     "weekly_naive",
     "weekly_drift",
+    "linear",
     "ets",
     "theta",
 )
@@ -320,8 +323,9 @@ class TrainConfig:
     # how the fallback averages each forecaster's validation errors per series and column (on standardised values):
     # mse, or mae (MASE up to each series' constant); mse won on M4 Hourly's validation (benchmarks/NOTES.md)
     selection_metric: str = "mse"
-    # the classical candidates the fallback scores (`tsformer.candidates.CANDIDATES`); () = chosen from the data:
-    # every built-in one that applies, and ets and theta where their fits cost little (`choices`)
+    # the candidates the fallback scores (`tsformer.candidates.CANDIDATES`); () = chosen from the data: every
+    # built-in one that applies, the linear candidate where the model has one, and ets and theta where their fits
+    # cost little (`choices`)
     candidates: tuple[str, ...] = ()
     intervals: tuple[float, ...] = (0.8, 0.95)  # conformal interval levels, calibrated on validation windows
     interval_scale: str = "seasonal"  # seasonal: each interval scales with its context's seasonal change; fixed
@@ -329,9 +333,6 @@ class TrainConfig:
     # after every choice is made on the held-out model, train the final model on every row with its recipe
     # (its optimiser steps up to the best epoch); predict forecasts with it (`tsformer.final`)
     final_fit: bool = True
-    # score the model as its context skip alone, fitted by least squares on the training windows, as epoch 0: it
-    # ships where no trained epoch beats it on validation (`tsformer.model.linear_start`)
-    least_squares_start: bool = True
 
     def __post_init__(self) -> None:
         _check_finite(self, "train")

@@ -3,8 +3,9 @@
 Everything is chosen on the held-out model, which trains on each series' training rows and is scored on
 validation: the epochs, the fallback per series and column, the intervals. The final model then repeats
 the held-out run's optimiser steps up to its best epoch (the same learning rate at each step, the same
-number of windows seen) on windows drawn from every row, so its forecast after the data's end starts
-where its training data end, as the validation forecasts started where the held-out model's did.
+number of windows seen) on windows drawn from every row, and the linear candidate is fitted again on them,
+so their forecasts after the data's end start where their training data end, as the validation forecasts
+started where the held-out model's did.
 
 Evaluate, backtest and check score the held-out model, which never read a validation or test row.
 Predict uses the final model where every trained series' data reach as far as its training did; data
@@ -28,9 +29,10 @@ class FinalFit:
 
     model: ForecasterBase  # in eval mode
     until: np.ndarray  # (n_series,) int64: each trained series' last timestamp it read, as ns since the epoch (UTC)
-    steps: int  # optimiser steps it took: the held-out model's up to its best epoch (0: the least-squares start)
+    steps: int  # optimiser steps it took: the held-out model's up to its best epoch
     n_windows: int  # training windows it drew them from
     seconds: float = 0.0  # its training's wall time
+    linear: ForecasterBase | None = None  # the linear candidate fitted on the same windows; None: the run has none
 
     def __post_init__(self) -> None:
         if self.until.dtype != np.int64 or self.until.ndim != 1 or self.steps < 0:

@@ -1,13 +1,13 @@
 """The shipped forecaster: one object from training to every forecast.
 
-A `Predictor` holds what a forecast needs: the trained model (one member or an ensemble), the
-train-only scaler, what it reads by name and role (`tsformer.layout.Layout`), the per-series and
-per-column weights of the forecasters set on validation (the fallback), and the conformal calibration of
-its intervals and quantiles. `forecast` is the one place those are assembled into what ships;
-training returns a Predictor, and evaluate, predict, backtest and check take one. `tsformer.fit` makes
-one from a DataFrame and `tsformer.load` reads a saved one; its methods `predict`, `evaluate`,
-`backtest`, `check` and `save` are the Python API over those modules, which take a predictor and name
-it in type hints only (at run time dependencies point one way: the predictor uses them).
+A `Predictor` holds what a forecast needs: the trained model (one member or an ensemble) and its linear
+candidate (`tsformer.model.linear_candidate`), the train-only scaler, what it reads by name and role
+(`tsformer.layout.Layout`), the per-series and per-column weights of the forecasters set on validation (the
+fallback), and the conformal calibration of its intervals and quantiles. `forecast` is the one place those are
+assembled into what ships; training returns a Predictor, and evaluate, predict, backtest and check take one.
+`tsformer.fit` makes one from a DataFrame and `tsformer.load` reads a saved one; its methods `predict`,
+`evaluate`, `backtest`, `check` and `save` are the Python API over those modules, which take a predictor and
+name it in type hints only (at run time dependencies point one way: the predictor uses them).
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ class Predictor:
     scaler: Scaler  # (n_series, len(layout.scaled)) statistics of each series' training rows
     borders: SplitBorders  # each series' train, validation and test ends
     model: ForecasterBase  # the trained member(s), in eval mode
+    linear: ForecasterBase | None = None  # the linear candidate fitted on the training rows; None: no such candidate
     static: pd.DataFrame | None = None  # each trained series' static covariates as read; None without any
     static_scale: StaticScale | None = None
     static_from: str = ""  # "data": its own columns (read again from the data), "table": a table given to train
@@ -94,6 +95,12 @@ class Predictor:
         return week_for(self.freq, self.context_len)
 
     @property
+    def candidates(self) -> tuple[str, ...]:
+        """The candidates this predictor forecasts beside its model: train.candidates that apply, the linear one
+        where it holds one."""
+        return candidate_names(self.freq, self.context_len, self.config.train.candidates, self.linear is not None)
+
+    @property
     def interval_levels(self) -> tuple[float, ...]:
         return () if self.calibration is None else self.calibration.levels
 
@@ -110,7 +117,7 @@ class Predictor:
             return self, ""
         early = ends_early(self.final.until, self.series, frame)
         if not early:
-            return self.replace(model=self.final.model, final=None), ""
+            return self.replace(model=self.final.model, linear=self.final.linear, final=None), ""
         more = f" and {len(early) - 1} more" if len(early) > 1 else ""
         which = f"series {early[0]!r}{more}" if self.id_cols else "the data"
         return self.replace(final=None), (
@@ -135,10 +142,7 @@ class Predictor:
 
     def model_outputs(self, windows: Split) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The model's forecast (N, H, C) of the windows and its quantiles (N, H, C, Q) or None, in one pass."""
-        outputs = list(self.model.output_batches(windows.context, windows.context_observed, windows.covariates))
-        point = torch.cat([p for p, _ in outputs]).cpu()
-        quantiles = None if outputs and outputs[0][1] is None else torch.cat([q for _, q in outputs]).cpu()
-        return point, quantiles
+        return _outputs(self.model, windows)
 
     def forecasters(
         self,
@@ -150,11 +154,13 @@ class Predictor:
         (N, H, C, Q) or None (`model_outputs`: those, when the model's were made already); none below `floor`
         (N, 1, C), each window's (`floors`; None: no floor)."""
         point, quantiles = self.model_outputs(windows) if model_outputs is None else model_outputs
-        allowed = candidate_names(self.freq, self.context_len, self.config.train.candidates)
+        allowed = self.candidates
         classical = tuple(name for name in allowed if name in CLASSICAL)  # fit per window: only when used
         naive = candidate_forecasts(
             windows.context, windows.context_observed, self.horizon, self.season, self.week, classical
         )
+        if "linear" in allowed:
+            naive["linear"], _ = _outputs(self.linear, windows)
         each = {"model": point, **{name: naive[name] for name in allowed}}
         if floor is None:
             return each, quantiles
@@ -344,6 +350,14 @@ def load_train_state(path: str | Path) -> tuple[Predictor, dict]:
     """The Predictor of a run's `last.pt` and its training state (optimizer, rng, loop), to resume."""
     fields, state = checkpoint.read_train_state(Path(path))
     return Predictor(**fields), state
+
+
+def _outputs(model: ForecasterBase, windows: Split) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`model`'s forecast (N, H, C) of the windows and its quantiles (N, H, C, Q) or None, in one pass, on the CPU."""
+    outputs = list(model.output_batches(windows.context, windows.context_observed, windows.covariates))
+    point = torch.cat([p for p, _ in outputs]).cpu()
+    quantiles = None if outputs and outputs[0][1] is None else torch.cat([q for _, q in outputs]).cpu()
+    return point, quantiles
 
 
 def _floor(targets: Scaler, rule: str) -> torch.Tensor:

@@ -36,7 +36,7 @@ from tsformer.final import FinalFit, every_row, last_timestamps
 from tsformer.intervals import CHUNK_WINDOWS
 from tsformer.leakage import check_data, check_model, require_passed
 from tsformer.metrics import ValidationScore, squared_error_sums, validation_score
-from tsformer.model import Ensemble, ForecasterBase, build_forecaster, linear_start
+from tsformer.model import Ensemble, ForecasterBase, build_forecaster, linear_candidate
 from tsformer.model.precision import resolve_precision
 from tsformer.predictor import Predictor, load_predictor, load_train_state
 from tsformer.progress import Progress
@@ -149,15 +149,15 @@ def _train(
     runner.best_state = best_so_far  # a resumed run's best weights are its model.pt
     if not state.finished:
         runner.loop(state, train_windows, val_windows)
-    start_score = runner.consider_least_squares_start(state, train_windows, val_windows)
     model.load_state_dict(runner.best_state)
     model.eval()
     predictor, decision = choose_and_calibrate(
-        _uncalibrated(cfg, data, model), val_windows, data, runner.best_val_outputs
+        _uncalibrated(cfg, data, model, train_windows), val_windows, data, runner.best_val_outputs
     )
     final = None
     if cfg.train.final_fit:
         final = _final_fit(cfg, data, ctx, len(train_windows), state.best_epoch, out_dir, show_progress)
+        final = _with_final_linear(final, predictor, data)
     summary = TrainSummary(
         state.best_epoch,
         state.best_val,
@@ -166,7 +166,7 @@ def _train(
         sum(p.numel() for p in model.parameters()),
         len(train_windows),
         len(val_windows),
-        _start_line(start_score, state) + _lines(decision, predictor, final, state.best_epoch),
+        _linear_line(predictor) + _lines(decision, predictor, final, state.best_epoch),
         _stopped(state, cfg),
         state.best_val_mse,
     )
@@ -208,7 +208,6 @@ def _searched(
         runner = _Runner(cfg, prepared, model, build_optimizer(model, cfg.train), None, None, ctx, shown, deadline)
         state, val_windows = LoopState(), prepared.split_windows("val")
         runner.loop(state, train_windows, val_windows)
-        runner.consider_least_squares_start(state, train_windows, val_windows)
         model.load_state_dict(runner.best_state)
         model.eval()
         to_best = state.history[state.best_epoch - 1]["seconds"] if state.best_epoch else 0.0
@@ -222,7 +221,10 @@ def _searched(
     members = [m.model for m in searched.members]
     model = members[0] if len(members) == 1 else Ensemble(members)
     val_windows = chosen.split_windows("val")
-    predictor, decision = choose_and_calibrate(_uncalibrated(cfg, chosen, model), val_windows, chosen, searched.outputs)
+    train_windows = chosen.split_windows("train", cfg.train.train_stride)
+    predictor, decision = choose_and_calibrate(
+        _uncalibrated(cfg, chosen, model, train_windows), val_windows, chosen, searched.outputs
+    )
     final = None
     if cfg.train.final_fit:
         fits = [
@@ -235,6 +237,7 @@ def _searched(
             Ensemble([f.model for f in fits]), fits[0].until, sum(f.steps for f in fits), fits[0].n_windows,
             sum(f.seconds for f in fits),
         )  # fmt: skip
+        final = _with_final_linear(final, predictor, chosen)
     first = searched.members[0]
     summary = TrainSummary(
         first.best_epoch,
@@ -244,7 +247,7 @@ def _searched(
         sum(p.numel() for p in model.parameters()),
         first.n_train_windows,
         len(val_windows),
-        (searched.line(),) + _lines(decision, predictor, final, first.best_epoch),
+        (searched.line(), *_linear_line(predictor)) + _lines(decision, predictor, final, first.best_epoch),
         f"each candidate stopped by patience or the search's deadline (search.csv); {len(members)} member"
         + "s" * (len(members) > 1),
         validation_targets(chosen).of(searched.outputs[0]).mse,
@@ -309,16 +312,12 @@ def _final_fit(
     deadline: float = math.inf,
 ) -> FinalFit:
     """The final model: from the held-out model's initial weights and recipe, its optimiser steps up to its best
-    epoch (the same learning rate at each step, as many windows per epoch) on windows drawn from every row; where
-    the best epoch is 0, the least-squares start fitted on them."""
+    epoch (the same learning rate at each step, as many windows per epoch) on windows drawn from every row."""
     all_rows = every_row(data)
     windows = all_rows.split_windows("train", cfg.train.train_stride)
     torch.manual_seed(cfg.train.seed)  # the held-out model's initial weights
     model = build_forecaster(cfg.model, data.layout, cfg.train.loss, cfg.train.quantiles).to(ctx.device)
     started = time.monotonic()
-    if best_epoch == 0:  # the least-squares start won validation: fitted again, on every row
-        model = linear_start.least_squares_start(model, windows, cfg.train.seed).to(ctx.device)
-        return FinalFit(model, last_timestamps(data.frame), 0, len(windows), time.monotonic() - started)
     runner = _Runner(cfg, all_rows, model, build_optimizer(model, cfg.train), None, None, ctx, show_progress, deadline)
     steps_per_epoch = _steps_per_epoch(_epoch_size(n_held_out_windows, cfg), ctx.world_size, cfg.train.batch_size)
     try:
@@ -346,33 +345,33 @@ def _steps_per_epoch(n_windows: int, world_size: int, batch_size: int) -> int:
 
 
 def _final_line(final: FinalFit, best_epoch: int) -> str:
-    if best_epoch == 0:
-        return (
-            f"final model: the least-squares start fitted on {final.n_windows} windows from every row, validation and "
-            f"test included, in {final.seconds:.0f} s; predict forecasts with it, evaluate, backtest and check score "
-            "the held-out model (train.final_fit=false skips it)"
-        )
+    linear = " and the linear candidate fitted again on them" if final.linear is not None else ""
     return (
         f"final model: the held-out run's {final.steps} optimiser steps (to its best epoch, {best_epoch}) on "
-        f"{final.n_windows} windows from every row, validation and test included, in {final.seconds:.0f} s; predict "
-        "forecasts with it, evaluate, backtest and check score the held-out model (train.final_fit=false skips it)"
+        f"{final.n_windows} windows from every row, validation and test included,{linear} in {final.seconds:.0f} s; "
+        "predict forecasts with it, evaluate, backtest and check score the held-out model (train.final_fit=false "
+        "skips it)"
     )
 
 
-def _start_line(start_score: float | None, state: LoopState) -> tuple[str, ...]:
-    """What the least-squares start scored against the trained epochs, as a summary line (none without it)."""
-    if start_score is None:
+def _with_final_linear(final: FinalFit, predictor: Predictor, data: Prepared) -> FinalFit:
+    """`final` with the predictor's linear candidate fitted again on windows from every row (none without one)."""
+    if predictor.linear is None:
+        return final
+    started = time.monotonic()
+    windows = every_row(data).split_windows("train", data.config.train.train_stride)
+    linear = linear_candidate.fit(final.model, windows, data.config.train.seed)
+    return dataclasses.replace(final, linear=linear, seconds=final.seconds + time.monotonic() - started)
+
+
+def _linear_line(predictor: Predictor) -> tuple[str, ...]:
+    """A summary line on the linear candidate, where the predictor holds one (the fallback's lines say what it
+    scored)."""
+    if predictor.linear is None:
         return ()
-    trained = min((row["val_loss"] for row in state.history), default=math.inf)
-    if state.best_epoch == 0:
-        return (
-            "epoch 0, the least-squares start (the context skip alone, fitted in closed form on the training "
-            f"windows), scored {start_score:.4g} on validation, below every trained epoch (best {trained:.4g}): the "
-            "model ships as that linear map (--set train.least_squares_start=false leaves it out)",
-        )
     return (
-        f"the least-squares start (epoch 0) scored {start_score:.4g} on validation, above the best epoch's "
-        f"{trained:.4g}",
+        "linear candidate: the model's context skip alone, fitted by least squares on the training windows, weighed "
+        "beside the model per series and column (--candidates without linear leaves it out)",
     )
 
 
@@ -497,26 +496,6 @@ class _Runner:
                 f"training stopped during epoch {self.saved_epoch + 1}; {self._kept()}. "
                 f"Resume with: tsformer train --resume --out {self.out_dir}"
             ) from None
-
-    def consider_least_squares_start(
-        self, state: LoopState, train_windows: WindowIndex, val_windows: WindowIndex
-    ) -> float | None:
-        """Score the least-squares start (`tsformer.model.linear_start`) on validation as epoch 0, and make it the
-        best where it beats every trained epoch; its score, or None without one (train.least_squares_start off, or a
-        model with a quantile head)."""
-        if not (self.cfg.train.least_squares_start and linear_start.applies(self.model)):
-            return None
-        start = linear_start.least_squares_start(self.model, train_windows, self.cfg.train.seed)
-        trained, self.model = self.model, start.to(self.ctx.device)
-        try:
-            val = self._val_loss(val_windows)
-        finally:
-            self.model = trained
-        if val.score < state.best_val:
-            state.best_val, state.best_val_mse, state.best_epoch = val.score, val.mse, 0
-            self.best_state = {k: v.detach().clone() for k, v in start.state_dict().items()}
-            self.best_val_outputs = self.epoch_val_outputs
-        return val.score
 
     def fit_steps(self, windows: WindowIndex, epochs: int, steps_per_epoch: int, total_steps: int) -> int:
         """`epochs` epochs of `steps_per_epoch` steps each, no validation, on the schedule of `total_steps` (the
@@ -686,9 +665,16 @@ class _Runner:
         self.saved_epoch = state.epoch
 
 
-def _uncalibrated(cfg: Config, data: Prepared, model: ForecasterBase) -> Predictor:
-    """An uncalibrated Predictor of `model` on `data` (no fallback, no intervals yet)."""
+def _uncalibrated(
+    cfg: Config, data: Prepared, model: ForecasterBase, train_windows: WindowIndex | None = None
+) -> Predictor:
+    """An uncalibrated Predictor of `model` on `data` (no fallback, no intervals yet), with its linear candidate
+    fitted on `train_windows` where train.candidates and the fallback ask for one and the model has one."""
     frame = data.frame
+    linear = None
+    wanted = cfg.train.fallback and "linear" in cfg.train.candidates and train_windows is not None
+    if wanted and linear_candidate.applies(model):
+        linear = linear_candidate.fit(model, train_windows, cfg.train.seed)
     return Predictor(
         config=cfg,
         layout=data.layout,
@@ -699,6 +685,7 @@ def _uncalibrated(cfg: Config, data: Prepared, model: ForecasterBase) -> Predict
         scaler=data.scaler,
         borders=data.borders,
         model=model,
+        linear=linear,
         static=None if frame.static is None else frame.static[list(data.layout.static)].reset_index(drop=True),
         static_scale=data.static_scale,
         static_from=frame.static_from,

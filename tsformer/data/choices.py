@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tsformer.candidates import CLASSICAL, candidate_names, season_for, steps_per_week
+from tsformer.candidates import BUILT_IN, CLASSICAL, FITTED, candidate_names, season_for, steps_per_week
 from tsformer.classical import fit_seconds
 from tsformer.config import (
     AUTO_DROPOUT,
@@ -234,11 +234,13 @@ def _short_epochs(cfg: Config, n_windows: int) -> bool:
 
 
 def _choose_candidates(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> tuple[Config, str]:
-    """train.candidates: the built-in ones that apply, with ets and theta where their fits to every validation
+    """train.candidates: the built-in ones that apply and the linear one where the model has a context skip and no
+    quantile head, with ets and theta where their fits to every validation
     and test window and column are estimated (`classical_seconds`) to take at most CLASSICAL_BUDGET_S."""
     model = cfg.model
     fits, seconds = classical_seconds(cfg, frame, borders)
-    built_in = candidate_names(frame.freq, model.context_len)
+    linear = model.context_skip and not cfg.train.quantiles  # a model with a skip and a point forecast has one
+    built_in = candidate_names(frame.freq, model.context_len, (*BUILT_IN, *FITTED), linear)
     cost = f"{fits:,} validation and test windows x columns, about {seconds:,.0f} s of one core"
     if seconds <= CLASSICAL_BUDGET_S:
         names = (*built_in, *CLASSICAL)
