@@ -14,6 +14,8 @@ from tsformer.candidates import (
     candidate_names,
     drift_per_step,
     first_observed,
+    repeats,
+    season_for,
     week_for,
 )
 from tsformer.fallback import decide
@@ -105,3 +107,12 @@ def test_train_candidates_limits_what_the_fallback_scores(tmp_path):
     windows = predictor.read().split_windows("val").split(predictor.context_len)
     assert tuple(predictor.forecasters(windows)[0]) == ("model", "seasonal_naive", "seasonal_drift")
     assert predictor.fallback.names == ("model", "seasonal_naive", "seasonal_drift")  # nothing else weighed
+
+
+def test_at_season_1_seasonal_naive_and_its_drift_repeat_repeat_last_and_drift():
+    assert repeats(1) == {"seasonal_naive": "repeat_last", "seasonal_drift": "drift"}
+    assert repeats(24) == repeats(4) == {}
+    yearly = seasonal_trend(12, slope=0.3)
+    forecasts = candidate_forecasts(yearly, None, HORIZON, season=season_for("YS", 12))
+    torch.testing.assert_close(forecasts["seasonal_naive"], forecasts["repeat_last"])
+    torch.testing.assert_close(forecasts["seasonal_drift"], forecasts["drift"])

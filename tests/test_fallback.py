@@ -85,7 +85,8 @@ def test_a_seasonal_series_with_a_trend_keeps_the_model(tmp_path):
     fallback = load_predictor(run / "model.pt").fallback
     weights = dict(zip(fallback.names, fallback.values[0, 0], strict=True))
     assert weights["model"] > 0.5 and max(weights.values()) == weights["model"], output  # the model leads
-    assert weights["seasonal_naive"] >= weights["drift"], output  # the season counts more than a straight line
+    # the tiny context (16 steps) does not reach the season (24): seasonal naive is repeat-last, weighed once
+    assert "seasonal_naive" not in weights and weights["repeat_last"] >= weights["drift"], output
 
 
 def test_no_fallback_always_uses_the_model(tmp_path):

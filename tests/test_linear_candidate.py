@@ -87,7 +87,7 @@ def test_the_start_solves_the_normal_equations_of_every_training_row():
 
 def test_a_panel_of_trends_weighs_the_linear_candidate_and_the_final_fit_fits_it_again():
     predictor = fit(trends(), horizon=4, config=config())
-    assert "linear" in predictor.fallback.names
+    assert predictor.fallback.names == ("model", "repeat_last", "drift", "linear")  # yearly: season 1, no repeats
     weight = predictor.fallback.values[..., predictor.fallback.names.index("linear")]  # (n_series, 1)
     assert (weight == 1.0).sum() == 2  # validation picks it for two series (drift, exact on a line, for the rest)
     assert predictor.summary.lines[0].startswith("linear candidate: the model's context skip alone")
@@ -102,6 +102,7 @@ def test_a_panel_of_trends_weighs_the_linear_candidate_and_the_final_fit_fits_it
     without = fit(trends(), horizon=4, config=config(linear=False))
     assert without.linear is None and "linear" not in without.fallback.names
     mse = predictor.evaluate().set_index("forecaster")["mse"]
+    assert mse["seasonal_naive"] == mse["repeat_last"]  # reported beside the others, weighed once
     assert mse["linear"] < mse["model_alone"] / 100  # the test split: the linear map forecasts trends far better
 
 

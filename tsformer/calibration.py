@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from tsformer.candidates import repeats
 from tsformer.data import Prepared, Split, WindowIndex
 from tsformer.fallback import Decision, Weights, WindowErrors, apply, choose, late_origins, origin_ranks
 from tsformer.intervals import (
@@ -56,12 +57,14 @@ def choose_and_calibrate(
     model_quantiles = None if model_quantiles is None else torch.maximum(model_quantiles, floor.unsqueeze(-1))
     blocks = [slice(start, start + CHUNK_WINDOWS) for start in range(0, len(ids), CHUNK_WINDOWS)] or [slice(0, 0)]
     kept: dict[int, dict[str, torch.Tensor]] = {}  # one block: its forecasts, not made twice (ETS is slow)
+    repeated = repeats(predictor.season)  # candidates that repeat others (at season 1): weighed once
 
     def each_of(i: int) -> dict[str, torch.Tensor]:
         if i in kept:
             return kept[i]
         block = blocks[i]
         each, _ = predictor.forecasters(_rows(windows, block), floor[block], (model_point[block], None))
+        each = {name: forecast for name, forecast in each.items() if repeated.get(name) not in each}
         if len(blocks) == 1:
             kept[i] = each
         return each

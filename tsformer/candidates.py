@@ -38,6 +38,7 @@ FITTED = ("linear",)  # fitted on the training windows, held by the predictor (w
 # every run has these (the weekly ones where they apply)
 BUILT_IN = tuple(name for name in CANDIDATES if name not in (*CLASSICAL, *FITTED))
 WEEKLY = ("weekly_naive", "weekly_drift")  # only where the context reaches a week back, below a day
+SEASONAL = ("seasonal_naive", "seasonal_drift")  # repeat-last and drift again where the season is 1 (`repeats`)
 LABELS = {
     "model": "the model",
     "repeat_last": "repeat-last",
@@ -86,6 +87,13 @@ def candidate_names(
         for name in CANDIDATES
         if (weekly or name not in WEEKLY) and (linear or name not in FITTED) and name in chosen
     )
+
+
+def repeats(season: int) -> dict[str, str]:
+    """The candidates that repeat others at this season, each to the one it repeats: at season 1 seasonal naive is
+    repeat-last and its drift is the drift. The fallback leaves a repeat out where it has the original (a
+    forecaster counted twice would weigh twice in its weighted rule); evaluate still reports both."""
+    return dict(zip(SEASONAL, ("repeat_last", "drift"), strict=True)) if season == 1 else {}
 
 
 def candidate_forecasts(
