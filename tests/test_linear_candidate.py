@@ -18,6 +18,7 @@ from tsformer.check import check_linear
 from tsformer.data import Prepared, training_data
 from tsformer.final import every_row
 from tsformer.model import build_forecaster, linear_candidate
+from tsformer.search import ValidationTargets
 
 
 def trends(n_series: int = 12, n_rows: int = 60, seed: int = 0) -> pd.DataFrame:
@@ -173,3 +174,85 @@ def test_each_member_of_an_ensemble_fits_its_own_context():
         expected = np.linalg.solve(a.T @ a + ridge * np.eye(a.shape[1]), a.T @ b)
         assert member.cfg.context_len == 8 - offset
         np.testing.assert_allclose(member.context_skip.linear.weight.detach().numpy().T, expected, rtol=1e-3, atol=1e-5)
+
+
+def test_the_last_tokens_rows_are_the_every_token_rows_of_the_last_token_and_solve_their_normal_equations():
+    data = training_data(config(), trends())
+    windows = data.split_windows("train")
+    torch.manual_seed(0)
+    model = build_forecaster(data.config.model, data.layout, "mse")
+
+    def rows_of(batch, last_token=False):
+        split = batch.split(windows.context_len)
+        observed = None if batch.observed is None else model.token_targets(batch.observed)
+        targets = model.token_targets(batch.target)
+        return model.skip_rows(split.context, split.context_observed, targets, observed, last_token)
+
+    unpadded = windows.take(torch.nonzero(windows.starts - windows.context_len >= windows.floors).flatten())
+    all_inputs, all_rows = rows_of(unpadded)  # every token of these holds steps: one row each, token by token
+    last = torch.arange(len(all_inputs)).view(-1, model.n_tokens)[:, -1]
+    inputs, rows = rows_of(unpadded, last_token=True)
+    torch.testing.assert_close(inputs, all_inputs[last])
+    torch.testing.assert_close(rows, all_rows[last])
+    inputs, rows = rows_of(windows.take(torch.arange(len(windows))), last_token=True)
+    assert len(inputs) == len(windows)  # every window's last token holds steps
+    fitted = linear_candidate.fit(model, windows, seed=0, rows="last_token")
+    a, b = inputs.double().numpy(), rows.double().numpy()
+    ridge = linear_candidate.RIDGE * np.diag(a.T @ a).mean()
+    expected = np.linalg.solve(a.T @ a + ridge * np.eye(a.shape[1]), a.T @ b)
+    np.testing.assert_allclose(fitted.context_skip.linear.weight.detach().numpy().T, expected, rtol=1e-3, atol=1e-5)
+    with pytest.raises(ValueError, match="fits on one of"):
+        linear_candidate.fit(model, windows, seed=0, rows="auto")
+
+
+def noisy_cycle(n_rows: int, period: int, freq: str, noise: float) -> pd.DataFrame:
+    """ds, y: a cycle of `period` steps under noise (seed 0)."""
+    t = np.arange(n_rows)
+    y = np.sin(2 * np.pi * t / period) + noise * np.random.default_rng(0).normal(size=n_rows)
+    return pd.DataFrame({"ds": pd.date_range("2000-01-01", periods=n_rows, freq=freq), "y": y})
+
+
+@pytest.mark.parametrize(
+    ("frame", "context_len", "patch_len", "expected"),
+    [
+        (noisy_cycle(70, 12, "MS", 0.5), 24, 4, "every_token"),  # 40 windows for 24 inputs: more rows win
+        (noisy_cycle(1500, 24, "h", 0.3), 48, 12, "last_token"),  # many windows: the forecast's own rows win
+    ],
+)
+def test_auto_keeps_the_rows_whose_fit_scores_lower_on_validation(frame, context_len, patch_len, expected):
+    cfg = tiny_config(context_len=context_len, horizon=4, patch_len=patch_len)
+    cfg = dataclasses.replace(
+        cfg,
+        data=dataclasses.replace(cfg.data, calendar=False),
+        train=dataclasses.replace(cfg.train, candidates=(*BUILT_IN, "linear"), final_fit=False),
+    )
+    predictor = fit(frame, horizon=4, config=cfg)
+    chosen = predictor.config.train.linear_rows
+    assert chosen == expected
+    data = predictor.read()
+    val = data.split_windows("val")
+    windows = val.split(predictor.context_len)
+    targets = ValidationTargets.of_windows(val, windows)
+    scores = {}
+    for rows in linear_candidate.ROWS:
+        linear = linear_candidate.fit(predictor.model, data.split_windows("train"), predictor.config.train.seed, rows)
+        scores[rows] = targets.score(torch.cat(list(linear.predict_batches(windows.context, windows.context_observed))))
+        if rows == chosen:
+            assert torch.equal(linear.context_skip.linear.weight, predictor.linear.context_skip.linear.weight)
+    assert scores[chosen] < min(scores.values()) + 1e-12 and scores[chosen] != max(scores.values())
+    assert f"validation score {scores[chosen]:.4g} against" in predictor.summary.lines[0]
+    assert check_linear(predictor, data).passed  # the check refits on the chosen rows
+
+
+def test_a_run_from_before_the_choice_reads_as_fitted_on_every_token(tmp_path):
+    given = config(final_fit=False, linear_rows="every_token")
+    predictor = fit(trends(), horizon=4, config=given)
+    assert predictor.config.train.linear_rows == "every_token" and "validation score" not in predictor.summary.lines[0]
+    path = predictor.save(tmp_path / "run")
+    payload = torch.load(path / "model.pt", weights_only=True)
+    payload["format_version"] = 11
+    del payload["config"]["train"]["linear_rows"]
+    torch.save(payload, path / "model.pt")
+    old = tsformer.load(path)
+    assert old.config.train.linear_rows == "every_token"
+    assert check_linear(old, old.read(trends())).passed

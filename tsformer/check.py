@@ -96,7 +96,7 @@ def check_linear(predictor: Predictor, data: Prepared | None) -> CheckResult:
     redrawn = torch.where(later.view(-1, 1), noise.to(data.inputs.target.dtype), data.inputs.target)
     noisy = dataclasses.replace(data, inputs=dataclasses.replace(data.inputs, target=redrawn))
     windows = noisy.split_windows("train", train.train_stride)
-    refitted = linear_candidate.skips(linear_candidate.fit(predictor.model, windows, train.seed))
+    refitted = linear_candidate.skips(linear_candidate.fit(predictor.model, windows, train.seed, train.linear_rows))
     held = linear_candidate.skips(predictor.linear)
     change = max(float((a - b).abs().max()) for a, b in zip(held, refitted, strict=True))
     return CheckResult(

@@ -39,7 +39,7 @@ from tsformer.results import TrainSummary
 from tsformer.runfolder import CONFIG_FILE, MODEL_FILE
 
 FORMAT_NAME = "tsformer-checkpoint"
-FORMAT_VERSION = 11  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
+FORMAT_VERSION = 12  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
 # 5: interval widths per unit of each window's scale. 6: a Predictor: the layout by name, static covariates,
 # the calibration (with the refit model's borders) and the training summary. 7: the calibration's error count
 # and the interval levels it left out; what stopped training. 8: the fallback may name the classical candidates
@@ -51,7 +51,8 @@ FORMAT_VERSION = 11  # 2: data fingerprint, renamed weights. 3: many series, cov
 # forecaster names read as weights of one, or of two halves for a blend).
 # 11: the linear candidate (`tsformer.model.linear_candidate`) as each member's skip weights, held out and final;
 # train.least_squares_start is gone (a format 10 file's is dropped; its run has no linear candidate).
-READS_FORMATS = (7, 8, 9, 10, 11)
+# 12: train.linear_rows, the rows the linear candidate was fitted on (a format 11 file's were every token's).
+READS_FORMATS = (7, 8, 9, 10, 11, 12)
 
 
 def save_predictor(predictor, path: str | Path, train_state: dict[str, Any] | None = None) -> None:
@@ -198,9 +199,11 @@ def _current_keys(raw: Any) -> Any:
     """A stored config in today's keys: without those an earlier format had and this one dropped (REMOVED_KEYS:
     format 7 and 8 runs stored train.interval_calibration, removed with the calibration model, and format 10 runs
     train.least_squares_start, now the linear candidate), and model.cycle 0 where a run from before the learned
-    cycle stored none (it has no cycle; unset now means chosen from the data)."""
+    cycle stored none (it has no cycle; unset now means chosen from the data), and train.linear_rows every_token
+    where a run from before format 12 stored none (its linear candidate was fitted so)."""
     if isinstance(raw, dict) and isinstance(raw.get("train"), dict):
-        raw = {**raw, "train": {k: v for k, v in raw["train"].items() if f"train.{k}" not in REMOVED_KEYS}}
+        train = {k: v for k, v in raw["train"].items() if f"train.{k}" not in REMOVED_KEYS}
+        raw = {**raw, "train": {"linear_rows": "every_token", **train}}
     if isinstance(raw, dict) and isinstance(raw.get("model"), dict) and raw["model"].get("cycle") is None:
         raw = {**raw, "model": {**raw["model"], "cycle": 0}}
     return raw

@@ -35,6 +35,8 @@ PRECISIONS = ("auto", "float32", "bfloat16")  # model.precision (`tsformer.model
 # auto: mae for a panel, mse for a wide file (tsformer.data.choices); mase: mae in units of each window's naive MAE
 LOSSES = ("auto", "mse", "mae", "mase")
 INTERVAL_SCALES = ("seasonal", "fixed")  # train.interval_scale (tsformer.intervals)
+# train.linear_rows: the rows the linear candidate fits on (`linear_candidate.ROWS`), or auto: chosen on validation
+LINEAR_ROWS = ("auto", "every_token", "last_token")
 # keys no longer in the config: what to do instead (a stored run's are dropped when it is read: tsformer.checkpoint)
 REMOVED_KEYS = {
     "train.interval_calibration": "the calibration model was removed: with the final fit (train.final_fit) predict "
@@ -327,6 +329,10 @@ class TrainConfig:
     # built-in one that applies, the linear candidate where the model has one, and ets and theta where their fits
     # cost little (`choices`)
     candidates: tuple[str, ...] = ()
+    # the rows the linear candidate fits on: every_token (each token's window, zero-padded, as the loss trains the
+    # model), last_token (the whole context, as a forecast reads it), or auto: whichever fit scores lower on
+    # validation (the run's saved config says which; `train._linear_candidate`)
+    linear_rows: str = "auto"
     intervals: tuple[float, ...] = (0.8, 0.95)  # conformal interval levels, calibrated on validation windows
     interval_scale: str = "seasonal"  # seasonal: each interval scales with its context's seasonal change; fixed
     quantiles: tuple[float, ...] = ()  # also forecast these quantiles (pinball loss), e.g. (0.1, 0.5, 0.9)
@@ -373,6 +379,10 @@ class TrainConfig:
         _require(
             set(self.candidates) <= set(CANDIDATE_NAMES) and len(set(self.candidates)) == len(self.candidates),
             f"train.candidates must be distinct names among {', '.join(CANDIDATE_NAMES)}, got {list(self.candidates)}",
+        )
+        _require(
+            self.linear_rows in LINEAR_ROWS,
+            f"train.linear_rows must be one of {', '.join(LINEAR_ROWS)}, got {self.linear_rows!r}",
         )
         _require(self.device in ("cpu", "cuda", "auto"), f"train.device must be cpu, cuda or auto, got {self.device!r}")
 

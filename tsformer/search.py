@@ -29,6 +29,7 @@ import torch
 
 from tsformer.candidates import steps_per_week
 from tsformer.config import Config, longer_context
+from tsformer.data import Split, WindowIndex
 from tsformer.data.choices import resolve_from_data
 from tsformer.data.prepare import Prepared, prepare
 from tsformer.metrics import ValidationScore, squared_error_sums, validation_score
@@ -129,6 +130,11 @@ class ValidationTargets:
     series: np.ndarray  # (N,) each window's series
     n_series: int
 
+    @classmethod
+    def of_windows(cls, val: WindowIndex, windows: Split) -> ValidationTargets:
+        """The targets of validation windows `val`, split into contexts and targets as `windows`."""
+        return cls(windows.target, windows.target_observed, val.series(), val.n_series)
+
     def of(self, point: torch.Tensor) -> ValidationScore:
         """The validation score (`metrics.validation_score`, what chose each epoch) of forecasts (N, H, C)."""
         sums, counts = squared_error_sums(point, self.target, self.observed)
@@ -141,8 +147,7 @@ class ValidationTargets:
 def validation_targets(data: Prepared) -> ValidationTargets:
     """The targets of `data`'s validation windows, their observed mask and series."""
     val = data.split_windows("val")
-    windows = val.split(data.config.model.context_len)
-    return ValidationTargets(windows.target, windows.target_observed, val.series(), val.n_series)
+    return ValidationTargets.of_windows(val, val.split(data.config.model.context_len))
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from tsformer.progress import Progress
 from tsformer.results import TrainSummary
 from tsformer.runfolder import CONFIG_FILE, LAST_FILE, MODEL_FILE
 from tsformer.schedule import lr_at
-from tsformer.search import Candidate, HeldOut, search, validation_targets
+from tsformer.search import Candidate, HeldOut, ValidationTargets, search, validation_targets
 
 SEARCH_FILE = "search.csv"  # the recipe search's log (train.time_limit)
 CALIBRATION_SAMPLE = 32  # validation windows timed to plan the search's room for the fallback and calibration
@@ -151,8 +151,9 @@ def _train(
         runner.loop(state, train_windows, val_windows)
     model.load_state_dict(runner.best_state)
     model.eval()
+    linear, cfg, linear_line = _linear_candidate(cfg, data, model, train_windows, val_windows)
     predictor, decision = choose_and_calibrate(
-        _uncalibrated(cfg, data, model, train_windows), val_windows, data, runner.best_val_outputs
+        _uncalibrated(cfg, data, model, linear), val_windows, data, runner.best_val_outputs
     )
     final = None
     if cfg.train.final_fit:
@@ -166,7 +167,7 @@ def _train(
         sum(p.numel() for p in model.parameters()),
         len(train_windows),
         len(val_windows),
-        _linear_line(predictor) + _lines(decision, predictor, final, state.best_epoch),
+        linear_line + _lines(decision, predictor, final, state.best_epoch),
         _stopped(state, cfg),
         state.best_val_mse,
     )
@@ -222,8 +223,9 @@ def _searched(
     model = members[0] if len(members) == 1 else Ensemble(members)
     val_windows = chosen.split_windows("val")
     train_windows = chosen.split_windows("train", cfg.train.train_stride)
+    linear, cfg, linear_line = _linear_candidate(cfg, chosen, model, train_windows, val_windows)
     predictor, decision = choose_and_calibrate(
-        _uncalibrated(cfg, chosen, model, train_windows), val_windows, chosen, searched.outputs
+        _uncalibrated(cfg, chosen, model, linear), val_windows, chosen, searched.outputs
     )
     final = None
     if cfg.train.final_fit:
@@ -247,7 +249,7 @@ def _searched(
         sum(p.numel() for p in model.parameters()),
         first.n_train_windows,
         len(val_windows),
-        (searched.line(), *_linear_line(predictor)) + _lines(decision, predictor, final, first.best_epoch),
+        (searched.line(), *linear_line) + _lines(decision, predictor, final, first.best_epoch),
         f"each candidate stopped by patience or the search's deadline (search.csv); {len(members)} member"
         + "s" * (len(members) > 1),
         validation_targets(chosen).of(searched.outputs[0]).mse,
@@ -359,20 +361,46 @@ def _with_final_linear(final: FinalFit, predictor: Predictor, data: Prepared) ->
     if predictor.linear is None:
         return final
     started = time.monotonic()
-    windows = every_row(data).split_windows("train", data.config.train.train_stride)
-    linear = linear_candidate.fit(final.model, windows, data.config.train.seed)
+    train = predictor.config.train
+    windows = every_row(data).split_windows("train", train.train_stride)
+    linear = linear_candidate.fit(final.model, windows, train.seed, train.linear_rows)
     return dataclasses.replace(final, linear=linear, seconds=final.seconds + time.monotonic() - started)
 
 
-def _linear_line(predictor: Predictor) -> tuple[str, ...]:
-    """A summary line on the linear candidate, where the predictor holds one (the fallback's lines say what it
-    scored)."""
-    if predictor.linear is None:
-        return ()
-    return (
-        "linear candidate: the model's context skip alone, fitted by least squares on the training windows, weighed "
-        "beside the model per series and column (--candidates without linear leaves it out)",
+def _linear_candidate(
+    cfg: Config, data: Prepared, model: ForecasterBase, train_windows: WindowIndex, val_windows: WindowIndex
+) -> tuple[ForecasterBase | None, Config, tuple[str, ...]]:
+    """The linear candidate of `model` fitted on `train_windows` where train.candidates and the fallback ask for one
+    and the model has one (else None), `cfg` with train.linear_rows resolved, and a summary line on it. With
+    linear_rows auto both fits are made, and the one whose validation score (what chose the epoch) is lower is
+    kept: every token's rows where the series are short, the last token's where windows are many (NOTES,
+    session 40)."""
+    train = cfg.train
+    if not (train.fallback and "linear" in train.candidates and linear_candidate.applies(model)):
+        return None, cfg, ()
+    rows = linear_candidate.ROWS if train.linear_rows == "auto" else (train.linear_rows,)
+    fits = {name: linear_candidate.fit(model, train_windows, train.seed, name) for name in rows}
+    scores: dict[str, float] = {}
+    if len(fits) > 1:
+        windows = val_windows.split(cfg.model.context_len)
+        targets = ValidationTargets.of_windows(val_windows, windows)
+        for name, linear in fits.items():
+            point = torch.cat(
+                list(linear.predict_batches(windows.context, windows.context_observed, windows.covariates))
+            )
+            scores[name] = targets.score(point.cpu())
+    chosen = min(fits, key=lambda name: scores.get(name, 0.0))  # ROWS order on a tie
+    how = {"every_token": "every token's rows", "last_token": "the last token's rows"}
+    line = (
+        f"linear candidate: the model's context skip alone, fitted by least squares on the training windows, on "
+        f"{how[chosen]}"
     )
+    if scores:
+        other = next(name for name in fits if name != chosen)
+        line += f" (validation score {scores[chosen]:.4g} against {scores[other]:.4g} on {how[other]})"
+    line += ", weighed beside the model per series and column (--candidates without linear leaves it out)"
+    resolved = dataclasses.replace(cfg, train=dataclasses.replace(train, linear_rows=chosen))
+    return fits[chosen], resolved, (line,)
 
 
 def _stopped(state: LoopState, cfg: Config) -> str:
@@ -666,15 +694,11 @@ class _Runner:
 
 
 def _uncalibrated(
-    cfg: Config, data: Prepared, model: ForecasterBase, train_windows: WindowIndex | None = None
+    cfg: Config, data: Prepared, model: ForecasterBase, linear: ForecasterBase | None = None
 ) -> Predictor:
     """An uncalibrated Predictor of `model` on `data` (no fallback, no intervals yet), with its linear candidate
-    fitted on `train_windows` where train.candidates and the fallback ask for one and the model has one."""
+    (`_linear_candidate`) or none."""
     frame = data.frame
-    linear = None
-    wanted = cfg.train.fallback and "linear" in cfg.train.candidates and train_windows is not None
-    if wanted and linear_candidate.applies(model):
-        linear = linear_candidate.fit(model, train_windows, cfg.train.seed)
     return Predictor(
         config=cfg,
         layout=data.layout,

@@ -126,9 +126,15 @@ class ContextSkip(nn.Module):
 
     def last(self, series: torch.Tensor, mask: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
         """The last token's only, equal to forward(...)[:, -1]: mean/std (N, k) of the last token -> (N, H, k)."""
+        return self.linear(self.last_inputs(series, mask, mean, std)).transpose(1, 2)  # (N, H, k)
+
+    def last_inputs(
+        self, series: torch.Tensor, mask: torch.Tensor, mean: torch.Tensor, std: torch.Tensor
+    ) -> torch.Tensor:
+        """What the map reads for the last token, equal to inputs(...)[:, -1]: (N, k, T*P)."""
         real = mask.unsqueeze(-1).to(series.dtype)  # (N, T*P, 1)
         scaled = (series * real - mean.unsqueeze(1)) * (real * std.reciprocal().unsqueeze(1))  # (N, T*P, k): all
-        return self.linear(scaled.transpose(1, 2)).transpose(1, 2)  # (N, H, k)
+        return scaled.transpose(1, 2)
 
 
 class Block(nn.Module):
@@ -305,14 +311,28 @@ class Forecaster(ForecasterBase):
         return self._to_series(levels.movedim(-1, 1), b).movedim(1, -1)
 
     def skip_rows(
-        self, x: torch.Tensor, observed: torch.Tensor | None, target: torch.Tensor, target_observed: torch.Tensor | None
+        self,
+        x: torch.Tensor,
+        observed: torch.Tensor | None,
+        target: torch.Tensor,
+        target_observed: torch.Tensor | None,
+        last_token: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The context skip's least-squares rows from contexts x (B, L, C) and every token's targets (B, T, H, C)
         (`token_targets`): its inputs times the token's std (R, T*P) and the targets less the token's mean (R, H),
         so that a row's squared error is the training loss's MSE of that token's forecast; one row per token and
-        sequence with a real step and every target observed."""
+        sequence with a real step and every target observed (`last_token`: the last token's rows only, whose
+        window is the whole context, as a forecast reads it)."""
         series, mask = self._sequences(x, observed)  # (N, T*P, k), (N, T*P)
         mean, std = normalisation.instance_stats(series, mask, self.cfg.patch_len)  # (N, T, k) each
+        if last_token:
+            mean, std = mean[:, -1], std[:, -1]  # (N, k) each
+            inputs = self.context_skip.last_inputs(series, mask, mean, std) * std.unsqueeze(-1)  # (N, k, T*P)
+            targets = self._per_token_sequences(target)[:, -1] - mean.unsqueeze(1)  # (N, H, k)
+            keep = mask[:, -self.cfg.patch_len :].any(-1, keepdim=True).expand_as(mean)  # (N, k)
+            if target_observed is not None:
+                keep = keep & self._per_token_sequences(target_observed)[:, -1].all(1)
+            return inputs[keep], targets.transpose(1, 2)[keep]  # (R, T*P), (R, H)
         inputs = self.context_skip.inputs(series, mask, mean, std) * std.unsqueeze(-1)  # (N, T, k, T*P)
         targets = self._per_token_sequences(target) - mean.unsqueeze(2)  # (N, T, H, k)
         keep = mask.view(mask.shape[0], self.n_tokens, -1).any(-1).unsqueeze(-1).expand_as(mean)  # (N, T, k)

@@ -32,6 +32,10 @@ from tsformer.model.inference import ForecasterBase
 MAX_ROWS = 1 << 20
 RIDGE = 1e-4  # added to the Gram matrix's diagonal, relative to its mean: a tie-breaker, not a prior
 BATCH_ELEMENTS = 1 << 21  # the skip's inputs held at once (8 MiB of float32), whatever the series and context
+# the rows it fits on (`train.linear_rows`): every token's (each token's window padded with zeros before the start,
+# as the loss trains the model: many rows, for short series) or the last token's (the whole context, the rows a
+# forecast reads: the better fit where windows are many)
+ROWS = ("every_token", "last_token")
 
 
 def members_of(model: ForecasterBase) -> list[Forecaster]:
@@ -57,14 +61,17 @@ def shell(cfg: ModelConfig, layout: Layout) -> ForecasterBase:
     return linear.eval()
 
 
-def fit(model: ForecasterBase, windows: WindowIndex, seed: int) -> ForecasterBase:
+def fit(model: ForecasterBase, windows: WindowIndex, seed: int, rows: str = "every_token") -> ForecasterBase:
     """The linear candidate of `model` fitted on `windows` (at most MAX_ROWS rows of them, the windows drawn in an
-    order fixed by `seed`), on the CPU; `model` itself is only read for its configuration and layout."""
+    order fixed by `seed`), on the CPU, on the `rows` of each (ROWS); `model` itself is only read for its
+    configuration and layout."""
+    if rows not in ROWS:
+        raise ValueError(f"the linear candidate fits on one of {ROWS}, got {rows!r}")
     linear = shell(model.cfg, model.layout)
     offsets = linear.offsets if isinstance(linear, Ensemble) else [0]
     order = torch.randperm(len(windows), generator=torch.Generator().manual_seed(seed))
     for member, offset in zip(members_of(linear), offsets, strict=True):
-        _fit_skip(member, windows, order, offset)
+        _fit_skip(member, windows, order, offset, rows == "last_token")
     return linear
 
 
@@ -89,15 +96,15 @@ def from_skips(cfg: ModelConfig, layout: Layout, weights: list[torch.Tensor]) ->
     return linear
 
 
-def _fit_skip(member: Forecaster, windows: WindowIndex, order: torch.Tensor, offset: int) -> None:
+def _fit_skip(member: Forecaster, windows: WindowIndex, order: torch.Tensor, offset: int, last_token: bool) -> None:
     """The member's context skip set to the least-squares solution over the windows in `order` (the member reads
-    the context from step `offset`)."""
+    the context from step `offset`), on every token's rows or the last token's."""
     skip = member.context_skip.linear
     n_inputs = skip.in_features
     gram = torch.zeros(n_inputs, n_inputs, dtype=torch.float64)
     cross = torch.zeros(n_inputs, skip.out_features, dtype=torch.float64)
     rows = 0
-    per_window = member.n_tokens * member.n_series * n_inputs  # (T, C, T*P) inputs of one window
+    per_window = (1 if last_token else member.n_tokens) * member.n_series * n_inputs  # (T or 1, C, T*P) of one
     batch_size = max(1, BATCH_ELEMENTS // per_window)
     with torch.no_grad():
         for first in range(0, len(order), batch_size):
@@ -107,7 +114,7 @@ def _fit_skip(member: Forecaster, windows: WindowIndex, order: torch.Tensor, off
             observed = None if batch.observed is None else member.token_targets(batch.observed[:, offset:])
             context_observed = None if split.context_observed is None else split.context_observed[:, offset:]
             inputs, targets = member.skip_rows(
-                split.context[:, offset:], context_observed, member.token_targets(window), observed
+                split.context[:, offset:], context_observed, member.token_targets(window), observed, last_token
             )
             inputs, targets = inputs.double(), targets.double()  # float64: smooth contexts make it ill-conditioned
             gram += inputs.T @ inputs  # (T*P, T*P)
