@@ -16,6 +16,7 @@ from tsformer.api import fit
 from tsformer.candidates import BUILT_IN
 from tsformer.check import check_linear
 from tsformer.data import Prepared, training_data
+from tsformer.errors import CheckpointError
 from tsformer.final import every_row
 from tsformer.model import build_forecaster, linear_candidate
 from tsformer.search import ValidationTargets
@@ -196,6 +197,14 @@ def test_the_last_tokens_rows_are_the_every_token_rows_of_the_last_token_and_sol
     torch.testing.assert_close(rows, all_rows[last])
     inputs, rows = rows_of(windows.take(torch.arange(len(windows))), last_token=True)
     assert len(inputs) == len(windows)  # every window's last token holds steps
+    batch = windows.take(torch.arange(5))
+    split = batch.split(windows.context_len)
+    unseen = torch.ones_like(batch.target, dtype=torch.bool)
+    unseen[2, -1] = False  # window 2's last target step is missing: its row has nothing to fit to
+    kept, _ = model.skip_rows(
+        split.context, split.context_observed, model.token_targets(batch.target), model.token_targets(unseen), True
+    )
+    torch.testing.assert_close(kept, inputs[[0, 1, 3, 4]])
     fitted = linear_candidate.fit(model, windows, seed=0, rows="last_token")
     a, b = inputs.double().numpy(), rows.double().numpy()
     ridge = linear_candidate.RIDGE * np.diag(a.T @ a).mean()
@@ -244,6 +253,22 @@ def test_auto_keeps_the_rows_whose_fit_scores_lower_on_validation(frame, context
     assert check_linear(predictor, data).passed  # the check refits on the chosen rows
 
 
+def test_the_final_fit_and_the_run_folder_keep_the_rows_validation_chose(tmp_path):
+    cfg = tiny_config(context_len=48, horizon=4, patch_len=12)
+    cfg = dataclasses.replace(
+        cfg,
+        data=dataclasses.replace(cfg.data, calendar=False),
+        train=dataclasses.replace(cfg.train, candidates=(*BUILT_IN, "linear"), final_fit=True),
+    )
+    frame = noisy_cycle(1500, 24, "h", 0.3)
+    predictor = fit(frame, horizon=4, config=cfg, out=tmp_path / "run")
+    assert predictor.config.train.linear_rows == "last_token"
+    assert "linear_rows: last_token" in (tmp_path / "run" / "config.yaml").read_text()
+    windows = every_row(predictor.read()).split_windows("train")
+    again = linear_candidate.fit(predictor.final.model, windows, predictor.config.train.seed, "last_token")
+    assert torch.equal(again.context_skip.linear.weight, predictor.final.linear.context_skip.linear.weight)
+
+
 def test_a_run_from_before_the_choice_reads_as_fitted_on_every_token(tmp_path):
     given = config(final_fit=False, linear_rows="every_token")
     predictor = fit(trends(), horizon=4, config=given)
@@ -256,3 +281,8 @@ def test_a_run_from_before_the_choice_reads_as_fitted_on_every_token(tmp_path):
     old = tsformer.load(path)
     assert old.config.train.linear_rows == "every_token"
     assert check_linear(old, old.read(trends())).passed
+    payload["format_version"] = 12
+    payload["config"]["train"]["linear_rows"] = "auto"  # unresolved: which rows the candidate was fitted on is lost
+    torch.save(payload, path / "model.pt")
+    with pytest.raises(CheckpointError, match="damaged tsformer checkpoint.*train.linear_rows"):
+        tsformer.load(path)

@@ -314,6 +314,8 @@ def _validate(p: SimpleNamespace) -> None:
             raise ValueError(
                 f"fallback must weigh {', '.join(allowed)} per series and column, non-negative and summing to 1"
             )
+    if p.linear is not None and p.config.train.linear_rows not in linear_candidate.ROWS:
+        raise ValueError(f"a linear candidate needs train.linear_rows, one of {', '.join(linear_candidate.ROWS)}")
     if layout.static:
         table = p.static
         if table is None or list(table.columns) != list(layout.static) or len(table) != len(series):

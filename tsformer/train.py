@@ -256,7 +256,6 @@ def _searched(
     )
     predictor = predictor.replace(summary=summary, data=chosen, final=final)
     if folder is not None:
-        save_config(cfg, folder.path / CONFIG_FILE)
         atomic_write_text(folder.path / SEARCH_FILE, searched.log.to_csv(index=False))
         history = pd.concat(
             [pd.DataFrame(m.history).assign(member=i) for i, m in enumerate(searched.members)], ignore_index=True
@@ -295,12 +294,13 @@ def _lines(decision: Decision, predictor: Predictor, final: FinalFit | None, bes
 
 
 def _write_run(folder: runfolder.RunFolder, predictor: Predictor, history: pd.DataFrame) -> None:
-    """The finished run's history, its plot and model.pt."""
+    """The finished run's history, its plot, model.pt and the config resolved to the end (train.linear_rows)."""
     from tsformer.plots import plot_history
 
     atomic_write_text(folder.path / "history.csv", history.to_csv(index=False))
     plot_history(history[history["member"] == 0] if "member" in history else history, folder.path / "loss.png")
     save_predictor(predictor, folder.path / MODEL_FILE)
+    save_config(predictor.config, folder.path / CONFIG_FILE)
 
 
 def _final_fit(
@@ -373,8 +373,8 @@ def _linear_candidate(
     """The linear candidate of `model` fitted on `train_windows` where train.candidates and the fallback ask for one
     and the model has one (else None), `cfg` with train.linear_rows resolved, and a summary line on it. With
     linear_rows auto both fits are made, and the one whose validation score (what chose the epoch) is lower is
-    kept: every token's rows where the series are short, the last token's where windows are many (NOTES,
-    session 40)."""
+    kept: every token's rows where the series are short, the last token's where windows are many
+    (benchmarks/NOTES.md, session 40)."""
     train = cfg.train
     if not (train.fallback and "linear" in train.candidates and linear_candidate.applies(model)):
         return None, cfg, ()
@@ -390,14 +390,16 @@ def _linear_candidate(
             )
             scores[name] = targets.score(point.cpu())
     chosen = min(fits, key=lambda name: scores.get(name, 0.0))  # ROWS order on a tie
-    how = {"every_token": "every token's rows", "last_token": "the last token's rows"}
     line = (
         f"linear candidate: the model's context skip alone, fitted by least squares on the training windows, on "
-        f"{how[chosen]}"
+        f"{linear_candidate.ROWS_READ[chosen]}"
     )
     if scores:
         other = next(name for name in fits if name != chosen)
-        line += f" (validation score {scores[chosen]:.4g} against {scores[other]:.4g} on {how[other]})"
+        line += (
+            f" (validation score {scores[chosen]:.4g} against {scores[other]:.4g} on "
+            f"{linear_candidate.ROWS_READ[other]})"
+        )
     line += ", weighed beside the model per series and column (--candidates without linear leaves it out)"
     resolved = dataclasses.replace(cfg, train=dataclasses.replace(train, linear_rows=chosen))
     return fits[chosen], resolved, (line,)

@@ -328,10 +328,10 @@ class Forecaster(ForecasterBase):
         if last_token:
             mean, std = mean[:, -1], std[:, -1]  # (N, k) each
             inputs = self.context_skip.last_inputs(series, mask, mean, std) * std.unsqueeze(-1)  # (N, k, T*P)
-            targets = self._per_token_sequences(target)[:, -1] - mean.unsqueeze(1)  # (N, H, k)
-            keep = mask[:, -self.cfg.patch_len :].any(-1, keepdim=True).expand_as(mean)  # (N, k)
+            targets = self._per_token_sequences(target[:, -1:])[:, 0] - mean.unsqueeze(1)  # (N, H, k)
+            keep = mask[:, -self.cfg.patch_len :].any(-1, keepdim=True).expand_as(mean)  # (N, k): a real last step
             if target_observed is not None:
-                keep = keep & self._per_token_sequences(target_observed)[:, -1].all(1)
+                keep = keep & self._per_token_sequences(target_observed[:, -1:])[:, 0].all(1)  # (N, k)
             return inputs[keep], targets.transpose(1, 2)[keep]  # (R, T*P), (R, H)
         inputs = self.context_skip.inputs(series, mask, mean, std) * std.unsqueeze(-1)  # (N, T, k, T*P)
         targets = self._per_token_sequences(target) - mean.unsqueeze(2)  # (N, T, H, k)

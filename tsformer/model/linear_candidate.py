@@ -20,22 +20,24 @@ import dataclasses
 
 import torch
 
-from tsformer.config import ModelConfig
+from tsformer.config import LINEAR_ROWS, ModelConfig
 from tsformer.data.windows import WindowIndex
 from tsformer.layout import Layout
 from tsformer.model.ensemble import Ensemble, build_forecaster
 from tsformer.model.forecaster import Forecaster
 from tsformer.model.inference import ForecasterBase
 
-# rows (a token of a sequence) the normal equations sum at most, from windows drawn at random: every training row
-# of ETTh1 (about 800,000) and a third of M4 Hourly's, which scored better on validation than 2^18 (NOTES, session 39)
+# rows (a token of a sequence) the normal equations sum at most, from windows drawn at random: every token of every
+# ETTh1 training window (about 800,000) and a third of M4 Hourly's, which scored better on validation than 2^18
+# (NOTES, session 39); one row per window and sequence on the last token's rows, so every window of both
 MAX_ROWS = 1 << 20
 RIDGE = 1e-4  # added to the Gram matrix's diagonal, relative to its mean: a tie-breaker, not a prior
 BATCH_ELEMENTS = 1 << 21  # the skip's inputs held at once (8 MiB of float32), whatever the series and context
-# the rows it fits on (`train.linear_rows`): every token's (each token's window padded with zeros before the start,
-# as the loss trains the model: many rows, for short series) or the last token's (the whole context, the rows a
-# forecast reads: the better fit where windows are many)
-ROWS = ("every_token", "last_token")
+# the rows it fits on (`train.linear_rows` less auto), in words: every token's (each token's window padded with
+# zeros before the start, as the loss trains the model: many rows, for short series) or the last token's (the
+# whole context, the rows a forecast reads: the better fit where windows are many)
+ROWS = LINEAR_ROWS[1:]
+ROWS_READ = {"every_token": "every token's rows", "last_token": "the last token's rows"}
 
 
 def members_of(model: ForecasterBase) -> list[Forecaster]:
