@@ -14,7 +14,7 @@ from helpers import tiny_config
 import tsformer
 from tsformer.api import fit
 from tsformer.candidates import BUILT_IN
-from tsformer.check import check_linear
+from tsformer.check import check_linear, check_linear_choice
 from tsformer.data import Prepared, training_data
 from tsformer.errors import CheckpointError
 from tsformer.final import every_row
@@ -251,6 +251,21 @@ def test_auto_keeps_the_rows_whose_fit_scores_lower_on_validation(frame, context
     assert scores[chosen] < min(scores.values()) + 1e-12 and scores[chosen] != max(scores.values())
     assert f"validation score {scores[chosen]:.4g} against" in predictor.summary.lines[0]
     assert check_linear(predictor, data).passed  # the check refits on the chosen rows
+
+
+def test_check_proves_the_choice_of_rows_read_no_row_after_validation(monkeypatch):
+    predictor = fit(trends(), horizon=4, config=config(final_fit=False))
+    data = predictor.read()
+    result = check_linear_choice(predictor, data)
+    assert result.passed and result.max_change == 0.0
+    original = Prepared.split_windows
+
+    def scored_on_test(self, split, stride=1):  # a deliberate break: the choice scores the test windows
+        return original(self, "test" if split == "val" else split, stride)
+
+    monkeypatch.setattr(Prepared, "split_windows", scored_on_test)
+    broken = check_linear_choice(predictor, data)
+    assert not broken.passed and broken.max_change > 1e-3
 
 
 def test_the_final_fit_and_the_run_folder_keep_the_rows_validation_chose(tmp_path):

@@ -1,4 +1,9 @@
-"""After training, on the validation windows only: the fallback choice and the conformal calibration.
+"""After training, on the validation windows only: the linear candidate's rows, the fallback choice and the
+conformal calibration.
+
+The linear candidate (`tsformer.model.linear_candidate`) is fitted on the training windows, on every token's rows
+and on the last token's where train.linear_rows is auto, and the fit with the lower validation score is kept
+(`fit_linear`).
 
 The trained model and the naive forecasters are scored on the validation windows; each column of each series
 gets their weights by the run's rule (`tsformer.fallback`). The intervals and quantile pairs are then
@@ -10,12 +15,14 @@ errors are measured at predict's distance (a calibration model trained a stretch
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from tsformer.candidates import repeats
+from tsformer.config import Config
 from tsformer.data import Prepared, Split, WindowIndex
 from tsformer.fallback import Decision, Weights, WindowErrors, apply, choose, late_origins, origin_ranks
 from tsformer.intervals import (
@@ -31,9 +38,45 @@ from tsformer.intervals import (
     quantile_pairs,
     typical_scale,
 )
+from tsformer.model import ForecasterBase, linear_candidate
+from tsformer.search import ValidationTargets
 
 if TYPE_CHECKING:
     from tsformer.predictor import Predictor
+
+
+@dataclass(frozen=True)
+class LinearFit:
+    """The linear candidate as fitted, the rows it was fitted on, and each kind of rows' validation score where
+    they were compared."""
+
+    model: ForecasterBase
+    rows: str  # one of linear_candidate.ROWS
+    scores: dict[str, float]  # rows -> the validation score of the fit on them; {} where train.linear_rows was given
+
+
+def fit_linear(cfg: Config, data: Prepared, model: ForecasterBase) -> LinearFit | None:
+    """The linear candidate of `model` fitted on `data`'s training windows where train.candidates and the fallback
+    ask for one and the model has one (else None), on train.linear_rows; with auto on each kind of rows, the fit
+    with the lower validation score (what chose the epoch) kept, ROWS order on a tie: every token's rows where
+    the series are short, the last token's where windows are many (benchmarks/NOTES.md, session 40)."""
+    train = cfg.train
+    if not (train.fallback and "linear" in train.candidates and linear_candidate.applies(model)):
+        return None
+    train_windows = data.split_windows("train", train.train_stride)
+    kinds = linear_candidate.ROWS if train.linear_rows == "auto" else (train.linear_rows,)
+    fits = {rows: linear_candidate.fit(model, train_windows, train.seed, rows) for rows in kinds}
+    if len(fits) == 1:
+        return LinearFit(fits[kinds[0]], kinds[0], {})
+    val = data.split_windows("val")
+    windows = val.split(cfg.model.context_len)
+    targets = ValidationTargets.of_windows(val, windows)
+    scores = {}
+    for rows, fitted in fits.items():
+        point = fitted.predict_batches(windows.context, windows.context_observed, windows.covariates)
+        scores[rows] = targets.score(torch.cat(list(point)).cpu())
+    chosen = min(kinds, key=lambda rows: scores[rows])
+    return LinearFit(fits[chosen], chosen, scores)
 
 
 def choose_and_calibrate(

@@ -10,7 +10,7 @@ import pandas as pd
 import torch
 
 from tsformer.backtest import origin_windows, score_origins
-from tsformer.calibration import choose_and_calibrate
+from tsformer.calibration import choose_and_calibrate, fit_linear
 from tsformer.data import Prepared, SeriesFrame, WindowIndex
 from tsformer.fallback import BASE, Weights
 from tsformer.final import last_timestamps
@@ -36,6 +36,7 @@ def check_predictor(predictor: Predictor, data: Prepared | None) -> list[CheckRe
     results.append(check_choices(predictor, data))
     results.append(check_final(predictor, data))
     results.append(check_linear(predictor, data))
+    results.append(check_linear_choice(predictor, data))
     results.append(check_backtest_origins(predictor, data))
     results.append(check_predict_origins(predictor, data))
     return results + ([] if data is None else check_data(data, predictor.config))
@@ -91,11 +92,7 @@ def check_linear(predictor: Predictor, data: Prepared | None) -> CheckResult:
     if data is None:
         return CheckResult("linear/rows", True, 0.0, "data checks skipped: the linear candidate cannot be fitted again")
     train = predictor.config.train
-    later = torch.from_numpy(~_rows_before(data.frame, data.borders.train_end))  # (n_rows,)
-    noise = 1e3 * torch.randn(data.inputs.target.shape, generator=torch.Generator().manual_seed(0))
-    redrawn = torch.where(later.view(-1, 1), noise.to(data.inputs.target.dtype), data.inputs.target)
-    noisy = dataclasses.replace(data, inputs=dataclasses.replace(data.inputs, target=redrawn))
-    windows = noisy.split_windows("train", train.train_stride)
+    windows = _redrawn_after(data, data.borders.train_end).split_windows("train", train.train_stride)
     refitted = linear_candidate.skips(linear_candidate.fit(predictor.model, windows, train.seed, train.linear_rows))
     held = linear_candidate.skips(predictor.linear)
     change = max(float((a - b).abs().max()) for a, b in zip(held, refitted, strict=True))
@@ -105,6 +102,37 @@ def check_linear(predictor: Predictor, data: Prepared | None) -> CheckResult:
         change,
         "the linear candidate fitted again with every row after the training rows redrawn, against the run's",
     )
+
+
+def check_linear_choice(predictor: Predictor, data: Prepared | None) -> CheckResult:
+    """The choice of the linear candidate's rows (train.linear_rows auto, `calibration.fit_linear`) read no row
+    after the validation split: made again on the data and with every later row redrawn as noise, the two
+    choices and each kind of rows' validation score are the same."""
+    name = "linear/choice"
+    if predictor.linear is None:
+        return CheckResult(name, True, 0.0, "no linear candidate (train.candidates, or a quantile head)")
+    if data is None:
+        return CheckResult(name, True, 0.0, "data checks skipped: the linear candidate cannot be fitted again")
+    cfg = predictor.config
+    auto = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, linear_rows="auto"))
+    on_data = fit_linear(auto, data, predictor.model)
+    redrawn = fit_linear(auto, _redrawn_after(data, data.borders.val_end), predictor.model)
+    change = max(abs(on_data.scores[rows] - redrawn.scores[rows]) for rows in on_data.scores)
+    return CheckResult(
+        name,
+        change == 0.0 and on_data.rows == redrawn.rows,
+        change,
+        "the rows of the linear candidate chosen again with every row after the validation rows redrawn: the same "
+        f"choice ({on_data.rows}) and validation scores",
+    )
+
+
+def _redrawn_after(data: Prepared, ends: np.ndarray) -> Prepared:
+    """`data` with every target row from each series' `ends` (n_ids,) on redrawn as large noise (seed 0)."""
+    later = torch.from_numpy(~_rows_before(data.frame, ends))  # (n_rows,)
+    noise = 1e3 * torch.randn(data.inputs.target.shape, generator=torch.Generator().manual_seed(0))
+    redrawn = torch.where(later.view(-1, 1), noise.to(data.inputs.target.dtype), data.inputs.target)
+    return dataclasses.replace(data, inputs=dataclasses.replace(data.inputs, target=redrawn))
 
 
 def check_backtest_origins(predictor: Predictor, data: Prepared | None) -> CheckResult:

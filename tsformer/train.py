@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 
 from tsformer import distributed, runfolder
-from tsformer.calibration import choose_and_calibrate
+from tsformer.calibration import choose_and_calibrate, fit_linear
 from tsformer.checkpoint import save_predictor
 from tsformer.config import MAX_SEED, Config, TrainConfig, save_config, with_data_path
 from tsformer.data import Prepared, Source, WindowIndex, Windows, training_data
@@ -43,7 +43,7 @@ from tsformer.progress import Progress
 from tsformer.results import TrainSummary
 from tsformer.runfolder import CONFIG_FILE, LAST_FILE, MODEL_FILE
 from tsformer.schedule import lr_at
-from tsformer.search import Candidate, HeldOut, ValidationTargets, search, validation_targets
+from tsformer.search import Candidate, HeldOut, search, validation_targets
 
 SEARCH_FILE = "search.csv"  # the recipe search's log (train.time_limit)
 CALIBRATION_SAMPLE = 32  # validation windows timed to plan the search's room for the fallback and calibration
@@ -151,7 +151,7 @@ def _train(
         runner.loop(state, train_windows, val_windows)
     model.load_state_dict(runner.best_state)
     model.eval()
-    linear, cfg, linear_line = _linear_candidate(cfg, data, model, train_windows, val_windows)
+    linear, cfg, linear_line = _linear_candidate(cfg, data, model)
     predictor, decision = choose_and_calibrate(
         _uncalibrated(cfg, data, model, linear), val_windows, data, runner.best_val_outputs
     )
@@ -222,8 +222,7 @@ def _searched(
     members = [m.model for m in searched.members]
     model = members[0] if len(members) == 1 else Ensemble(members)
     val_windows = chosen.split_windows("val")
-    train_windows = chosen.split_windows("train", cfg.train.train_stride)
-    linear, cfg, linear_line = _linear_candidate(cfg, chosen, model, train_windows, val_windows)
+    linear, cfg, linear_line = _linear_candidate(cfg, chosen, model)
     predictor, decision = choose_and_calibrate(
         _uncalibrated(cfg, chosen, model, linear), val_windows, chosen, searched.outputs
     )
@@ -368,41 +367,24 @@ def _with_final_linear(final: FinalFit, predictor: Predictor, data: Prepared) ->
 
 
 def _linear_candidate(
-    cfg: Config, data: Prepared, model: ForecasterBase, train_windows: WindowIndex, val_windows: WindowIndex
+    cfg: Config, data: Prepared, model: ForecasterBase
 ) -> tuple[ForecasterBase | None, Config, tuple[str, ...]]:
-    """The linear candidate of `model` fitted on `train_windows` where train.candidates and the fallback ask for one
-    and the model has one (else None), `cfg` with train.linear_rows resolved, and a summary line on it. With
-    linear_rows auto both fits are made, and the one whose validation score (what chose the epoch) is lower is
-    kept: every token's rows where the series are short, the last token's where windows are many
-    (benchmarks/NOTES.md, session 40)."""
-    train = cfg.train
-    if not (train.fallback and "linear" in train.candidates and linear_candidate.applies(model)):
+    """The linear candidate of `model` (`calibration.fit_linear`) or None, `cfg` with train.linear_rows resolved,
+    and a summary line on it."""
+    fitted = fit_linear(cfg, data, model)
+    if fitted is None:
         return None, cfg, ()
-    rows = linear_candidate.ROWS if train.linear_rows == "auto" else (train.linear_rows,)
-    fits = {name: linear_candidate.fit(model, train_windows, train.seed, name) for name in rows}
-    scores: dict[str, float] = {}
-    if len(fits) > 1:
-        windows = val_windows.split(cfg.model.context_len)
-        targets = ValidationTargets.of_windows(val_windows, windows)
-        for name, linear in fits.items():
-            point = torch.cat(
-                list(linear.predict_batches(windows.context, windows.context_observed, windows.covariates))
-            )
-            scores[name] = targets.score(point.cpu())
-    chosen = min(fits, key=lambda name: scores.get(name, 0.0))  # ROWS order on a tie
-    line = (
-        f"linear candidate: the model's context skip alone, fitted by least squares on the training windows, on "
-        f"{linear_candidate.ROWS_READ[chosen]}"
-    )
-    if scores:
-        other = next(name for name in fits if name != chosen)
+    read = linear_candidate.ROWS_READ
+    line = f"linear candidate: the model's context skip alone, fitted by least squares on {read[fitted.rows]} of the "
+    line += "training windows"
+    if fitted.scores:
+        other = next(rows for rows in fitted.scores if rows != fitted.rows)
         line += (
-            f" (validation score {scores[chosen]:.4g} against {scores[other]:.4g} on "
-            f"{linear_candidate.ROWS_READ[other]})"
+            f" (validation score {fitted.scores[fitted.rows]:.4g} against {fitted.scores[other]:.4g} on {read[other]})"
         )
     line += ", weighed beside the model per series and column (--candidates without linear leaves it out)"
-    resolved = dataclasses.replace(cfg, train=dataclasses.replace(train, linear_rows=chosen))
-    return fits[chosen], resolved, (line,)
+    resolved = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, linear_rows=fitted.rows))
+    return fitted.model, resolved, (line,)
 
 
 def _stopped(state: LoopState, cfg: Config) -> str:
