@@ -254,23 +254,3 @@ def test_no_validation_window_keeps_the_model():
     assert errors.sums["blend_repeat_last"].shape == (0, 2) and errors.late_gram.abs().sum() == 0
     decision = decide(empty, torch.zeros(0, 3, 2), None, ("a", "b"))
     assert decision.choice == (("model", "model"),)
-
-
-def test_the_linear_maps_blends_join_the_library_where_the_last_origins_prefer_them():
-    # the linear map and drift err on opposite sides by the same amount: their mean is exact on every origin
-    truth = torch.zeros(6, 3, 1)
-    forecasts = {"model": truth + 2.0, "drift": truth - 1.0, "linear": truth + 1.0}
-    decision = decide(forecasts, truth, None, ("y",))
-    assert decision.linear_blends and decision.rule == "best" and decision.choice == (("linear_drift",),)
-    assert decision.nested["best with linear blends"] < 1e-12 < decision.nested["best"]
-    weights = dict(zip(decision.weights.names, decision.weights.values[0, 0], strict=True))
-    assert weights == {"model": 0.0, "drift": 0.5, "linear": 0.5}
-    assert torch.equal(apply(decision.weights, forecasts), truth)
-    assert "(rule best with linear blends: MSE " in decision.lines()[0]
-    # a forecaster exact by itself: the library without the blends ties, and wins the tie (it is the simpler)
-    exact = {"model": truth + 2.0, "drift": truth, "linear": truth + 1.0}
-    plain = decide(exact, truth, None, ("y",))
-    assert not plain.linear_blends and plain.choice == (("drift",),) and "linear_drift" not in plain.val_error
-    # without the linear candidate there is nothing to blend: the variants are not even tried
-    without = decide({"model": truth + 2.0, "drift": truth - 1.0}, truth, None, ("y",))
-    assert not without.linear_blends and set(without.nested) == {"best", "weighted", "model"}

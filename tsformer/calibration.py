@@ -183,10 +183,7 @@ def _cross_fitted(
 
     def weights_on(half: np.ndarray) -> np.ndarray:
         columns, enabled, metric = data.layout.targets, cfg.train.fallback, cfg.train.selection_metric
-        return choose(
-            errors, columns, enabled, ids, n_ids, metric, include=half, rule=decision.rule,
-            linear_blends=decision.linear_blends,
-        ).weights.values  # fmt: skip
+        return choose(errors, columns, enabled, ids, n_ids, metric, include=half, rule=decision.rule).weights.values
 
     run, one_window = decision.weights.values, (counts < 2)[:, None, None]
     # rows 0..n-1 for the earlier windows (set on the later), then n..2n-1 for the later ones

@@ -34,15 +34,9 @@ from tsformer.candidates import CANDIDATES
 from tsformer.candidates import LABELS as CANDIDATE_LABELS
 
 BLENDS = {f"blend_{name}": name for name in CANDIDATES}  # the blend -> its candidate, blended with the model
-# the linear map blended with another candidate: in the library where the nested origins choose them (`choose`)
-LINEAR_BLENDS = {f"linear_{name}": name for name in CANDIDATES if name != "linear"}
-FORECASTERS = ("model", *CANDIDATES, *BLENDS, *LINEAR_BLENDS)  # the library, in order of preference on a tie
+FORECASTERS = ("model", *CANDIDATES, *BLENDS)  # the library, in order of preference on a tie
 BASE = ("model", *CANDIDATES)  # what a weight can fall on: a blend is half the model's and half its candidate's
-LABELS = {
-    **CANDIDATE_LABELS,
-    **{blend: f"the model blended with {CANDIDATE_LABELS[c]}" for blend, c in BLENDS.items()},
-    **{blend: f"the linear map blended with {CANDIDATE_LABELS[c]}" for blend, c in LINEAR_BLENDS.items()},
-}
+LABELS = {**CANDIDATE_LABELS, **{blend: f"the model blended with {CANDIDATE_LABELS[c]}" for blend, c in BLENDS.items()}}
 RULES = ("best", "weighted", "model")  # in order of preference on a tie
 POWER = 4  # weighted: each library forecaster's weight is proportional to its validation MSE to the power -4
 NESTED_SHARE = 2 / 3  # the rule: weights set on each series' first two thirds of validation origins, scored on the rest
@@ -50,18 +44,13 @@ GRAM_ELEMENTS = 1 << 22  # the float64 errors held at once while the Gram matrix
 SHOWN_WEIGHT = 0.005  # a combination's label names the forecasters weighing at least this
 
 
-def _library(names: tuple[str, ...], linear_blends: bool = True) -> dict[str, np.ndarray]:
-    """Each library forecaster over `names` (the base forecasters present, the model first) as its weights; the
-    linear map's blends with the other candidates where `linear_blends` and the linear candidate is present."""
+def _library(names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Each library forecaster over `names` (the base forecasters present, the model first) as its weights."""
     eye = np.eye(len(names))
     library = {name: eye[k] for k, name in enumerate(names)}
     for blend, candidate in BLENDS.items():
         if candidate in names:
             library[blend] = 0.5 * (eye[0] + eye[names.index(candidate)])
-    if linear_blends and "linear" in names:
-        for blend, candidate in LINEAR_BLENDS.items():
-            if candidate in names:
-                library[blend] = 0.5 * (eye[names.index("linear")] + eye[names.index(candidate)])
     return {name: library[name] for name in FORECASTERS if name in library}
 
 
@@ -127,17 +116,15 @@ def _label(row: np.ndarray, names: tuple[str, ...], library: dict[str, np.ndarra
 
 def forecast_of(name: str, forecasts: dict[str, torch.Tensor]) -> torch.Tensor:
     """(N, H, C) the forecast of `name`: one of `forecasts` (the model's and the candidates'), or a blend: the
-    mean of the model's and its candidate's (or the linear map's and its candidate's)."""
+    mean of the model's and its candidate's."""
     if name in BLENDS:
         return 0.5 * (forecasts["model"] + forecasts[BLENDS[name]])
-    if name in LINEAR_BLENDS:
-        return 0.5 * (forecasts["linear"] + forecasts[LINEAR_BLENDS[name]])
     return forecasts[name]
 
 
-def scored_names(forecasts: dict[str, torch.Tensor], linear_blends: bool = False) -> tuple[str, ...]:
+def scored_names(forecasts: dict[str, torch.Tensor]) -> tuple[str, ...]:
     """The library forecasters the fallback weighs, given the model's and some candidates' forecasts."""
-    return tuple(_library(tuple(name for name in BASE if name in forecasts), linear_blends))
+    return tuple(_library(tuple(name for name in BASE if name in forecasts)))
 
 
 @dataclass(frozen=True)
@@ -147,19 +134,17 @@ class Decision:
     val_error: dict[str, np.ndarray]  # library forecaster -> (n_series, C) validation MSE or MAE (NaN: no window)
     metric: str = "mse"  # train.selection_metric: how validation errors were averaged
     rule: str = "best"  # RULES: how the errors became weights
-    # each rule's (`variant`: with the linear map's blends, too) MSE on the last third of origins relative to the
-    # model alone's (geometric mean over series and columns), where the rule was chosen so
+    # each rule's MSE on the last third of origins relative to the model alone's (geometric mean over series and
+    # columns), where the rule was chosen so
     nested: dict[str, float] | None = None
-    linear_blends: bool = False  # the library held the linear map's blends with the other candidates
 
     def _rule_note(self) -> str:
         """How the rule was chosen, when it was ("" when it was given)."""
         if not self.nested:
             return ""
-        chosen = variant(self.rule, self.linear_blends)
-        others = ", ".join(f"{rule} {score:.4g}" for rule, score in self.nested.items() if rule != chosen)
+        others = ", ".join(f"{rule} {score:.4g}" for rule, score in self.nested.items() if rule != self.rule)
         return (
-            f" (rule {chosen}: MSE {self.nested[chosen]:.4g} of the model alone's on the last third of "
+            f" (rule {self.rule}: MSE {self.nested[self.rule]:.4g} of the model alone's on the last third of "
             "validation origins with weights set on the rest, geometric mean over series and columns, "
             f"against {others})"
         )
@@ -179,8 +164,7 @@ class Decision:
         choice = self.choice
         for j, column in enumerate(self.columns):
             mse = {name: _mean_observed(self.val_error[name][:, j]) for name in self.names}
-            others = [name for name in self.names[1:] if name not in BLENDS and name not in LINEAR_BLENDS]
-            others = others or list(self.names[1:])
+            others = [name for name in self.names[1:] if name not in BLENDS] or self.names[1:]
             best_naive = min(others, key=lambda name: mse[name])
             scores = f"{column}: model {mse['model']:.4g} vs {LABELS[best_naive]} {mse[best_naive]:.4g} on validation"
             scores += " MAE" if self.metric == "mae" else ""
@@ -345,12 +329,10 @@ def choose(
     metric: str = "mse",
     include: np.ndarray | None = None,
     rule: str | None = None,
-    linear_blends: bool = False,
 ) -> Decision:
     """`decide` from the windows' errors (`WindowErrors`), over the windows `include` marks (None: all), by
-    `rule` over the library with the linear map's blends or without (None: the rule and library that win on the
-    last third of each series' origins, chosen over every window; "best" without them with the MAE, whose
-    combinations the errors cannot score)."""
+    `rule` (None: the rule that wins on the last third of each series' origins, chosen over every window; "best"
+    with the MAE, whose combinations the errors cannot score)."""
     n = len(errors.steps)
     ids_t = torch.zeros(n, dtype=torch.long) if ids is None else torch.as_tensor(ids, dtype=torch.long)
     included = np.ones(n, dtype=bool) if include is None else np.asarray(include, dtype=bool)
@@ -360,14 +342,10 @@ def choose(
     elif rule is None:
         if include is not None:
             raise ValueError("the rule is chosen over every window: give `rule` with `include`")
-        rule, nested, linear_blends = ("best", None, False)
-        if errors.late_gram is not None:
-            rule, nested, linear_blends = _nested_rule(errors, columns, ids_t, n_ids)
+        rule, nested = ("best", None) if errors.late_gram is None else _nested_rule(errors, columns, ids_t, n_ids)
     count, val_error = _validation_errors(errors, ids_t, n_ids, included)
-    if not linear_blends:
-        val_error = {name: error for name, error in val_error.items() if name not in LINEAR_BLENDS}
     values = _weights(val_error, count, errors.names, rule)
-    return Decision(columns, Weights(errors.names, values), val_error, metric, rule, nested, linear_blends)
+    return Decision(columns, Weights(errors.names, values), val_error, metric, rule, nested)
 
 
 def _validation_errors(
@@ -409,40 +387,29 @@ def _weights(val_error: dict[str, np.ndarray], count: torch.Tensor, names: tuple
     return np.where(keep, combined, model)
 
 
-def variant(rule: str, linear_blends: bool) -> str:
-    """A rule's name over the library with the linear map's blends ("weighted with linear blends") or without."""
-    return f"{rule} with linear blends" if linear_blends else rule
-
-
 def _nested_rule(
     errors: WindowErrors, columns: tuple[str, ...], ids: torch.Tensor, n_ids: int
-) -> tuple[str, dict[str, float] | None, bool]:
-    """The rule, and whether the library holds the linear map's blends with the other candidates, whose weights,
-    set on the first NESTED_SHARE of each series' validation origins, score the lowest MSE on the rest relative
-    to the model alone's, as a geometric mean over the series and columns scored (RULES order, then the library
-    without the blends, breaks ties); "best" without them where no series has origins on both sides or the model
-    is exact on every one. The blends won on a panel of short trends and lost on ETTh1 and M4 Hourly
-    (benchmarks/NOTES.md, session 40)."""
+) -> tuple[str, dict[str, float] | None]:
+    """The rule whose weights, set on the first NESTED_SHARE of each series' validation origins, score the lowest
+    MSE on the rest relative to the model alone's, as a geometric mean over the series and columns scored (RULES
+    order breaks ties); "best" where no series has origins on both sides or the model is exact on every one."""
     ids_np, late = ids.numpy(), errors.late
     if late.all() or not late.any():
-        return "best", None, False
+        return "best", None
     steps, _ = _validation_errors(errors, ids, n_ids, late)  # (n_ids, C) observed steps scored
-    tried = [(rule, False) for rule in RULES]
-    tried += [(rule, True) for rule in RULES if rule != "model"] if "linear" in errors.names else []
     late_mse = {}
-    for rule, blends in tried:
-        decision = choose(errors, columns, True, ids_np, n_ids, "mse", include=~late, rule=rule, linear_blends=blends)
-        total = _combined(errors.late_gram, torch.from_numpy(decision.weights.values))  # (n_ids, C)
-        late_mse[variant(rule, blends)] = (total / steps.clamp(min=1.0)).numpy()
+    for rule in RULES:
+        weights = choose(errors, columns, True, ids_np, n_ids, "mse", include=~late, rule=rule).weights
+        total = _combined(errors.late_gram, torch.from_numpy(weights.values))  # (n_ids, C)
+        late_mse[rule] = (total / steps.clamp(min=1.0)).numpy()
     scored = (steps > 0).numpy() & (late_mse["model"] > 0)  # a cell the model forecasts exactly has no ratio
     if not scored.any():
-        return "best", None, False
+        return "best", None
     scores = {
-        name: float(np.exp(np.log(np.maximum(mse[scored], 1e-300) / late_mse["model"][scored]).mean()))
-        for name, mse in late_mse.items()
+        rule: float(np.exp(np.log(np.maximum(mse[scored], 1e-300) / late_mse["model"][scored]).mean()))
+        for rule, mse in late_mse.items()
     }
-    rule, blends = min(tried, key=lambda t: (scores[variant(*t)], t[1], RULES.index(t[0])))
-    return rule, scores, blends
+    return min(RULES, key=lambda rule: (scores[rule], RULES.index(rule))), scores
 
 
 def origin_ranks(ids: np.ndarray, n_ids: int) -> tuple[np.ndarray, np.ndarray]:
