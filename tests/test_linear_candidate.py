@@ -137,18 +137,35 @@ def test_a_model_with_a_quantile_head_has_no_linear_candidate(quantiles):
         assert predictor.linear is None and "linear" not in predictor.fallback.names
 
 
-def test_check_proves_the_linear_candidate_read_the_training_rows_only(monkeypatch):
-    predictor = fit(trends(), horizon=4, config=config(final_fit=False))
-    data = predictor.read()
-    result = check_linear(predictor, data)
-    assert result.passed and result.max_change == 0.0
-    original = Prepared.split_windows
+def fitting_on_every_row(original):
+    """A deliberate break of the fit: Prepared.split_windows giving training windows from every row."""
 
-    def every_row_for_training(self, split, stride=1):  # a deliberate break: the fit reads every row
+    def split_windows(self, split, stride=1):
         return original(every_row(self), split, stride) if split == "train" else original(self, split, stride)
 
-    monkeypatch.setattr(Prepared, "split_windows", every_row_for_training)
-    broken = check_linear(predictor, data)
+    return split_windows
+
+
+def choosing_on_test(original):
+    """A deliberate break of the choice of rows: Prepared.split_windows giving test windows for validation."""
+
+    def split_windows(self, split, stride=1):
+        return original(self, "test" if split == "val" else split, stride)
+
+    return split_windows
+
+
+@pytest.mark.parametrize(
+    ("check", "leak"), [(check_linear, fitting_on_every_row), (check_linear_choice, choosing_on_test)]
+)
+def test_check_proves_the_linear_candidate_and_its_rows_read_nothing_later(monkeypatch, check, leak):
+    """linear/rows: fitted on the training rows alone; linear/choice: its rows chosen on the validation rows."""
+    predictor = fit(trends(), horizon=4, config=config(final_fit=False))
+    data = predictor.read()
+    result = check(predictor, data)
+    assert result.passed and result.max_change == 0.0
+    monkeypatch.setattr(Prepared, "split_windows", leak(Prepared.split_windows))
+    broken = check(predictor, data)
     assert not broken.passed and broken.max_change > 1e-3
 
 
@@ -251,21 +268,6 @@ def test_auto_keeps_the_rows_whose_fit_scores_lower_on_validation(frame, context
     assert scores[chosen] < min(scores.values()) + 1e-12 and scores[chosen] != max(scores.values())
     assert f"validation score {scores[chosen]:.4g} against" in predictor.summary.lines[0]
     assert check_linear(predictor, data).passed  # the check refits on the chosen rows
-
-
-def test_check_proves_the_choice_of_rows_read_no_row_after_validation(monkeypatch):
-    predictor = fit(trends(), horizon=4, config=config(final_fit=False))
-    data = predictor.read()
-    result = check_linear_choice(predictor, data)
-    assert result.passed and result.max_change == 0.0
-    original = Prepared.split_windows
-
-    def scored_on_test(self, split, stride=1):  # a deliberate break: the choice scores the test windows
-        return original(self, "test" if split == "val" else split, stride)
-
-    monkeypatch.setattr(Prepared, "split_windows", scored_on_test)
-    broken = check_linear_choice(predictor, data)
-    assert not broken.passed and broken.max_change > 1e-3
 
 
 def test_the_final_fit_and_the_run_folder_keep_the_rows_validation_chose(tmp_path):
