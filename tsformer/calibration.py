@@ -75,7 +75,7 @@ def fit_linear(cfg: Config, data: Prepared, model: ForecasterBase) -> LinearFit 
     for rows, fitted in fits.items():
         point = fitted.predict_batches(windows.context, windows.context_observed, windows.covariates)
         scores[rows] = targets.score(torch.cat(list(point)).cpu())
-    chosen = min(kinds, key=lambda rows: scores[rows])
+    chosen = min(kinds, key=scores.__getitem__)
     return LinearFit(fits[chosen], chosen, scores)
 
 

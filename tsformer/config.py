@@ -331,7 +331,7 @@ class TrainConfig:
     candidates: tuple[str, ...] = ()
     # the rows the linear candidate fits on: every_token (each token's window, zero-padded, as the loss trains the
     # model), last_token (the whole context, as a forecast reads it), or auto: whichever fit scores lower on
-    # validation (the run's saved config says which; `train._linear_candidate`)
+    # validation (the run's saved config says which; `calibration.fit_linear`)
     linear_rows: str = "auto"
     intervals: tuple[float, ...] = (0.8, 0.95)  # conformal interval levels, calibrated on validation windows
     interval_scale: str = "seasonal"  # seasonal: each interval scales with its context's seasonal change; fixed
