@@ -15,6 +15,7 @@ import tsformer
 from tsformer.api import fit
 from tsformer.candidates import BUILT_IN
 from tsformer.check import check_linear, check_linear_choice
+from tsformer.config import LINEAR_RIDGES
 from tsformer.data import Prepared, training_data
 from tsformer.errors import CheckpointError
 from tsformer.final import every_row
@@ -91,9 +92,9 @@ def test_a_panel_of_trends_weighs_the_linear_candidate_and_the_final_fit_fits_it
     predictor = fit(trends(), horizon=4, config=config())
     assert predictor.fallback.names == ("model", "repeat_last", "drift", "linear")  # yearly: season 1, no repeats
     weight = predictor.fallback.values[..., predictor.fallback.names.index("linear")]  # (n_series, 1)
-    assert (weight == 1.0).sum() == 2  # validation picks it for two series (drift, exact on a line, for the rest)
+    assert (weight == 1.0).sum() == 3  # validation picks it for three series (drift, exact on a line, for the rest)
     assert predictor.summary.lines[0].startswith("linear candidate: the model's context skip alone")
-    assert "the linear map in 2 of 12 series" in predictor.summary.lines[1]
+    assert "the linear map in 3 of 12 series" in predictor.summary.lines[1]
     held_out, final = predictor.linear, predictor.final.linear
     assert not torch.equal(held_out.context_skip.linear.weight, final.context_skip.linear.weight)  # every row
     assert "and the linear candidate fitted again on them" in predictor.summary.lines[-1]
@@ -241,11 +242,17 @@ def noisy_cycle(n_rows: int, period: int, freq: str, noise: float) -> pd.DataFra
 @pytest.mark.parametrize(
     ("frame", "context_len", "patch_len", "expected"),
     [
-        (noisy_cycle(70, 12, "MS", 0.5), 24, 4, "every_token"),  # 40 windows for 24 inputs: more rows win
-        (noisy_cycle(1500, 24, "h", 0.3), 48, 12, "last_token"),  # many windows: the forecast's own rows win
+        # 40 windows for 24 inputs: a strong prior, and the forecast's own rows (validation 0.31 against 0.92)
+        (noisy_cycle(70, 12, "MS", 0.5), 24, 4, ("last_token", 1.0)),
+        # many windows of a noisy cycle: every token's rows and a strong prior average the noise best (0.182)
+        (noisy_cycle(1500, 24, "h", 0.3), 48, 12, ("every_token", 1.0)),
+        # many windows of a clean one: the forecast's own rows, a slight ridge (0.0058 against 0.0066)
+        (noisy_cycle(1500, 24, "h", 0.05), 48, 12, ("last_token", 0.1)),
     ],
 )
-def test_auto_keeps_the_rows_whose_fit_scores_lower_on_validation(frame, context_len, patch_len, expected):
+def test_auto_keeps_the_rows_scoring_lower_on_validation_each_with_the_ridge_its_training_rows_chose(
+    frame, context_len, patch_len, expected
+):
     cfg = tiny_config(context_len=context_len, horizon=4, patch_len=patch_len)
     cfg = dataclasses.replace(
         cfg,
@@ -253,53 +260,100 @@ def test_auto_keeps_the_rows_whose_fit_scores_lower_on_validation(frame, context
         train=dataclasses.replace(cfg.train, candidates=(*BUILT_IN, "linear"), final_fit=False),
     )
     predictor = fit(frame, horizon=4, config=cfg)
-    chosen = predictor.config.train.linear_rows
+    chosen = (predictor.config.train.linear_rows, predictor.config.train.linear_ridge)
     assert chosen == expected
     data = predictor.read()
+    train = data.split_windows("train")
     val = data.split_windows("val")
     windows = val.split(predictor.context_len)
     targets = ValidationTargets.of_windows(val, windows)
     scores = {}
     for rows in linear_candidate.ROWS:
-        linear = linear_candidate.fit(predictor.model, data.split_windows("train"), predictor.config.train.seed, rows)
+        equations = linear_candidate.normal_equations(predictor.model, train, 0, rows)
+        ridge, held = linear_candidate.choose_ridge(equations)
+        assert held[ridge] == min(held.values()) and set(held) == set(LINEAR_RIDGES)
+        linear = linear_candidate.fit(predictor.model, train, 0, rows, ridge)
         scores[rows] = targets.score(torch.cat(list(linear.predict_batches(windows.context, windows.context_observed))))
-        if rows == chosen:
+        if rows == chosen[0]:
+            assert ridge == chosen[1]
             assert torch.equal(linear.context_skip.linear.weight, predictor.linear.context_skip.linear.weight)
-    assert scores[chosen] < min(scores.values()) + 1e-12 and scores[chosen] != max(scores.values())
-    assert f"validation score {scores[chosen]:.4g} against" in predictor.summary.lines[0]
-    assert check_linear(predictor, data).passed  # the check refits on the chosen rows
+    assert scores[chosen[0]] == min(scores.values()) and scores[chosen[0]] != max(scores.values())
+    assert f"with ridge {chosen[1]:g} (chosen on each series' last fifth" in predictor.summary.lines[0]
+    assert f"validation score {scores[chosen[0]]:.4g} against" in predictor.summary.lines[0]
+    assert check_linear(predictor, data).passed  # the check refits with the chosen rows and ridge
 
 
-def test_the_final_fit_and_the_run_folder_keep_the_rows_validation_chose(tmp_path):
+def test_the_ridge_is_scored_on_each_series_last_fifth_by_a_fit_of_windows_whose_targets_end_before_it():
+    data = training_data(config(), trends())  # 12 series
+    windows = data.split_windows("train")
+    torch.manual_seed(0)
+    model = build_forecaster(data.config.model, data.layout, "mse")
+    early, held = linear_candidate._early_and_held(windows)
+    series = windows.series()
+    for k in range(12):
+        starts = windows.starts[series == k]
+        n_held = int(np.ceil(0.2 * len(starts)))
+        assert held[series == k].sum() == n_held  # each series' last fifth
+        assert starts[early[series == k]].max() + windows.horizon <= starts[held[series == k]].min()
+    equations = linear_candidate.normal_equations(model, windows, 0, "every_token")
+    torch.testing.assert_close(
+        equations[0].early_gram
+        + linear_candidate.normal_equations(model, windows.subset(~early), 0, "every_token")[0].gram,
+        equations[0].gram,
+    )
+    member = linear_candidate.shell(model.cfg, model.layout)
+
+    def rows_of(index, last_token):
+        batch = windows.take(torch.nonzero(index).flatten())
+        split = batch.split(windows.context_len)
+        targets = member.token_targets(batch.target)
+        inputs, rows = member.skip_rows(split.context, split.context_observed, targets, None, last_token)
+        return inputs.double().numpy(), rows.double().numpy()
+
+    a, b = rows_of(early, False)
+    ridge = 0.1 * np.diag(a.T @ a).mean()
+    weights = np.linalg.solve(a.T @ a + ridge * np.eye(a.shape[1]), a.T @ b)  # the early fit, by hand
+    a_held, b_held = rows_of(held, True)  # what the held windows' forecasts read
+    by_hand = ((a_held @ weights - b_held) ** 2).mean()
+    assert linear_candidate.held_mse(equations[0], 0.1) == pytest.approx(by_hand, rel=1e-6)
+
+
+def test_the_final_fit_and_the_run_folder_keep_the_rows_and_ridge_validation_chose(tmp_path):
     cfg = tiny_config(context_len=48, horizon=4, patch_len=12)
     cfg = dataclasses.replace(
         cfg,
         data=dataclasses.replace(cfg.data, calendar=False),
         train=dataclasses.replace(cfg.train, candidates=(*BUILT_IN, "linear"), final_fit=True),
     )
-    frame = noisy_cycle(1500, 24, "h", 0.3)
+    frame = noisy_cycle(1500, 24, "h", 0.05)
     predictor = fit(frame, horizon=4, config=cfg, out=tmp_path / "run")
-    assert predictor.config.train.linear_rows == "last_token"
-    assert "linear_rows: last_token" in (tmp_path / "run" / "config.yaml").read_text()
+    assert (predictor.config.train.linear_rows, predictor.config.train.linear_ridge) == ("last_token", 0.1)
+    saved = (tmp_path / "run" / "config.yaml").read_text()
+    assert "linear_rows: last_token" in saved and "linear_ridge: 0.1" in saved
     windows = every_row(predictor.read()).split_windows("train")
-    again = linear_candidate.fit(predictor.final.model, windows, predictor.config.train.seed, "last_token")
+    again = linear_candidate.fit(predictor.final.model, windows, predictor.config.train.seed, "last_token", 0.1)
     assert torch.equal(again.context_skip.linear.weight, predictor.final.linear.context_skip.linear.weight)
 
 
-def test_a_run_from_before_the_choice_reads_as_fitted_on_every_token(tmp_path):
-    given = config(final_fit=False, linear_rows="every_token")
+def test_a_run_from_before_the_choice_reads_as_fitted_on_every_token_with_the_old_ridge(tmp_path):
+    given = config(final_fit=False, linear_rows="every_token", linear_ridge=linear_candidate.RIDGE)
     predictor = fit(trends(), horizon=4, config=given)
     assert predictor.config.train.linear_rows == "every_token" and "validation score" not in predictor.summary.lines[0]
     path = predictor.save(tmp_path / "run")
     payload = torch.load(path / "model.pt", weights_only=True)
     payload["format_version"] = 11
-    del payload["config"]["train"]["linear_rows"]
+    del payload["config"]["train"]["linear_rows"], payload["config"]["train"]["linear_ridge"]
     torch.save(payload, path / "model.pt")
     old = tsformer.load(path)
-    assert old.config.train.linear_rows == "every_token"
+    assert (old.config.train.linear_rows, old.config.train.linear_ridge) == ("every_token", linear_candidate.RIDGE)
     assert check_linear(old, old.read(trends())).passed
     payload["format_version"] = 12
     payload["config"]["train"]["linear_rows"] = "auto"  # unresolved: which rows the candidate was fitted on is lost
     torch.save(payload, path / "model.pt")
     with pytest.raises(CheckpointError, match="damaged tsformer checkpoint.*train.linear_rows"):
+        tsformer.load(path)
+    payload["format_version"] = 13
+    payload["config"]["train"].update(linear_rows="every_token", linear_ridge=None)  # and its ridge
+    torch.save(payload, path / "model.pt")
+    with pytest.raises(CheckpointError, match="damaged tsformer checkpoint.*train.linear_ridge"):
         tsformer.load(path)

@@ -2,8 +2,8 @@
 conformal calibration.
 
 The linear candidate (`tsformer.model.linear_candidate`) is fitted on the training windows, on every token's rows
-and on the last token's where train.linear_rows is auto, and the fit with the lower validation score is kept
-(`fit_linear`).
+and on the last token's where train.linear_rows is auto, and the fit with the lower validation score is kept; its
+ridge is chosen on the training windows (`fit_linear`).
 
 The trained model and the naive forecasters are scored on the validation windows; each column of each series
 gets their weights by the run's rule (`tsformer.fallback`). The intervals and quantile pairs are then
@@ -15,6 +15,7 @@ errors are measured at predict's distance (a calibration model trained a stretch
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -47,36 +48,45 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class LinearFit:
-    """The linear candidate as fitted, the rows it was fitted on, and each kind of rows' validation score where
-    they were compared."""
+    """The linear candidate as fitted, the rows and ridge it was fitted with, and each kind of rows' validation
+    score where they were compared."""
 
     model: ForecasterBase
     rows: str  # one of linear_candidate.ROWS
+    ridge: float
     scores: dict[str, float]  # rows -> the validation score of the fit on them; {} where train.linear_rows was given
 
 
 def fit_linear(cfg: Config, data: Prepared, model: ForecasterBase) -> LinearFit | None:
     """The linear candidate of `model` fitted on `data`'s training windows where train.candidates and the fallback
-    ask for one and the model has one (else None), on train.linear_rows; with auto on each kind of rows, the fit
-    with the lower validation score (what chose the epoch) kept, ROWS order on a tie: every token's rows where
-    the series are short, the last token's where windows are many (benchmarks/NOTES.md, session 40)."""
+    ask for one and the model has one (else None), on train.linear_rows with train.linear_ridge.
+
+    An automatic ridge is chosen on the training windows alone (`linear_candidate.choose_ridge`: each series'
+    last fifth forecast by a fit of the earlier ones), as ETS picks its form in-sample, so that validation, which
+    weighs the candidate against the others, has not picked it too (benchmarks/NOTES.md, session 41). With
+    automatic rows each kind is fitted so and the fit with the lower validation score (what chose the epoch)
+    kept, ROWS order on a tie: every token's rows where the series are short, the last token's where windows are
+    many (session 40)."""
     train = cfg.train
     if not (train.fallback and "linear" in train.candidates and linear_candidate.applies(model)):
         return None
     train_windows = data.split_windows("train", train.train_stride)
-    kinds = linear_candidate.ROWS if train.linear_rows == "auto" else (train.linear_rows,)
-    fits = {rows: linear_candidate.fit(model, train_windows, train.seed, rows) for rows in kinds}
+    fits = {}
+    for rows in linear_candidate.ROWS if train.linear_rows == "auto" else (train.linear_rows,):
+        equations = linear_candidate.normal_equations(model, train_windows, train.seed, rows)
+        ridge = train.linear_ridge or linear_candidate.choose_ridge(equations)[0]
+        fits[rows] = LinearFit(linear_candidate.solve(model, equations, ridge), rows, ridge, {})
     if len(fits) == 1:
-        return LinearFit(fits[kinds[0]], kinds[0], {})
+        return next(iter(fits.values()))
     val = data.split_windows("val")
     windows = val.split(cfg.model.context_len)
     targets = ValidationTargets.of_windows(val, windows)
     scores = {}
     for rows, fitted in fits.items():
-        point = fitted.predict_batches(windows.context, windows.context_observed, windows.covariates)
+        point = fitted.model.predict_batches(windows.context, windows.context_observed, windows.covariates)
         scores[rows] = targets.score(torch.cat(list(point)).cpu())
-    chosen = min(kinds, key=scores.__getitem__)
-    return LinearFit(fits[chosen], chosen, scores)
+    chosen = fits[min(fits, key=scores.__getitem__)]
+    return dataclasses.replace(chosen, scores=scores)
 
 
 def choose_and_calibrate(

@@ -93,7 +93,8 @@ def check_linear(predictor: Predictor, data: Prepared | None) -> CheckResult:
         return CheckResult("linear/rows", True, 0.0, "data checks skipped: the linear candidate cannot be fitted again")
     train = predictor.config.train
     windows = _redrawn_after(data, data.borders.train_end).split_windows("train", train.train_stride)
-    refitted = linear_candidate.skips(linear_candidate.fit(predictor.model, windows, train.seed, train.linear_rows))
+    fitted = linear_candidate.fit(predictor.model, windows, train.seed, train.linear_rows, train.linear_ridge)
+    refitted = linear_candidate.skips(fitted)
     held = linear_candidate.skips(predictor.linear)
     change = max(float((a - b).abs().max()) for a, b in zip(held, refitted, strict=True))
     return CheckResult(
@@ -105,25 +106,26 @@ def check_linear(predictor: Predictor, data: Prepared | None) -> CheckResult:
 
 
 def check_linear_choice(predictor: Predictor, data: Prepared | None) -> CheckResult:
-    """The choice of the linear candidate's rows (train.linear_rows auto, `calibration.fit_linear`) read no row
-    after the validation split: made again on the data and with every later row redrawn as noise, the two
-    choices and each kind of rows' validation score are the same."""
+    """The choice of the linear candidate's rows and ridge (train.linear_rows auto, train.linear_ridge unset:
+    `calibration.fit_linear`) read no row after the validation split: made again on the data and with every
+    later row redrawn as noise, the two choices and each kind of rows' validation score are the same."""
     name = "linear/choice"
     if predictor.linear is None:
         return CheckResult(name, True, 0.0, "no linear candidate (train.candidates, or a quantile head)")
     if data is None:
         return CheckResult(name, True, 0.0, "data checks skipped: the linear candidate cannot be fitted again")
     cfg = predictor.config
-    auto = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, linear_rows="auto"))
+    auto = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, linear_rows="auto", linear_ridge=None))
     on_data = fit_linear(auto, data, predictor.model)
     redrawn = fit_linear(auto, _redrawn_after(data, data.borders.val_end), predictor.model)
     change = max(abs(on_data.scores[rows] - redrawn.scores[rows]) for rows in on_data.scores)
+    same = (on_data.rows, on_data.ridge) == (redrawn.rows, redrawn.ridge)
     return CheckResult(
         name,
-        change == 0.0 and on_data.rows == redrawn.rows,
+        change == 0.0 and same,
         change,
-        "the rows of the linear candidate chosen again with every row after the validation rows redrawn: the same "
-        f"choice ({on_data.rows}) and validation scores",
+        "the rows and ridge of the linear candidate chosen again with every row after the validation rows redrawn: "
+        f"the same choice ({on_data.rows}, ridge {on_data.ridge:g}) and validation scores",
     )
 
 

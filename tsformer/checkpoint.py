@@ -39,7 +39,7 @@ from tsformer.results import TrainSummary
 from tsformer.runfolder import CONFIG_FILE, MODEL_FILE
 
 FORMAT_NAME = "tsformer-checkpoint"
-FORMAT_VERSION = 12  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
+FORMAT_VERSION = 13  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
 # 5: interval widths per unit of each window's scale. 6: a Predictor: the layout by name, static covariates,
 # the calibration (with the refit model's borders) and the training summary. 7: the calibration's error count
 # and the interval levels it left out; what stopped training. 8: the fallback may name the classical candidates
@@ -52,7 +52,8 @@ FORMAT_VERSION = 12  # 2: data fingerprint, renamed weights. 3: many series, cov
 # 11: the linear candidate (`tsformer.model.linear_candidate`) as each member's skip weights, held out and final;
 # train.least_squares_start is gone (a format 10 file's is dropped; its run has no linear candidate).
 # 12: train.linear_rows, the rows the linear candidate was fitted on (a format 11 file's were every token's).
-READS_FORMATS = (7, 8, 9, 10, 11, 12)
+# 13: train.linear_ridge, the ridge it was fitted with (an earlier file's was linear_candidate.RIDGE).
+READS_FORMATS = (7, 8, 9, 10, 11, 12, 13)
 
 
 def save_predictor(predictor, path: str | Path, train_state: dict[str, Any] | None = None) -> None:
@@ -200,10 +201,11 @@ def _current_keys(raw: Any) -> Any:
     format 7 and 8 runs stored train.interval_calibration, removed with the calibration model, and format 10 runs
     train.least_squares_start, now the linear candidate), and model.cycle 0 where a run from before the learned
     cycle stored none (it has no cycle; unset now means chosen from the data), and train.linear_rows every_token
-    where a run from before format 12 stored none (its linear candidate was fitted so)."""
+    and train.linear_ridge linear_candidate.RIDGE where a run from before format 12 or 13 stored none (its linear
+    candidate was fitted so)."""
     if isinstance(raw, dict) and isinstance(raw.get("train"), dict):
         train = {k: v for k, v in raw["train"].items() if f"train.{k}" not in REMOVED_KEYS}
-        raw = {**raw, "train": {"linear_rows": "every_token", **train}}
+        raw = {**raw, "train": {"linear_rows": "every_token", "linear_ridge": linear_candidate.RIDGE, **train}}
     if isinstance(raw, dict) and isinstance(raw.get("model"), dict) and raw["model"].get("cycle") is None:
         raw = {**raw, "model": {**raw["model"], "cycle": 0}}
     return raw
@@ -316,6 +318,8 @@ def _validate(p: SimpleNamespace) -> None:
             )
     if p.linear is not None and p.config.train.linear_rows not in linear_candidate.ROWS:
         raise ValueError(f"a linear candidate needs train.linear_rows, one of {', '.join(linear_candidate.ROWS)}")
+    if p.linear is not None and p.config.train.linear_ridge is None:
+        raise ValueError("a linear candidate needs train.linear_ridge, the ridge it was fitted with")
     if layout.static:
         table = p.static
         if table is None or list(table.columns) != list(layout.static) or len(table) != len(series):

@@ -37,6 +37,9 @@ LOSSES = ("auto", "mse", "mae", "mase")
 INTERVAL_SCALES = ("seasonal", "fixed")  # train.interval_scale (tsformer.intervals)
 # train.linear_rows: the rows the linear candidate fits on (`linear_candidate.ROWS`), or auto: chosen on validation
 LINEAR_ROWS = ("auto", "every_token", "last_token")
+# the ridges (relative to the Gram matrix's mean diagonal) an automatic train.linear_ridge is chosen among, on the
+# training windows (`linear_candidate.choose_ridge`)
+LINEAR_RIDGES = (1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0)
 # keys no longer in the config: what to do instead (a stored run's are dropped when it is read: tsformer.checkpoint)
 REMOVED_KEYS = {
     "train.interval_calibration": "the calibration model was removed: with the final fit (train.final_fit) predict "
@@ -333,6 +336,10 @@ class TrainConfig:
     # model), last_token (the whole context, as a forecast reads it), or auto: whichever fit scores lower on
     # validation (the run's saved config says which; `calibration.fit_linear`)
     linear_rows: str = "auto"
+    # the linear candidate's ridge, relative to its Gram matrix's mean diagonal; None: chosen among LINEAR_RIDGES
+    # by a fit of each series' earlier training windows forecasting its last fifth (a prior that short series
+    # need, a tie-breaker where windows are many)
+    linear_ridge: float | None = None
     intervals: tuple[float, ...] = (0.8, 0.95)  # conformal interval levels, calibrated on validation windows
     interval_scale: str = "seasonal"  # seasonal: each interval scales with its context's seasonal change; fixed
     quantiles: tuple[float, ...] = ()  # also forecast these quantiles (pinball loss), e.g. (0.1, 0.5, 0.9)
@@ -383,6 +390,10 @@ class TrainConfig:
         _require(
             self.linear_rows in LINEAR_ROWS,
             f"train.linear_rows must be one of {', '.join(LINEAR_ROWS)}, got {self.linear_rows!r}",
+        )
+        _require(
+            self.linear_ridge is None or self.linear_ridge > 0,
+            f"train.linear_ridge must be positive (or unset: chosen on validation), got {self.linear_ridge}",
         )
         _require(self.device in ("cpu", "cuda", "auto"), f"train.device must be cpu, cuda or auto, got {self.device!r}")
 

@@ -362,29 +362,31 @@ def _with_final_linear(final: FinalFit, predictor: Predictor, data: Prepared) ->
     started = time.monotonic()
     train = predictor.config.train
     windows = every_row(data).split_windows("train", train.train_stride)
-    linear = linear_candidate.fit(final.model, windows, train.seed, train.linear_rows)
+    linear = linear_candidate.fit(final.model, windows, train.seed, train.linear_rows, train.linear_ridge)
     return dataclasses.replace(final, linear=linear, seconds=final.seconds + time.monotonic() - started)
 
 
 def _linear_candidate(
     cfg: Config, data: Prepared, model: ForecasterBase
 ) -> tuple[ForecasterBase | None, Config, tuple[str, ...]]:
-    """The linear candidate of `model` (`calibration.fit_linear`) or None, `cfg` with train.linear_rows resolved,
-    and a summary line on it."""
+    """The linear candidate of `model` (`calibration.fit_linear`) or None, `cfg` with train.linear_rows and
+    linear_ridge resolved, and a summary line on it."""
     fitted = fit_linear(cfg, data, model)
     if fitted is None:
         return None, cfg, ()
     read = linear_candidate.ROWS_READ
     line = f"linear candidate: the model's context skip alone, fitted by least squares on {read[fitted.rows]} of the "
-    line += "training windows"
+    line += f"training windows with ridge {fitted.ridge:g}"
+    notes = ["chosen on each series' last fifth of them"] if cfg.train.linear_ridge is None else []
     if fitted.scores:
         other = next(rows for rows in fitted.scores if rows != fitted.rows)
-        line += (
-            f" (validation score {fitted.scores[fitted.rows]:.4g} against {fitted.scores[other]:.4g} on {read[other]})"
+        notes.append(
+            f"validation score {fitted.scores[fitted.rows]:.4g} against {fitted.scores[other]:.4g} on {read[other]}"
         )
+    line += f" ({'; '.join(notes)})" if notes else ""
     line += ", weighed beside the model per series and column (--candidates without linear leaves it out)"
-    resolved = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, linear_rows=fitted.rows))
-    return fitted.model, resolved, (line,)
+    chosen = dataclasses.replace(cfg.train, linear_rows=fitted.rows, linear_ridge=fitted.ridge)
+    return fitted.model, dataclasses.replace(cfg, train=chosen), (line,)
 
 
 def _stopped(state: LoopState, cfg: Config) -> str:

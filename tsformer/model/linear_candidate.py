@@ -17,10 +17,11 @@ given (the training split's), nothing else: `tsformer check` (linear/rows) prove
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 import torch
 
-from tsformer.config import LINEAR_ROWS, ModelConfig
+from tsformer.config import LINEAR_RIDGES, LINEAR_ROWS, ModelConfig
 from tsformer.data.windows import WindowIndex
 from tsformer.layout import Layout
 from tsformer.model.ensemble import Ensemble, build_forecaster
@@ -31,7 +32,10 @@ from tsformer.model.inference import ForecasterBase
 # ETTh1 training window (about 800,000) and a third of M4 Hourly's, which scored better on validation than 2^18
 # (NOTES, session 39); one row per window and sequence on the last token's rows, so every window of both
 MAX_ROWS = 1 << 20
-RIDGE = 1e-4  # added to the Gram matrix's diagonal, relative to its mean: a tie-breaker, not a prior
+# added to the Gram matrix's diagonal, relative to its mean, where train.linear_ridge was not chosen (a run from
+# before it was, and where too few windows choose it): a tie-breaker rather than a prior
+RIDGE = 1e-4
+HELD_SHARE = 0.2  # each series' last share of the training windows on which a fit of the earlier ones picks the ridge
 BATCH_ELEMENTS = 1 << 21  # the skip's inputs held at once (8 MiB of float32), whatever the series and context
 # the rows it fits on (`train.linear_rows` less auto), in words: every token's (each token's window padded with
 # zeros before the start, as the loss trains the model: many rows, for short series) or the last token's (the
@@ -63,18 +67,74 @@ def shell(cfg: ModelConfig, layout: Layout) -> ForecasterBase:
     return linear.eval()
 
 
-def fit(model: ForecasterBase, windows: WindowIndex, seed: int, rows: str = "every_token") -> ForecasterBase:
+def fit(
+    model: ForecasterBase, windows: WindowIndex, seed: int, rows: str = "every_token", ridge: float = RIDGE
+) -> ForecasterBase:
     """The linear candidate of `model` fitted on `windows` (at most MAX_ROWS rows of them, the windows drawn in an
-    order fixed by `seed`), on the CPU, on the `rows` of each (ROWS); `model` itself is only read for its
-    configuration and layout."""
+    order fixed by `seed`), on the CPU, on the `rows` of each (ROWS), with `ridge` (relative to the Gram matrix's
+    mean diagonal); `model` itself is only read for its configuration and layout."""
+    return solve(model, normal_equations(model, windows, seed, rows), ridge)
+
+
+@dataclass(frozen=True)
+class Equations:
+    """One member's least-squares sums over the windows it was given, in float64: the Gram matrix (T*P, T*P) and
+    cross products (T*P, H) of every window's rows, and of the early windows' only; and over the held windows
+    (each series' last HELD_SHARE), the forecast rows' (the last token's) Gram matrix, cross products, sum of
+    squared targets and count, which score a fit of the early rows (`held_mse`)."""
+
+    gram: torch.Tensor
+    cross: torch.Tensor
+    early_gram: torch.Tensor
+    early_cross: torch.Tensor
+    held_gram: torch.Tensor
+    held_cross: torch.Tensor
+    held_squares: torch.Tensor  # () the held rows' sum of squared targets
+    held_rows: int
+
+
+def normal_equations(model: ForecasterBase, windows: WindowIndex, seed: int, rows: str) -> list[Equations]:
+    """Each member's sums over `windows` (as `fit` reads them), which every ridge's fit (`solve`) shares and which
+    choose the ridge (`choose_ridge`)."""
     if rows not in ROWS:
         raise ValueError(f"the linear candidate fits on one of {ROWS}, got {rows!r}")
     linear = shell(model.cfg, model.layout)
     offsets = linear.offsets if isinstance(linear, Ensemble) else [0]
     order = torch.randperm(len(windows), generator=torch.Generator().manual_seed(seed))
-    for member, offset in zip(members_of(linear), offsets, strict=True):
-        _fit_skip(member, windows, order, offset, rows == "last_token")
+    early, held = _early_and_held(windows)
+    return [
+        _sums(member, windows, order, early, held, offset, rows == "last_token")
+        for member, offset in zip(members_of(linear), offsets, strict=True)
+    ]
+
+
+def solve(model: ForecasterBase, equations: list[Equations], ridge: float) -> ForecasterBase:
+    """The linear candidate of `model` whose members' skips solve their `equations` over every window with
+    `ridge` added to the Gram matrix's diagonal, relative to its mean."""
+    linear = shell(model.cfg, model.layout)
+    for member, sums in zip(members_of(linear), equations, strict=True):
+        skip = member.context_skip.linear
+        with torch.no_grad():
+            skip.weight.copy_(_solution(sums.gram, sums.cross, ridge).T.to(skip.weight.dtype))
+            skip.bias.zero_()
     return linear
+
+
+def choose_ridge(equations: list[Equations]) -> tuple[float, dict[float, float]]:
+    """The ridge among LINEAR_RIDGES whose fit on the early windows forecasts the held ones best (the members'
+    summed MSE there; the smaller ridge on a tie), and each ridge's MSE; RIDGE where no window is early or held."""
+    if any(sums.held_rows == 0 or not sums.early_gram.diagonal().any() for sums in equations):
+        return RIDGE, {}
+    scores = {ridge: sum(held_mse(sums, ridge) for sums in equations) for ridge in LINEAR_RIDGES}
+    return min(LINEAR_RIDGES, key=scores.__getitem__), scores
+
+
+def held_mse(sums: Equations, ridge: float) -> float:
+    """The MSE on the held windows' forecast rows of the fit of the early ones with `ridge`: from the sums alone,
+    |Aw - b|^2 = tr(w'(A'A)w) - 2 tr(w'(A'b)) + |b|^2."""
+    weights = _solution(sums.early_gram, sums.early_cross, ridge)  # (T*P, H)
+    squared = (weights * (sums.held_gram @ weights)).sum() - 2 * (weights * sums.held_cross).sum() + sums.held_squares
+    return float(squared) / (sums.held_rows * weights.shape[1])
 
 
 def skips(linear: ForecasterBase) -> list[torch.Tensor]:
@@ -98,34 +158,75 @@ def from_skips(cfg: ModelConfig, layout: Layout, weights: list[torch.Tensor]) ->
     return linear
 
 
-def _fit_skip(member: Forecaster, windows: WindowIndex, order: torch.Tensor, offset: int, last_token: bool) -> None:
-    """The member's context skip set to the least-squares solution over the windows in `order` (the member reads
-    the context from step `offset`), on every token's rows or the last token's."""
-    skip = member.context_skip.linear
-    n_inputs = skip.in_features
-    gram = torch.zeros(n_inputs, n_inputs, dtype=torch.float64)
-    cross = torch.zeros(n_inputs, skip.out_features, dtype=torch.float64)
-    rows = 0
+def _solution(gram: torch.Tensor, cross: torch.Tensor, ridge: float) -> torch.Tensor:
+    """(T*P, H): the ridge solution of the normal equations, the ridge relative to the Gram matrix's mean diagonal."""
+    added = ridge * gram.diagonal().mean().clamp(min=1e-12)
+    return torch.linalg.solve(gram + added * torch.eye(len(gram), dtype=torch.float64), cross)
+
+
+def _early_and_held(windows: WindowIndex) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n_windows,) bool each: the held windows, each series' last HELD_SHARE (at least one), and the early ones,
+    whose targets all end before the first held window's (so no held target was fitted)."""
+    _, series = torch.unique(windows.floors, return_inverse=True)  # a series' first row names it
+    n_series = int(series.max()) + 1 if len(series) else 0
+    count = torch.bincount(series, minlength=n_series)
+    last = torch.zeros(n_series, dtype=torch.int64).scatter_reduce(
+        0, series, windows.starts, "amax", include_self=False
+    )
+    first_held = (last - torch.ceil(count * HELD_SHARE).long() + 1)[series]  # (n_windows,) its series' first held
+    return windows.starts + windows.horizon <= first_held, windows.starts >= first_held
+
+
+def _sums(
+    member: Forecaster,
+    windows: WindowIndex,
+    order: torch.Tensor,
+    early: torch.Tensor,
+    held: torch.Tensor,
+    offset: int,
+    last_token: bool,
+) -> Equations:
+    """The member's sums (`Equations`) over the windows in `order` (the member reads the context from step
+    `offset`), on every token's rows or the last token's, up to MAX_ROWS rows."""
+    n_inputs, n_outputs = member.context_skip.linear.in_features, member.context_skip.linear.out_features
+    zeros = [torch.zeros(n_inputs, size, dtype=torch.float64) for size in (n_inputs, n_outputs) * 3]
+    gram, cross, early_gram, early_cross, held_gram, held_cross = zeros
+    held_squares = torch.zeros((), dtype=torch.float64)
+    rows = held_rows = 0
     per_window = (1 if last_token else member.n_tokens) * member.n_series * n_inputs  # (T or 1, C, T*P) of one
     batch_size = max(1, BATCH_ELEMENTS // per_window)
+
+    def rows_of(index: torch.Tensor, last: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        if not len(index):
+            return torch.zeros(0, n_inputs, dtype=torch.float64), torch.zeros(0, n_outputs, dtype=torch.float64)
+        batch = windows.take(index)
+        split = batch.split(windows.context_len)
+        window = batch.target[:, offset:]  # (B, L_member + H, C): the member's context and the horizon
+        observed = None if batch.observed is None else member.token_targets(batch.observed[:, offset:])
+        context_observed = None if split.context_observed is None else split.context_observed[:, offset:]
+        inputs, targets = member.skip_rows(
+            split.context[:, offset:], context_observed, member.token_targets(window), observed, last
+        )
+        return inputs.double(), targets.double()  # float64: smooth contexts make it ill-conditioned
+
     with torch.no_grad():
         for first in range(0, len(order), batch_size):
-            batch = windows.take(order[first : first + batch_size])
-            split = batch.split(windows.context_len)
-            window = batch.target[:, offset:]  # (B, L_member + H, C): the member's context and the horizon
-            observed = None if batch.observed is None else member.token_targets(batch.observed[:, offset:])
-            context_observed = None if split.context_observed is None else split.context_observed[:, offset:]
-            inputs, targets = member.skip_rows(
-                split.context[:, offset:], context_observed, member.token_targets(window), observed, last_token
-            )
-            inputs, targets = inputs.double(), targets.double()  # float64: smooth contexts make it ill-conditioned
-            gram += inputs.T @ inputs  # (T*P, T*P)
-            cross += inputs.T @ targets  # (T*P, H)
-            rows += len(inputs)
+            index = order[first : first + batch_size]
+            early_part, held_part = index[early[index]], index[held[index]]
+            for part in (early_part, index[~early[index] & ~held[index]], held_part):
+                inputs, targets = rows_of(part, last_token)
+                gram += inputs.T @ inputs  # (T*P, T*P)
+                cross += inputs.T @ targets  # (T*P, H)
+                rows += len(inputs)
+                if part is early_part:
+                    early_gram += inputs.T @ inputs
+                    early_cross += inputs.T @ targets
+            if not last_token:  # the held windows' forecast rows: the last token's (else the rows just summed)
+                inputs, targets = rows_of(held_part, last=True)
+            held_gram += inputs.T @ inputs
+            held_cross += inputs.T @ targets
+            held_squares += (targets**2).sum()
+            held_rows += len(inputs)
             if rows >= MAX_ROWS:
                 break
-    ridge = RIDGE * gram.diagonal().mean().clamp(min=1e-12)
-    solution = torch.linalg.solve(gram + ridge * torch.eye(n_inputs, dtype=torch.float64), cross)  # (T*P, H)
-    with torch.no_grad():
-        skip.weight.copy_(solution.T.to(skip.weight.dtype))
-        skip.bias.zero_()
+    return Equations(gram, cross, early_gram, early_cross, held_gram, held_cross, held_squares, held_rows)
