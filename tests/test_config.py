@@ -52,6 +52,8 @@ def test_overrides_are_typed():
         ("train.interval_calibration=refit", "train.interval_calibration: the calibration model was removed"),
         ("train.least_squares_start=false", "train.least_squares_start: the least-squares start is now the linear"),
         ("data.fill=mean", "data.fill must be one of"),
+        ("train.linear_rows=first_token", "train.linear_rows must be one of auto, every_token, last_token"),
+        ("train.linear_ridge=0", r"train.linear_ridge must be positive \(or auto: chosen on the training windows\)"),
         ("data.split_ratios=[0.8, 0.2, 0.2]", "sum to at most 1"),
         ("model.patch_len=1000", "must not exceed model.context_len"),
     ],

@@ -393,7 +393,7 @@ class TrainConfig:
         )
         _require(
             self.linear_ridge is None or self.linear_ridge > 0,
-            f"train.linear_ridge must be positive (or unset: chosen on validation), got {self.linear_ridge}",
+            f"train.linear_ridge must be positive (or auto: chosen on the training windows), got {self.linear_ridge}",
         )
         _require(self.device in ("cpu", "cuda", "auto"), f"train.device must be cpu, cuda or auto, got {self.device!r}")
 
