@@ -9,6 +9,11 @@ seventh of the trained model's validation error, and on ETTh1 it wins validation
 the fallback (`tsformer.fallback`) weighs it per series and column on validation like any other, and the final
 fit (`tsformer.final`) fits it again on every row.
 
+Its ridge is its own in-sample choice, as ETS picks its form (`choose_ridge`): each series' last fifth of the
+training windows forecast by a fit of the earlier ones, all from sums of one pass over the windows
+(`Equations`). Chosen on validation instead, twelve variants of one candidate won the very windows that then
+weigh it against the others more often than they deserved (benchmarks/NOTES.md, session 41).
+
 It is a model of the same context, patches and tokens without the Transformer (`model.transformer` false), so
 forecasting it costs the skip alone; its future skip and learned cycle stay at zero. It reads the windows it is
 given (the training split's), nothing else: `tsformer check` (linear/rows) proves it.
