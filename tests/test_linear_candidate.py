@@ -269,10 +269,12 @@ def test_auto_keeps_the_rows_scoring_lower_on_validation_each_with_the_ridge_its
     targets = ValidationTargets.of_windows(val, windows)
     scores = {}
     for rows in linear_candidate.ROWS:
-        equations = linear_candidate.normal_equations(predictor.model, train, 0, rows)
-        ridge, held = linear_candidate.choose_ridge(equations)
-        assert held[ridge] == min(held.values()) and set(held) == set(LINEAR_RIDGES)
-        linear = linear_candidate.fit(predictor.model, train, 0, rows, ridge)
+        seed = predictor.config.train.seed
+        ridge, held = linear_candidate.choose_ridge(
+            linear_candidate.normal_equations(predictor.model, train, seed, rows)
+        )
+        assert set(held) == set(LINEAR_RIDGES) and max(held.values()) > min(held.values())
+        linear = linear_candidate.fit(predictor.model, train, seed, rows, ridge)
         scores[rows] = targets.score(torch.cat(list(linear.predict_batches(windows.context, windows.context_observed))))
         if rows == chosen[0]:
             assert ridge == chosen[1]
@@ -288,13 +290,17 @@ def test_the_ridge_is_scored_on_each_series_last_fifth_by_a_fit_of_windows_whose
     windows = data.split_windows("train")
     torch.manual_seed(0)
     model = build_forecaster(data.config.model, data.layout, "mse")
+    for stride in (1, 3):  # strided windows (train.train_stride): the last fifth of those there are
+        strided = windows.every(stride)
+        early, held = linear_candidate._early_and_held(strided)
+        series = strided.series()
+        for k in range(12):
+            starts = strided.starts[series == k]
+            n_held = int(np.ceil(0.2 * len(starts)))
+            assert held[series == k].sum() == n_held and starts[held[series == k]].min() == starts[-n_held]
+            assert starts[early[series == k]].max() + windows.horizon <= starts[held[series == k]].min()
+            assert starts[early[series == k]].max() + windows.horizon + stride > starts[held[series == k]].min()
     early, held = linear_candidate._early_and_held(windows)
-    series = windows.series()
-    for k in range(12):
-        starts = windows.starts[series == k]
-        n_held = int(np.ceil(0.2 * len(starts)))
-        assert held[series == k].sum() == n_held  # each series' last fifth
-        assert starts[early[series == k]].max() + windows.horizon <= starts[held[series == k]].min()
     equations = linear_candidate.normal_equations(model, windows, 0, "every_token")
     torch.testing.assert_close(
         equations[0].early_gram
@@ -318,7 +324,7 @@ def test_the_ridge_is_scored_on_each_series_last_fifth_by_a_fit_of_windows_whose
     assert linear_candidate.held_mse(equations[0], 0.1) == pytest.approx(by_hand, rel=1e-6)
 
 
-def test_the_final_fit_and_the_run_folder_keep_the_rows_and_ridge_validation_chose(tmp_path):
+def test_the_final_fit_and_the_run_folder_keep_the_chosen_rows_and_ridge(tmp_path):
     cfg = tiny_config(context_len=48, horizon=4, patch_len=12)
     cfg = dataclasses.replace(
         cfg,

@@ -55,6 +55,8 @@ class LinearFit:
     rows: str  # one of linear_candidate.ROWS
     ridge: float
     scores: dict[str, float]  # rows -> the validation score of the fit on them; {} where train.linear_rows was given
+    # ridge -> its MSE on the held training windows (`linear_candidate.choose_ridge`); {} where it was not chosen so
+    ridge_scores: dict[float, float]
 
 
 def fit_linear(cfg: Config, data: Prepared, model: ForecasterBase) -> LinearFit | None:
@@ -73,9 +75,10 @@ def fit_linear(cfg: Config, data: Prepared, model: ForecasterBase) -> LinearFit 
     train_windows = data.split_windows("train", train.train_stride)
     fits = {}
     for rows in linear_candidate.ROWS if train.linear_rows == "auto" else (train.linear_rows,):
-        equations = linear_candidate.normal_equations(model, train_windows, train.seed, rows)
-        ridge = train.linear_ridge or linear_candidate.choose_ridge(equations)[0]
-        fits[rows] = LinearFit(linear_candidate.solve(model, equations, ridge), rows, ridge, {})
+        choosing = train.linear_ridge is None
+        equations = linear_candidate.normal_equations(model, train_windows, train.seed, rows, choosing)
+        ridge, ridge_scores = linear_candidate.choose_ridge(equations) if choosing else (train.linear_ridge, {})
+        fits[rows] = LinearFit(linear_candidate.solve(model, equations, ridge), rows, ridge, {}, ridge_scores)
     if len(fits) == 1:
         return next(iter(fits.values()))
     val = data.split_windows("val")

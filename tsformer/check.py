@@ -86,22 +86,32 @@ def check_choices(predictor: Predictor, data: Prepared | None) -> CheckResult:
 
 def check_linear(predictor: Predictor, data: Prepared | None) -> CheckResult:
     """The linear candidate (`tsformer.model.linear_candidate`) read each series' training rows alone: fitted
-    again after every later row is redrawn as noise, it is the one the run holds."""
+    again after every later row is redrawn as noise, it is the one the run holds, and an automatic ridge chosen
+    again so is the one chosen on the data, with the same scores on the held training windows."""
     if predictor.linear is None:
         return CheckResult("linear/rows", True, 0.0, "no linear candidate (train.candidates, or a quantile head)")
     if data is None:
         return CheckResult("linear/rows", True, 0.0, "data checks skipped: the linear candidate cannot be fitted again")
     train = predictor.config.train
-    windows = _redrawn_after(data, data.borders.train_end).split_windows("train", train.train_stride)
+    redrawn = _redrawn_after(data, data.borders.train_end)
+    windows = redrawn.split_windows("train", train.train_stride)
     fitted = linear_candidate.fit(predictor.model, windows, train.seed, train.linear_rows, train.linear_ridge)
     refitted = linear_candidate.skips(fitted)
     held = linear_candidate.skips(predictor.linear)
     change = max(float((a - b).abs().max()) for a, b in zip(held, refitted, strict=True))
+    auto = dataclasses.replace(predictor.config, train=dataclasses.replace(train, linear_ridge=None))
+    on_data, again = fit_linear(auto, data, predictor.model), fit_linear(auto, redrawn, predictor.model)
+    scores = on_data.ridge_scores
+    if set(scores) != set(again.ridge_scores) or on_data.ridge != again.ridge:  # another choice: a leak
+        change = max(change, abs(on_data.ridge - again.ridge), 1.0)
+    else:
+        change = max([change, *(abs(scores[r] - again.ridge_scores[r]) for r in scores)])
     return CheckResult(
         "linear/rows",
         change == 0.0,
         change,
-        "the linear candidate fitted again with every row after the training rows redrawn, against the run's",
+        "the linear candidate fitted again, and its ridge chosen again, with every row after the training rows "
+        "redrawn, against the run's",
     )
 
 

@@ -377,7 +377,11 @@ def _linear_candidate(
     read = linear_candidate.ROWS_READ
     line = f"linear candidate: the model's context skip alone, fitted by least squares on {read[fitted.rows]} of the "
     line += f"training windows with ridge {fitted.ridge:g}"
-    notes = ["chosen on each series' last fifth of them"] if cfg.train.linear_ridge is None else []
+    notes = []
+    if fitted.ridge_scores:
+        notes.append("chosen on each series' last fifth of them")
+    elif cfg.train.linear_ridge is None:
+        notes.append("too few training windows to choose one on")
     if fitted.scores:
         other = next(rows for rows in fitted.scores if rows != fitted.rows)
         notes.append(

@@ -78,7 +78,7 @@ def fit(
     """The linear candidate of `model` fitted on `windows` (at most MAX_ROWS rows of them, the windows drawn in an
     order fixed by `seed`), on the CPU, on the `rows` of each (ROWS), with `ridge` (relative to the Gram matrix's
     mean diagonal); `model` itself is only read for its configuration and layout."""
-    return solve(model, normal_equations(model, windows, seed, rows), ridge)
+    return solve(model, normal_equations(model, windows, seed, rows, choosing=False), ridge)
 
 
 @dataclass(frozen=True)
@@ -98,15 +98,17 @@ class Equations:
     held_rows: int
 
 
-def normal_equations(model: ForecasterBase, windows: WindowIndex, seed: int, rows: str) -> list[Equations]:
-    """Each member's sums over `windows` (as `fit` reads them), which every ridge's fit (`solve`) shares and which
-    choose the ridge (`choose_ridge`)."""
+def normal_equations(
+    model: ForecasterBase, windows: WindowIndex, seed: int, rows: str, choosing: bool = True
+) -> list[Equations]:
+    """Each member's sums over `windows` (as `fit` reads them), which every ridge's fit (`solve`) shares, and,
+    `choosing`, those that choose the ridge (`choose_ridge`; else left empty: no window early or held)."""
     if rows not in ROWS:
         raise ValueError(f"the linear candidate fits on one of {ROWS}, got {rows!r}")
     linear = shell(model.cfg, model.layout)
     offsets = linear.offsets if isinstance(linear, Ensemble) else [0]
     order = torch.randperm(len(windows), generator=torch.Generator().manual_seed(seed))
-    early, held = _early_and_held(windows)
+    early, held = _early_and_held(windows) if choosing else (torch.zeros(len(windows), dtype=torch.bool),) * 2
     return [
         _sums(member, windows, order, early, held, offset, rows == "last_token")
         for member, offset in zip(members_of(linear), offsets, strict=True)
@@ -127,7 +129,8 @@ def solve(model: ForecasterBase, equations: list[Equations], ridge: float) -> Fo
 
 def choose_ridge(equations: list[Equations]) -> tuple[float, dict[float, float]]:
     """The ridge among LINEAR_RIDGES whose fit on the early windows forecasts the held ones best (the members'
-    summed MSE there; the smaller ridge on a tie), and each ridge's MSE; RIDGE where no window is early or held."""
+    summed MSE there; the smaller ridge on a tie), and each ridge's MSE; RIDGE, and no MSE, where no window is
+    early or none is held (series shorter than about a horizon and a fifth)."""
     if any(sums.held_rows == 0 or not sums.early_gram.diagonal().any() for sums in equations):
         return RIDGE, {}
     scores = {ridge: sum(held_mse(sums, ridge) for sums in equations) for ridge in LINEAR_RIDGES}
@@ -175,11 +178,15 @@ def _early_and_held(windows: WindowIndex) -> tuple[torch.Tensor, torch.Tensor]:
     _, series = torch.unique(windows.floors, return_inverse=True)  # a series' first row names it
     n_series = int(series.max()) + 1 if len(series) else 0
     count = torch.bincount(series, minlength=n_series)
-    last = torch.zeros(n_series, dtype=torch.int64).scatter_reduce(
-        0, series, windows.starts, "amax", include_self=False
-    )
-    first_held = (last - torch.ceil(count * HELD_SHARE).long() + 1)[series]  # (n_windows,) its series' first held
-    return windows.starts + windows.horizon <= first_held, windows.starts >= first_held
+    by_series = torch.argsort(series * (int(windows.starts.max()) + 1 if len(series) else 1) + windows.starts)
+    rank = torch.empty_like(series)  # each window's place in its series, by start (strided windows counted as such)
+    rank[by_series] = torch.arange(len(series)) - (torch.cumsum(count, 0) - count)[series[by_series]]
+    n_held = torch.ceil(count * HELD_SHARE).long()[series]
+    is_held = rank >= count[series] - n_held
+    first_held = torch.full((n_series,), torch.iinfo(torch.int64).max).scatter_reduce(
+        0, series[is_held], windows.starts[is_held], "amin", include_self=True
+    )[series]  # (n_windows,) its series' first held start
+    return windows.starts + windows.horizon <= first_held, is_held
 
 
 def _sums(
@@ -217,21 +224,20 @@ def _sums(
     with torch.no_grad():
         for first in range(0, len(order), batch_size):
             index = order[first : first + batch_size]
-            early_part, held_part = index[early[index]], index[held[index]]
-            for part in (early_part, index[~early[index] & ~held[index]], held_part):
-                inputs, targets = rows_of(part, last_token)
-                gram += inputs.T @ inputs  # (T*P, T*P)
-                cross += inputs.T @ targets  # (T*P, H)
-                rows += len(inputs)
-                if part is early_part:
-                    early_gram += inputs.T @ inputs
-                    early_cross += inputs.T @ targets
-            if not last_token:  # the held windows' forecast rows: the last token's (else the rows just summed)
-                inputs, targets = rows_of(held_part, last=True)
-            held_gram += inputs.T @ inputs
-            held_cross += inputs.T @ targets
-            held_squares += (targets**2).sum()
-            held_rows += len(inputs)
+            inputs, targets = rows_of(index, last_token)
+            gram += inputs.T @ inputs  # (T*P, T*P)
+            cross += inputs.T @ targets  # (T*P, H)
+            rows += len(inputs)
+            if early[index].any():  # choosing the ridge: the early windows' rows again, on their own
+                inputs, targets = rows_of(index[early[index]], last_token)
+                early_gram += inputs.T @ inputs
+                early_cross += inputs.T @ targets
+            if held[index].any():  # and the held windows' forecast rows: the last token's
+                inputs, targets = rows_of(index[held[index]], last=True)
+                held_gram += inputs.T @ inputs
+                held_cross += inputs.T @ targets
+                held_squares += (targets**2).sum()
+                held_rows += len(inputs)
             if rows >= MAX_ROWS:
                 break
     return Equations(gram, cross, early_gram, early_cross, held_gram, held_cross, held_squares, held_rows)
