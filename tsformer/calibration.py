@@ -74,8 +74,8 @@ def fit_linear(cfg: Config, data: Prepared, model: ForecasterBase) -> LinearFit 
         return None
     train_windows = data.split_windows("train", train.train_stride)
     fits = {}
+    choosing = train.linear_ridge is None
     for rows in linear_candidate.ROWS if train.linear_rows == "auto" else (train.linear_rows,):
-        choosing = train.linear_ridge is None
         equations = linear_candidate.normal_equations(model, train_windows, train.seed, rows, choosing)
         ridge, ridge_scores = linear_candidate.choose_ridge(equations) if choosing else (train.linear_ridge, {})
         fits[rows] = LinearFit(linear_candidate.solve(model, equations, ridge), rows, ridge, {}, ridge_scores)

@@ -176,14 +176,14 @@ def _early_and_held(windows: WindowIndex) -> tuple[torch.Tensor, torch.Tensor]:
     """(n_windows,) bool each: the held windows, each series' last HELD_SHARE (at least one), and the early ones,
     whose targets all end before the first held window's (so no held target was fitted)."""
     _, series = torch.unique(windows.floors, return_inverse=True)  # a series' first row names it
-    n_series = int(series.max()) + 1 if len(series) else 0
-    count = torch.bincount(series, minlength=n_series)
-    by_series = torch.argsort(series * (int(windows.starts.max()) + 1 if len(series) else 1) + windows.starts)
+    count = torch.bincount(series)  # (n_series,)
+    by_start = torch.argsort(windows.starts, stable=True)
+    by_series = by_start[torch.argsort(series[by_start], stable=True)]  # by series, then start
     rank = torch.empty_like(series)  # each window's place in its series, by start (strided windows counted as such)
     rank[by_series] = torch.arange(len(series)) - (torch.cumsum(count, 0) - count)[series[by_series]]
     n_held = torch.ceil(count * HELD_SHARE).long()[series]
     is_held = rank >= count[series] - n_held
-    first_held = torch.full((n_series,), torch.iinfo(torch.int64).max).scatter_reduce(
+    first_held = torch.full_like(count, torch.iinfo(torch.int64).max).scatter_reduce(
         0, series[is_held], windows.starts[is_held], "amin", include_self=True
     )[series]  # (n_windows,) its series' first held start
     return windows.starts + windows.horizon <= first_held, is_held
@@ -209,8 +209,6 @@ def _sums(
     batch_size = max(1, BATCH_ELEMENTS // per_window)
 
     def rows_of(index: torch.Tensor, last: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        if not len(index):
-            return torch.zeros(0, n_inputs, dtype=torch.float64), torch.zeros(0, n_outputs, dtype=torch.float64)
         batch = windows.take(index)
         split = batch.split(windows.context_len)
         window = batch.target[:, offset:]  # (B, L_member + H, C): the member's context and the horizon
