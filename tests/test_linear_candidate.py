@@ -156,16 +156,37 @@ def choosing_on_test(original):
     return split_windows
 
 
+def holding_windows_a_horizon_later(original):
+    """A deliberate break of the ridge's choice alone: linear_candidate.normal_equations scoring the ridges on the
+    held windows moved a horizon later (the last ones' targets in the validation rows), the fit's sums as they were."""
+
+    def normal_equations(model, windows, seed, rows, choosing=True):
+        sums = original(model, windows, seed, rows, choosing)
+        if not choosing:
+            return sums
+        later = original(model, dataclasses.replace(windows, starts=windows.starts + windows.horizon), seed, rows)
+        held = ("held_gram", "held_cross", "held_squares", "held_rows")
+        return [dataclasses.replace(s, **{k: getattr(m, k) for k in held}) for s, m in zip(sums, later, strict=True)]
+
+    return normal_equations
+
+
 @pytest.mark.parametrize(
-    ("check", "leak"), [(check_linear, fitting_on_every_row), (check_linear_choice, choosing_on_test)]
+    ("check", "owner", "name", "leak"),
+    [
+        (check_linear, Prepared, "split_windows", fitting_on_every_row),
+        (check_linear, linear_candidate, "normal_equations", holding_windows_a_horizon_later),
+        (check_linear_choice, Prepared, "split_windows", choosing_on_test),
+    ],
 )
-def test_check_proves_the_linear_candidate_and_its_rows_read_nothing_later(monkeypatch, check, leak):
-    """linear/rows: fitted on the training rows alone; linear/choice: its rows chosen on the validation rows."""
+def test_check_proves_the_linear_candidate_and_its_rows_read_nothing_later(monkeypatch, check, owner, name, leak):
+    """linear/rows: fitted, and its ridge chosen, on the training rows alone; linear/choice: its rows chosen on
+    the validation rows."""
     predictor = fit(trends(), horizon=4, config=config(final_fit=False))
     data = predictor.read()
     result = check(predictor, data)
     assert result.passed and result.max_change == 0.0
-    monkeypatch.setattr(Prepared, "split_windows", leak(Prepared.split_windows))
+    monkeypatch.setattr(owner, name, leak(getattr(owner, name)))
     broken = check(predictor, data)
     assert not broken.passed and broken.max_change > 1e-3
 
