@@ -165,8 +165,7 @@ def holding_windows_a_horizon_later(original):
         if not choosing:
             return sums
         later = original(model, dataclasses.replace(windows, starts=windows.starts + windows.horizon), seed, rows)
-        held = ("held_gram", "held_cross", "held_squares", "held_rows")
-        return [dataclasses.replace(s, **{k: getattr(m, k) for k in held}) for s, m in zip(sums, later, strict=True)]
+        return dataclasses.replace(sums, held=later.held)
 
     return normal_equations
 
@@ -324,9 +323,9 @@ def test_the_ridge_is_scored_on_each_series_last_fifth_by_a_fit_of_windows_whose
     early, held = linear_candidate._early_and_held(windows)
     equations = linear_candidate.normal_equations(model, windows, 0, "every_token")
     torch.testing.assert_close(
-        equations[0].early_gram
-        + linear_candidate.normal_equations(model, windows.subset(~early), 0, "every_token")[0].gram,
-        equations[0].gram,
+        equations.members[0].early_gram
+        + linear_candidate.normal_equations(model, windows.subset(~early), 0, "every_token").members[0].gram,
+        equations.members[0].gram,
     )
     member = linear_candidate.shell(model.cfg, model.layout)
 
@@ -342,7 +341,39 @@ def test_the_ridge_is_scored_on_each_series_last_fifth_by_a_fit_of_windows_whose
     weights = np.linalg.solve(a.T @ a + ridge * np.eye(a.shape[1]), a.T @ b)  # the early fit, by hand
     a_held, b_held = rows_of(held, True)  # what the held windows' forecasts read
     by_hand = ((a_held @ weights - b_held) ** 2).mean()
-    assert linear_candidate.held_mse(equations[0], 0.1) == pytest.approx(by_hand, rel=1e-6)
+    assert linear_candidate.held_mse(equations, 0.1) == pytest.approx(by_hand, rel=1e-6)
+
+
+def test_an_ensembles_ridge_is_scored_on_its_members_mean_forecast_of_the_held_windows():
+    """Members reading 8 and 4 steps: the held MSE is that of the mean of the members' forecasts, each member fitted
+    on the early windows by hand (not the members' own MSEs summed)."""
+    cfg = config()
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, members=2, member_contexts=(8, 4)))
+    data = training_data(cfg, trends())
+    windows = data.split_windows("train")
+    torch.manual_seed(0)
+    model = build_forecaster(data.config.model, data.layout, "mse")
+    early, held = linear_candidate._early_and_held(windows)
+    equations = linear_candidate.normal_equations(model, windows, 0, "last_token")
+    linear = linear_candidate.shell(model.cfg, model.layout)
+
+    def rows_of(member, offset, index):
+        batch = windows.take(torch.nonzero(index).flatten())
+        split = batch.split(windows.context_len)
+        targets = member.token_targets(batch.target[:, offset:])  # every target observed
+        padded = split.context_observed  # the earliest contexts are padded (a mask), the later ones not (None)
+        observed = None if padded is None else padded[:, offset:]
+        inputs, rows = member.skip_rows(split.context[:, offset:], observed, targets, None, last_token=True)
+        return inputs.double().numpy(), rows.double().numpy()
+
+    forecasts = []
+    for member, offset in zip(linear.members, (0, 4), strict=True):
+        a, b = rows_of(member, offset, early)
+        weights = np.linalg.solve(a.T @ a + 0.1 * np.diag(a.T @ a).mean() * np.eye(a.shape[1]), a.T @ b)
+        a_held, b_held = rows_of(member, offset, held)
+        forecasts.append(a_held @ weights - b_held)  # the member's forecast less the target, row by row
+    by_hand = (np.mean(forecasts, axis=0) ** 2).mean()
+    assert linear_candidate.held_mse(equations, 0.1) == pytest.approx(by_hand, rel=1e-6)
 
 
 def test_the_final_fit_and_the_run_folder_keep_the_chosen_rows_and_ridge(tmp_path):

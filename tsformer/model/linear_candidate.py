@@ -82,44 +82,67 @@ def fit(
 
 
 @dataclass(frozen=True)
-class Equations:
+class MemberSums:
     """One member's least-squares sums over the windows it was given, in float64: the Gram matrix (T*P, T*P) and
-    cross products (T*P, H) of every window's rows, and of the early windows' only; and over the held windows
-    (each series' last HELD_SHARE), the forecast rows' (the last token's) Gram matrix, cross products, sum of
-    squared targets and count, which score a fit of the early rows (`held_mse`)."""
+    cross products (T*P, H) of every window's rows, and of the early windows' only (each series' windows whose
+    targets end before its held ones)."""
 
     gram: torch.Tensor
     cross: torch.Tensor
     early_gram: torch.Tensor
     early_cross: torch.Tensor
-    held_gram: torch.Tensor
-    held_cross: torch.Tensor
-    held_squares: torch.Tensor  # () the held rows' sum of squared targets
-    held_rows: int
+
+
+@dataclass(frozen=True)
+class Held:
+    """The held windows' (each series' last HELD_SHARE) forecast rows, the last token's, with every member's inputs
+    side by side: their Gram matrix (S, S) and cross products with the members' mean target (S, H), S the members'
+    T*P summed, that target's sum of squares and the row count. The candidate forecasts the members' mean, whose
+    error is the concatenated inputs times the members' weights over M less the mean target, so these score it
+    (`held_mse`); with one member they are its own rows' sums."""
+
+    gram: torch.Tensor
+    cross: torch.Tensor
+    squares: torch.Tensor  # () the mean target's sum of squares
+    rows: int
+
+
+@dataclass(frozen=True)
+class Equations:
+    """What every ridge's fit (`solve`) and its choice (`choose_ridge`) share: each member's sums, and the held
+    windows' (None where the ridge is not chosen, or no window is early or none held)."""
+
+    members: list[MemberSums]
+    held: Held | None
 
 
 def normal_equations(
     model: ForecasterBase, windows: WindowIndex, seed: int, rows: str, choosing: bool = True
-) -> list[Equations]:
+) -> Equations:
     """Each member's sums over `windows` (as `fit` reads them), which every ridge's fit (`solve`) shares, and,
-    `choosing`, those that choose the ridge (`choose_ridge`; else left empty: no window early or held)."""
+    `choosing`, those that choose the ridge (`choose_ridge`: the early windows' in each member's, the held ones')."""
     if rows not in ROWS:
         raise ValueError(f"the linear candidate fits on one of {ROWS}, got {rows!r}")
     linear = shell(model.cfg, model.layout)
     offsets = linear.offsets if isinstance(linear, Ensemble) else [0]
+    members = members_of(linear)
     order = torch.randperm(len(windows), generator=torch.Generator().manual_seed(seed))
     early, held = _early_and_held(windows) if choosing else (torch.zeros(len(windows), dtype=torch.bool),) * 2
-    return [
-        _sums(member, windows, order, early, held, offset, rows == "last_token")
-        for member, offset in zip(members_of(linear), offsets, strict=True)
+    sums = [
+        _sums(member, windows, order, early, offset, rows == "last_token")
+        for member, offset in zip(members, offsets, strict=True)
     ]
+    held_sums = None
+    if held.any() and all(member.early_gram.diagonal().any() for member in sums):
+        held_sums = _held_sums(members, offsets, windows.subset(held))
+    return Equations(sums, held_sums if held_sums is not None and held_sums.rows else None)
 
 
-def solve(model: ForecasterBase, equations: list[Equations], ridge: float) -> ForecasterBase:
+def solve(model: ForecasterBase, equations: Equations, ridge: float) -> ForecasterBase:
     """The linear candidate of `model` whose members' skips solve their `equations` over every window with
     `ridge` added to the Gram matrix's diagonal, relative to its mean."""
     linear = shell(model.cfg, model.layout)
-    for member, sums in zip(members_of(linear), equations, strict=True):
+    for member, sums in zip(members_of(linear), equations.members, strict=True):
         skip = member.context_skip.linear
         with torch.no_grad():
             skip.weight.copy_(_solution(sums.gram, sums.cross, ridge).T.to(skip.weight.dtype))
@@ -127,22 +150,25 @@ def solve(model: ForecasterBase, equations: list[Equations], ridge: float) -> Fo
     return linear
 
 
-def choose_ridge(equations: list[Equations]) -> tuple[float, dict[float, float]]:
-    """The ridge among LINEAR_RIDGES whose fit on the early windows forecasts the held ones best (the members'
-    summed MSE there; the smaller ridge on a tie), and each ridge's MSE; RIDGE, and no MSE, where no window is
-    early or none is held (series shorter than about a horizon and a fifth)."""
-    if any(sums.held_rows == 0 or not sums.early_gram.diagonal().any() for sums in equations):
+def choose_ridge(equations: Equations) -> tuple[float, dict[float, float]]:
+    """The ridge among LINEAR_RIDGES whose fit on the early windows forecasts the held ones best (the MSE of the
+    members' mean forecast there; the smaller ridge on a tie), and each ridge's MSE; RIDGE, and no MSE, where no
+    window is early or none is held (series shorter than about a horizon and a fifth)."""
+    if equations.held is None:
         return RIDGE, {}
-    scores = {ridge: sum(held_mse(sums, ridge) for sums in equations) for ridge in LINEAR_RIDGES}
+    scores = {ridge: held_mse(equations, ridge) for ridge in LINEAR_RIDGES}
     return min(LINEAR_RIDGES, key=scores.__getitem__), scores
 
 
-def held_mse(sums: Equations, ridge: float) -> float:
-    """The MSE on the held windows' forecast rows of the fit of the early ones with `ridge`: from the sums alone,
-    |Aw - b|^2 = tr(w'(A'A)w) - 2 tr(w'(A'b)) + |b|^2."""
-    weights = _solution(sums.early_gram, sums.early_cross, ridge)  # (T*P, H)
-    squared = (weights * (sums.held_gram @ weights)).sum() - 2 * (weights * sums.held_cross).sum() + sums.held_squares
-    return float(squared) / (sums.held_rows * weights.shape[1])
+def held_mse(equations: Equations, ridge: float) -> float:
+    """The MSE on the held windows' forecast rows of the members' mean forecast, each member fitted on the early
+    windows with `ridge`: from the sums alone, |Aw - b|^2 = tr(w'(A'A)w) - 2 tr(w'(A'b)) + |b|^2, A the members'
+    inputs side by side and w their weights stacked over M."""
+    held = equations.held
+    weights = torch.cat([_solution(m.early_gram, m.early_cross, ridge) for m in equations.members])  # (S, H)
+    weights = weights / len(equations.members)
+    squared = (weights * (held.gram @ weights)).sum() - 2 * (weights * held.cross).sum() + held.squares
+    return float(squared) / (held.rows * weights.shape[1])
 
 
 def skips(linear: ForecasterBase) -> list[torch.Tensor]:
@@ -190,52 +216,65 @@ def _early_and_held(windows: WindowIndex) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _sums(
-    member: Forecaster,
-    windows: WindowIndex,
-    order: torch.Tensor,
-    early: torch.Tensor,
-    held: torch.Tensor,
-    offset: int,
-    last_token: bool,
-) -> Equations:
-    """The member's sums (`Equations`) over the windows in `order` (the member reads the context from step
+    member: Forecaster, windows: WindowIndex, order: torch.Tensor, early: torch.Tensor, offset: int, last_token: bool
+) -> MemberSums:
+    """The member's sums (`MemberSums`) over the windows in `order` (the member reads the context from step
     `offset`), on every token's rows or the last token's, up to MAX_ROWS rows."""
     n_inputs, n_outputs = member.context_skip.linear.in_features, member.context_skip.linear.out_features
-    zeros = [torch.zeros(n_inputs, size, dtype=torch.float64) for size in (n_inputs, n_outputs) * 3]
-    gram, cross, early_gram, early_cross, held_gram, held_cross = zeros
-    held_squares = torch.zeros((), dtype=torch.float64)
-    rows = held_rows = 0
+    gram, cross, early_gram, early_cross = (
+        torch.zeros(n_inputs, size, dtype=torch.float64) for size in (n_inputs, n_outputs) * 2
+    )
+    rows = 0
     per_window = (1 if last_token else member.n_tokens) * member.n_series * n_inputs  # (T or 1, C, T*P) of one
     batch_size = max(1, BATCH_ELEMENTS // per_window)
-
-    def rows_of(index: torch.Tensor, last: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        batch = windows.take(index)
-        split = batch.split(windows.context_len)
-        window = batch.target[:, offset:]  # (B, L_member + H, C): the member's context and the horizon
-        observed = None if batch.observed is None else member.token_targets(batch.observed[:, offset:])
-        context_observed = None if split.context_observed is None else split.context_observed[:, offset:]
-        inputs, targets = member.skip_rows(
-            split.context[:, offset:], context_observed, member.token_targets(window), observed, last
-        )
-        return inputs.double(), targets.double()  # float64: smooth contexts make it ill-conditioned
-
     with torch.no_grad():
         for first in range(0, len(order), batch_size):
             index = order[first : first + batch_size]
-            inputs, targets = rows_of(index, last_token)
+            inputs, targets = _rows(member, windows, index, offset, last_token)
             gram += inputs.T @ inputs  # (T*P, T*P)
             cross += inputs.T @ targets  # (T*P, H)
             rows += len(inputs)
             if early[index].any():  # choosing the ridge: the early windows' rows again, on their own
-                inputs, targets = rows_of(index[early[index]], last_token)
+                inputs, targets = _rows(member, windows, index[early[index]], offset, last_token)
                 early_gram += inputs.T @ inputs
                 early_cross += inputs.T @ targets
-            if held[index].any():  # and the held windows' forecast rows: the last token's
-                inputs, targets = rows_of(index[held[index]], last=True)
-                held_gram += inputs.T @ inputs
-                held_cross += inputs.T @ targets
-                held_squares += (targets**2).sum()
-                held_rows += len(inputs)
             if rows >= MAX_ROWS:
                 break
-    return Equations(gram, cross, early_gram, early_cross, held_gram, held_cross, held_squares, held_rows)
+    return MemberSums(gram, cross, early_gram, early_cross)
+
+
+def _held_sums(members: list[Forecaster], offsets: list[int], held: WindowIndex) -> Held:
+    """The held windows' sums (`Held`): each member's last-token rows of the same windows, side by side."""
+    width = sum(member.context_skip.linear.in_features for member in members)
+    n_outputs = members[0].context_skip.linear.out_features
+    gram, cross = torch.zeros(width, width, dtype=torch.float64), torch.zeros(width, n_outputs, dtype=torch.float64)
+    squares, rows = torch.zeros((), dtype=torch.float64), 0
+    batch_size = max(1, BATCH_ELEMENTS // (members[0].n_series * width))
+    with torch.no_grad():
+        for first in range(0, len(held), batch_size):
+            index = torch.arange(first, min(first + batch_size, len(held)))
+            each = [_rows(member, held, index, offset, True) for member, offset in zip(members, offsets, strict=True)]
+            inputs = torch.cat([inputs for inputs, _ in each], dim=1)  # (R, S): a row's every member side by side
+            target = torch.stack([targets for _, targets in each]).mean(0)  # (R, H): each less its member's mean
+            gram += inputs.T @ inputs
+            cross += inputs.T @ target
+            squares += (target**2).sum()
+            rows += len(inputs)
+    return Held(gram, cross, squares, rows)
+
+
+def _rows(
+    member: Forecaster, windows: WindowIndex, index: torch.Tensor, offset: int, last_token: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The member's least-squares rows (`Forecaster.skip_rows`) of the windows at `index`, in float64 (smooth
+    contexts make the equations ill-conditioned): inputs (R, T*P) and targets (R, H). Every member keeps the same
+    rows of the last token (a real last step, every target observed: the steps all members end on)."""
+    batch = windows.take(index)
+    split = batch.split(windows.context_len)
+    window = batch.target[:, offset:]  # (B, L_member + H, C): the member's context and the horizon
+    observed = None if batch.observed is None else member.token_targets(batch.observed[:, offset:])
+    context_observed = None if split.context_observed is None else split.context_observed[:, offset:]
+    inputs, targets = member.skip_rows(
+        split.context[:, offset:], context_observed, member.token_targets(window), observed, last_token
+    )
+    return inputs.double(), targets.double()
