@@ -132,10 +132,9 @@ def normal_equations(
         _sums(member, windows, order, early, offset, rows == "last_token")
         for member, offset in zip(members, offsets, strict=True)
     ]
-    held_sums = None
-    if held.any() and all(member.early_gram.diagonal().any() for member in sums):
-        held_sums = _held_sums(members, offsets, windows.subset(held))
-    return Equations(sums, held_sums if held_sums is not None and held_sums.rows else None)
+    chooses = held.any() and all(member.early_gram.diagonal().any() for member in sums)
+    held_sums = _held_sums(members, offsets, windows.subset(held)) if chooses else None
+    return Equations(sums, held_sums if held_sums and held_sums.rows else None)  # no row kept: nothing scores
 
 
 def solve(model: ForecasterBase, equations: Equations, ridge: float) -> ForecasterBase:
