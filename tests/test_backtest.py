@@ -186,3 +186,26 @@ def test_rows_appended_after_the_last_origin_leave_every_refit_fold_as_it_was(tm
         assert int(a.borders.val_end[0] - a.borders.train_end[0]) == round(origin * 0.1 / 0.8)
         for x, y in zip(a.model.parameters(), b.model.parameters(), strict=True):
             assert torch.equal(x, y)
+
+
+def test_a_run_whose_candidates_leave_out_the_baselines_is_still_scored_against_them(tmp_path):
+    """--candidates drift: repeat-last and seasonal naive cannot ship, yet evaluate and backtest score the model
+    beside them, as the same forecasts of an unrestricted run, and the fallback never weighs them."""
+    import dataclasses
+
+    from tsformer.backtest import format_summary
+    from tsformer.runs import evaluate_run
+
+    csv = write_csv(tmp_path / "data.csv", make_frame(n_rows=240))
+    cfg = tiny_config(csv)
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, candidates=("drift",)))
+    train(cfg, tmp_path / "run", show_progress=False)
+    predictor = load_predictor(tmp_path / "run" / "model.pt")
+    assert set(predictor.fallback.names) <= {"model", "drift"}
+    scores = evaluate_run(tmp_path / "run", write=False).scores
+    assert {"model", "repeat_last", "seasonal_naive", "drift"} <= set(scores)
+    result = backtest_run(tmp_path / "run", windows=3, step=1)
+    assert {"repeat_last", "seasonal_naive"} <= set(result.forecasts.columns)
+    assert {"repeat_last", "seasonal_naive"} <= set(result.summary["forecaster"])
+    rows = format_summary(result).splitlines()[1:]
+    assert len(rows) == 4 and rows[-1].startswith("all")  # three origins, then overall

@@ -27,8 +27,8 @@ def test_every_forecaster_reads_only_rows_before_its_origin(predictor):
 def test_a_candidate_reading_the_next_row_is_caught(predictor, monkeypatch):
     original = Predictor.forecasters
 
-    def peeking(self, windows, floor=None, model_outputs=None):  # a deliberate break: repeat-last reads the next step
-        each, quantiles = original(self, windows, floor, model_outputs)
+    def peeking(self, windows, floor=None, model_outputs=None, reference=False):  # a deliberate break: repeat-last
+        each, quantiles = original(self, windows, floor, model_outputs, reference)  # reads the next step
         shifted = torch.cat([windows.context[:, 1:], windows.target[:, :1]], dim=1)
         each["repeat_last"] = candidate_forecasts(shifted, None, self.horizon, self.season)["repeat_last"]
         return each, quantiles

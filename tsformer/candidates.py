@@ -37,6 +37,9 @@ CANDIDATES = CANDIDATE_NAMES  # in order of preference on a tie; the config chec
 FITTED = ("linear",)  # fitted on the training windows, held by the predictor (where its model has a context skip)
 # every run has these (the weekly ones where they apply)
 BUILT_IN = tuple(name for name in CANDIDATES if name not in (*CLASSICAL, *FITTED))
+# what evaluate and backtest score every shipped forecast against, candidates or not (--candidates limits only
+# what may ship)
+REFERENCE = ("repeat_last", "seasonal_naive")
 WEEKLY = ("weekly_naive", "weekly_drift")  # only where the context reaches a week back, below a day
 SEASONAL = ("seasonal_naive", "seasonal_drift")  # repeat-last and drift again where the season is 1 (`repeats`)
 LABELS = {

@@ -268,8 +268,10 @@ def check_forecasters(predictor: Predictor, data: Prepared | None) -> CheckResul
     redrawn = picked.target.clone()
     redrawn[:, context_len:] = 1e3 * torch.randn(redrawn[:, context_len:].shape, generator=generator)
     floor = predictor.floors(probed.series())
-    before, _ = predictor.forecasters(picked.split(context_len), floor)
-    after, _ = predictor.forecasters(dataclasses.replace(picked, target=redrawn).split(context_len), floor)
+    before, _ = predictor.forecasters(picked.split(context_len), floor, reference=True)
+    after, _ = predictor.forecasters(
+        dataclasses.replace(picked, target=redrawn).split(context_len), floor, reference=True
+    )
     change = {name: float((after[name] - before[name]).abs().max()) for name in before}
     worst = max(change.values())
     moved = [name for name, value in change.items() if value > 0]

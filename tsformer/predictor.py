@@ -24,7 +24,14 @@ import tsformer.backtest as backtests
 import tsformer.checkpoint as checkpoint
 import tsformer.evaluate as evaluation
 from tsformer import __version__
-from tsformer.candidates import CLASSICAL, candidate_forecasts, candidate_names, season_for, week_for
+from tsformer.candidates import (
+    CLASSICAL,
+    REFERENCE,
+    candidate_forecasts,
+    candidate_names,
+    season_for,
+    week_for,
+)
 from tsformer.check import check_predictor
 from tsformer.config import Config
 from tsformer.data import (
@@ -133,7 +140,7 @@ class Predictor:
         rows of `ids`)."""
         targets = self.window_targets(ids, window_scaler)
         floor = _floor(targets, self.config.data.floor)
-        return self.ship(self.forecasters(windows, floor), windows, ids, targets, floor)
+        return self.ship(self.forecasters(windows, floor, reference=True), windows, ids, targets, floor)
 
     def window_targets(self, ids: np.ndarray, window_scaler: Scaler | None = None) -> Scaler:
         """The target statistics of each window (N rows): `window_scaler`'s, or the run's scaler's rows of `ids`."""
@@ -149,10 +156,12 @@ class Predictor:
         windows: Split,
         floor: torch.Tensor | None = None,
         model_outputs: tuple[torch.Tensor, torch.Tensor | None] | None = None,
+        reference: bool = False,
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
         """Every forecaster's forecast (N, H, C) of the windows, the model's in one pass with its quantiles
         (N, H, C, Q) or None (`model_outputs`: those, when the model's were made already); none below `floor`
-        (N, 1, C), each window's (`floors`; None: no floor)."""
+        (N, 1, C), each window's (`floors`; None: no floor). `reference`: with the baselines evaluate and backtest
+        score against (candidates.REFERENCE) where train.candidates left them out, never weighed."""
         point, quantiles = self.model_outputs(windows) if model_outputs is None else model_outputs
         allowed = self.candidates
         classical = tuple(name for name in allowed if name in CLASSICAL)  # fit per window: only when used
@@ -161,7 +170,8 @@ class Predictor:
         )
         if "linear" in allowed:
             naive["linear"], _ = _outputs(self.linear, windows)
-        each = {"model": point, **{name: naive[name] for name in allowed}}
+        shown = allowed + tuple(name for name in REFERENCE if reference and name not in allowed)
+        each = {"model": point, **{name: naive[name] for name in shown}}
         if floor is None:
             return each, quantiles
         floored = None if quantiles is None else torch.maximum(quantiles, floor.unsqueeze(-1))
