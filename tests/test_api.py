@@ -96,6 +96,22 @@ def test_fit_predict_save_load_equals_the_cli_forecast_of_the_same_run(wide_fit,
     assert invoke("check", run, "--csv", csv).exit_code == 0  # a saved in-memory run is a run folder like any
 
 
+def test_save_refuses_a_folder_in_the_way_and_replaces_a_run_whole(wide_fit, tmp_path):
+    _, predictor = wide_fit
+    run = predictor.save(tmp_path / "run")
+    (run / "last.pt").write_bytes(b"an older run's resumable epoch")
+    with pytest.raises(ConfigError, match="already exists and is not empty"):
+        predictor.save(run)
+    assert (run / "last.pt").exists()  # refused: nothing touched
+    assert predictor.save(run, overwrite=True) == run
+    assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "model.pt"]  # no file of the old run left
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="not a tsformer run folder"):
+        predictor.save(tmp_path / "notes", overwrite=True)
+    assert (tmp_path / "notes" / "todo.txt").read_text() == "mine"
+
+
 def test_evaluate_backtest_and_check_return_dataframes(wide_fit):
     frame, predictor = wide_fit
     report = predictor.evaluate()

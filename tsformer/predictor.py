@@ -55,7 +55,7 @@ from tsformer.leakage import check_scaler
 from tsformer.model import ForecasterBase
 from tsformer.predict import forecast_after
 from tsformer.results import Forecasts, TrainSummary
-from tsformer.runfolder import resolve_checkpoint
+from tsformer.runfolder import claim, resolve_checkpoint
 
 
 @dataclass(frozen=True)
@@ -339,10 +339,18 @@ class Predictor:
         results = check_predictor(self, self.read(data))
         return pd.DataFrame([dataclasses.asdict(r) for r in results])
 
-    def save(self, path: str | Path) -> Path:
-        """Write the predictor into the run folder `path` (its model.pt and config.yaml) and return the path;
-        `tsformer.load(path)` reads it back."""
-        return checkpoint.save_run(self, Path(path))
+    def save(self, path: str | Path, overwrite: bool = False) -> Path:
+        """Write the predictor as the run folder `path` (its model.pt and config.yaml) and return the path;
+        `tsformer.load(path)` reads it back. A folder already there that is not empty is refused unless
+        `overwrite` and it is a run, which is then replaced whole (no file of the old run is left beside the new
+        one); the folder is written aside and moved into place, as training writes a run (`runfolder`)."""
+        folder = claim(Path(path), overwrite, resume=False)
+        try:
+            checkpoint.save_run(self, folder.path)
+            folder.publish()
+        finally:
+            folder.release()
+        return folder.final
 
     def _path(self) -> str:
         """The path of the data it was trained on, when it was trained on a file."""
