@@ -151,6 +151,10 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(series_csv, tmp_path, resto
     ), output
     assert 1 <= saved < 12
     assert not list(run.glob(".*.tmp")), "a temporary checkpoint was left behind"
+    for command in (["evaluate", str(run)], ["predict", str(run), str(series_csv)], ["check", str(run)]):
+        unfinished = _run_cli(command)  # the best epoch's bare model is refused, not shipped
+        assert unfinished.exit_code == 2, unfinished.output
+        assert f"run {run} is unfinished" in unfinished.output and f"--resume --out {run}" in unfinished.output
 
     resumed = _run_cli(["train", "--resume", "--out", str(run), "--quiet"])
     assert resumed.exit_code == 0, resumed.output

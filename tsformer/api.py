@@ -11,7 +11,7 @@ import pandas as pd
 from tsformer.config import Config, config_from_dict, load_config, seconds_of, with_data_path
 from tsformer.data.loader import SeriesFrame
 from tsformer.errors import ConfigError
-from tsformer.predictor import Predictor, load_predictor
+from tsformer.predictor import Predictor, load_finished
 
 Data = pd.DataFrame | str | Path
 
@@ -89,7 +89,7 @@ def fit(
 
 def load(path: str | Path) -> Predictor:
     """The Predictor saved in a run folder (`tsformer train --out`, `Predictor.save`) or a model.pt."""
-    return load_predictor(path)
+    return load_finished(path)
 
 
 def _config(config: Mapping[str, Any] | str | Path | Config | None) -> Config:

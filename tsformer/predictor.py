@@ -46,7 +46,7 @@ from tsformer.data import (
     scale_inputs,
 )
 from tsformer.data.prepare import data_fingerprint, require_non_negative, scale_season, series_difference
-from tsformer.errors import DataError
+from tsformer.errors import CheckpointError, DataError
 from tsformer.fallback import Weights, apply, chosen
 from tsformer.final import FinalFit, ends_early
 from tsformer.intervals import Calibration, adjust_quantiles, quantile_pairs
@@ -362,6 +362,20 @@ class Predictor:
 def load_predictor(path: str | Path) -> Predictor:
     """The Predictor in a run folder or a checkpoint file; any problem is a CheckpointError."""
     return Predictor(**checkpoint.read_predictor(resolve_checkpoint(path)))
+
+
+def load_finished(path: str | Path) -> Predictor:
+    """The Predictor of a finished run (`load_predictor`): a run whose training stopped before the end (a kill,
+    Ctrl-C, a closed pipe) holds only its best epoch's model, without the fallback, the intervals or the final
+    model, and is refused with how to finish it."""
+    predictor = load_predictor(path)
+    if predictor.summary is None:
+        folder = Path(path) if Path(path).is_dir() else Path(path).parent
+        raise CheckpointError(
+            f"run {folder} is unfinished: training stopped before the fallback, the intervals and the final model "
+            f"were made; finish it with: tsformer train --resume --out {folder}"
+        )
+    return predictor
 
 
 def load_train_state(path: str | Path) -> tuple[Predictor, dict]:

@@ -23,7 +23,7 @@ from tsformer.evaluate import EvalReport, evaluate, write_report
 from tsformer.files import check_output_path
 from tsformer.leakage import CheckResult
 from tsformer.predict import Forecast, forecast_after, write_forecast
-from tsformer.predictor import load_predictor
+from tsformer.predictor import load_finished
 from tsformer.runfolder import resolve_checkpoint
 from tsformer.train import resolve, train
 
@@ -32,7 +32,7 @@ def evaluate_run(run: str | Path, csv: str | Path | None = None, split: str = "t
     """Score a saved run on its CSV (or `csv`); for the test split write metrics.json and a PNG (and, for many
     series, metrics_by_series.csv) into the run folder. `split="val"` writes nothing."""
     path = resolve_checkpoint(run)
-    predictor = load_predictor(path)
+    predictor = load_finished(path)
     data = predictor.read(csv)
     report = evaluate(predictor, data, split)
     if write and split == "test":
@@ -51,7 +51,7 @@ def predict_run(
     """The forecast after a CSV's last rows with a saved run; with `out` and/or `plot`, the CSV and the PNG are
     written atomically, and only when both succeed."""
     _check_outputs(out, plot)
-    predictor = load_predictor(run)
+    predictor = load_finished(run)
     frame = predictor.read_frame(csv, static)
     forecast = forecast_after(predictor, frame, future)
     write_forecast(forecast, predictor, frame, out, plot)
@@ -70,7 +70,7 @@ def backtest_run(
     """`backtest` of a saved run on its CSV (or `csv`); with `out`/`plot`, write the long CSV and a plot of
     error by origin."""
     _check_outputs(out, plot)
-    predictor = load_predictor(run)
+    predictor = load_finished(run)
     result = backtest(predictor, predictor.read(csv), windows, step, start)
     write_backtest(result, out, plot)
     return result
@@ -164,7 +164,7 @@ def check_run(run: str | Path, csv: str | Path | None = None) -> tuple[list[Chec
 
     Returns the results and a note on what was skipped ("" when nothing was).
     """
-    predictor = load_predictor(run)
+    predictor = load_finished(run)
     path = Path(csv) if csv is not None else Path(predictor.config.data.path) if predictor.config.data.path else None
     if path is None or not path.is_file():
         where = f"{path} not found" if path is not None else "the run was trained on a DataFrame"
