@@ -300,6 +300,21 @@ def test_the_first_text_column_is_the_id_when_timestamps_repeat(tmp_path):
     np.testing.assert_allclose(frame.values[frame.rows_of(1), 0], 6.0 - 0.1 * np.arange(20))
 
 
+def test_ids_with_digits_are_text_and_numbers_written_with_marks_are_numbers(tmp_path):
+    """store, date, units: ids like S0 or SKU12 hold digits yet are a text column (the id), while a column of
+    numbers written with thousands separators or a percent sign stays numeric, so reading names what is wrong."""
+    rows = [(f"SKU{k}2", f"2024-01-{t + 1:02d}", 10.0 * k + t) for k in range(3) for t in range(20)]
+    csv = tmp_path / "sales.csv"
+    pd.DataFrame(rows, columns=["store", "date", "units"]).to_csv(csv, index=False)
+    frame = read_series(csv, DataConfig())
+    assert frame.id_cols == ("store",) and frame.keys == (("SKU02",), ("SKU12",), ("SKU22",))
+    assert frame.columns == ("units",) and frame.bounds.tolist() == [0, 20, 40, 60]
+    marked = pd.DataFrame({"date": pd.date_range("2024-01-01", periods=20).astype(str), "sold": ["1,234"] * 20})
+    marked.to_csv(tmp_path / "marked.csv", index=False)
+    with pytest.raises(DataError, match="sold"):
+        read_series(tmp_path / "marked.csv", DataConfig())
+
+
 def test_a_first_text_column_that_does_not_tell_rows_apart_is_no_id(tmp_path):
     """Only the first text column is tried (so later rows can refuse the file, never pick another column); where
     it repeats a (value, timestamp) pair the file is refused, with the flag that names the id."""

@@ -114,6 +114,10 @@ class SeriesFrame:
         return np.repeat(np.arange(self.n_ids), self.lengths)
 
 
+# how a number written as text starts: a sign or parenthesis, a currency sign, then a digit (or a decimal mark and one)
+NUMBER_START = r"\s*[-+(]?\s*[$€£¥]?\s*[-+]?[.,]?\d"
+
+
 def read_series(
     source: str | Path | pd.DataFrame,
     cfg: DataConfig,
@@ -374,13 +378,15 @@ def _pick_targets(
 
 
 def _is_numeric_like(column: pd.Series) -> bool:
-    """Numeric dtype, or text cells that mostly hold digits (then parsing will say what is wrong)."""
+    """Numeric dtype, or text cells that mostly start as numbers do ("1,234", "12 %", "$5", "(3)", "-.5": then
+    parsing says what is wrong); cells that start with a letter are text, digits or not ("H1", "SKU123", "S0":
+    series ids)."""
     if pd.api.types.is_bool_dtype(column):
         return False
     if pd.api.types.is_numeric_dtype(column):
         return True
     sample = column.dropna().astype(str).head(1000)
-    return bool(len(sample)) and sample.str.contains(r"\d").mean() > 0.5
+    return bool(len(sample)) and sample.str.match(NUMBER_START).mean() > 0.5
 
 
 def _numeric_values(
