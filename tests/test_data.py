@@ -212,6 +212,17 @@ def test_dates_with_month_names_make_the_time_column_and_are_written_back_alike(
     assert series.time_notation.write(series.timestamps[:2]).tolist() == frame["month"][:2].tolist()
 
 
+@pytest.mark.parametrize(("written", "dayfirst"), [("%d/%m/%y", False), ("%d.%m.%y", True), ("%m/%d/%y", False)])
+def test_dates_with_two_digit_years_are_read_in_the_order_that_fits_and_written_back_alike(tmp_path, written, dayfirst):
+    """pandas guesses no format for 01/02/20, so it was read month-first whatever the order (day/month files then
+    failed as decreasing timestamps, and --sort scrambled them); the order that gives regular dates is chosen."""
+    stamps = pd.date_range("2020-01-01", periods=60, freq="D")
+    frame = pd.DataFrame({"date": stamps.strftime(written), "sales": np.arange(60.0)})
+    series = read_series(write_csv(tmp_path / "daily.csv", frame), DataConfig(dayfirst=dayfirst))
+    assert series.freq == "D" and (series.timestamps == stamps).all()
+    assert series.time_notation.write(series.timestamps[-2:]).tolist() == frame["date"][-2:].tolist()
+
+
 def test_iso_week_labels_are_their_mondays_and_are_written_back_alike(tmp_path):
     mondays = pd.date_range("2015-12-21", periods=60, freq="W-MON")  # across 2015-W53 and the turn of two years
     labels = [f"{d.isocalendar().year}-W{d.isocalendar().week:02d}" for d in mondays]

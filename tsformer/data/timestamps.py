@@ -78,6 +78,9 @@ class ReadEvidence:
     date_readings: dict[str, pd.DatetimeIndex] | None = None  # each reading of the first series' rows
 
 
+SHORT_YEAR_DATE = re.compile(r"^\d{1,2}([/.-])\d{1,2}\1\d{2}$")  # 01/02/20: a date with a two-digit year
+
+
 def date_readings(column: pd.Series, cfg: DataConfig, sample: np.ndarray | None) -> dict[str, pd.DatetimeIndex] | None:
     """Each reading (month-first, day-first) of the `sample` rows' dates when their order is ambiguous and not
     stated by `cfg.dayfirst`; None otherwise."""
@@ -289,9 +292,7 @@ def fixed_zone(offset: str) -> datetime.timezone:
 def _notation(timestamps: pd.DatetimeIndex, text: pd.Series, dayfirst: bool) -> TimeNotation:
     """The strftime format the text was written in, when writing the timestamps with it gives the text back
     (2023-05 stays 2023-05, 31/01/2024 stays so); else pandas' own (as for times converted to UTC)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fmt = guess_datetime_format(text.iloc[0], dayfirst=dayfirst)
+    fmt = _guess_format(text.iloc[0], dayfirst)
     rows = np.unique(np.linspace(0, len(text) - 1, min(len(text), NOTATION_SAMPLE)).astype(np.int64))
     written = text.to_numpy()[rows]
     tried = (fmt,) if fmt else MONTH_NAME_FORMATS if MONTH_AND_YEAR.match(text.iloc[0]) else ()
@@ -301,12 +302,23 @@ def _notation(timestamps: pd.DatetimeIndex, text: pd.Series, dayfirst: bool) -> 
     return TimeNotation()
 
 
-def _date_orders(sample: str, dayfirst: bool) -> dict[str, str | None]:
-    """The readings to try: {"month-first": format, "day-first": format} when the order is ambiguous."""
+def _guess_format(sample: str, dayfirst: bool) -> str | None:
+    """pandas' guess of the strftime format of `sample`, and the two-digit years it does not guess (01/02/20,
+    31.12.99: month or day first as `dayfirst` says)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        month_first = guess_datetime_format(sample, dayfirst=False)
-        day_first = guess_datetime_format(sample, dayfirst=True)
+        fmt = guess_datetime_format(sample, dayfirst=dayfirst)
+    short = SHORT_YEAR_DATE.match(sample)
+    if fmt or not short:
+        return fmt
+    mark = short.group(1)
+    return mark.join(("%d", "%m", "%y") if dayfirst else ("%m", "%d", "%y"))
+
+
+def _date_orders(sample: str, dayfirst: bool) -> dict[str, str | None]:
+    """The readings to try: {"month-first": format, "day-first": format} when the order is ambiguous."""
+    month_first = _guess_format(sample, dayfirst=False)
+    day_first = _guess_format(sample, dayfirst=True)
     if month_first and month_first.startswith("%Y"):  # year first (ISO): no day/month question
         return {"month-first": month_first}
     if dayfirst:
