@@ -80,6 +80,16 @@ def test_fit_on_a_dataframe_equals_train_on_the_same_data_as_csv(tmp_path):
     pd.testing.assert_frame_equal(fitted.predict(frame), trained.predict(csv), check_exact=True)
 
 
+def test_a_series_is_fit_as_the_one_column_table_of_its_time_index():
+    frame = make_frame()
+    series = frame.set_index("date")["a"]  # a notebook's series: values on a time index
+    fitted = tsformer.fit(series, horizon=HORIZON, config=TINY)
+    tabled = tsformer.fit(frame[["date", "a"]], horizon=HORIZON, config=TINY)
+    assert fitted.layout.targets == ("a",)
+    pd.testing.assert_frame_equal(fitted.predict(), tabled.predict(), check_exact=True)
+    assert tsformer.fit(series.rename(None), horizon=HORIZON, config=TINY).layout.targets == ("y",)
+
+
 def test_fit_predict_save_load_equals_the_cli_forecast_of_the_same_run(wide_fit, tmp_path):
     frame, predictor = wide_fit
     forecast = predictor.predict()  # the data it was fit on

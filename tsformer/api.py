@@ -13,7 +13,7 @@ from tsformer.data.loader import SeriesFrame
 from tsformer.errors import ConfigError
 from tsformer.predictor import Predictor, load_finished
 
-Data = pd.DataFrame | str | Path
+Data = pd.DataFrame | pd.Series | str | Path
 
 
 def fit(
@@ -36,7 +36,8 @@ def fit(
 ) -> Predictor:
     """Train a forecaster and return its `Predictor` (`.predict`, `.evaluate`, `.backtest`, `.check`, `.save`).
 
-    data: a DataFrame or a CSV path. Wide: a time column (found by name: date, timestamp, ds, ...; or a
+    data: a DataFrame, a Series with a DatetimeIndex (one series, its name the target; `y` when unnamed), or a
+        CSV path. Wide: a time column (found by name: date, timestamp, ds, ...; or a
         DatetimeIndex) and one numeric column per series. Long: one row per series and time, e.g.
         `unique_id, ds, y` (the id column is found by name too). None: the config's data.path.
     horizon: steps to forecast (model.horizon; default 96).
@@ -63,6 +64,8 @@ def fit(
     from tsformer.train import train
 
     cfg = _config(config)
+    if isinstance(data, pd.Series):  # one series: a table of its time index and its values
+        data = data.to_frame("y" if data.name is None else str(data.name))
     given = {
         "model": {"horizon": horizon},
         "train": {"time_limit": seconds_of(time_limit) if isinstance(time_limit, str) else time_limit},
