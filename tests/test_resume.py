@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -340,3 +341,18 @@ def test_resuming_a_finished_run_rewrites_its_history_from_last_pt(series_csv, t
     (run / "history.csv").write_text("".join(whole.splitlines(keepends=True)[:-1]))  # the last epoch lost
     train(cfg, run, resume=True, show_progress=False)
     assert (run / "history.csv").read_text() == whole
+
+
+def test_a_reader_that_goes_away_stops_the_display_not_training(series_csv, tmp_path):
+    """`tsformer train ... 2>&1 | head -1`: the pipe closes after the first line, and the run still finishes."""
+    run = tmp_path / "run"
+    reader = subprocess.Popen(["head", "-1"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    trainer = subprocess.Popen(
+        [sys.executable, "-m", "tsformer", *_train_argv(series_csv, run, epochs=3)],
+        stdout=reader.stdin,
+        stderr=subprocess.STDOUT,
+    )
+    reader.stdin.close()  # only head holds the pipe's reading end now
+    assert trainer.wait(timeout=300) == 0 and reader.wait(timeout=60) == 0
+    finished = load_predictor(run / "model.pt")
+    assert finished.summary is not None and finished.calibration is not None  # fallback, intervals: all made

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import TextIO
@@ -37,11 +38,10 @@ class Progress:
         elapsed = time.monotonic() - self.started
         remaining = self.total_epochs * self.steps_per_epoch - self.steps_done
         eta = elapsed / self.steps_done * remaining
-        self.stream.write(
+        self._write(
             f"\r{self.label}epoch {epoch}/{self.total_epochs}  step {step}/{self.steps_per_epoch}  "
             f"train {train_loss:.4f}  elapsed {_clock(elapsed)}  eta {_clock(eta)}   "
         )
-        self.stream.flush()
 
     def epoch(self, epoch: int, train_loss: float, val_loss: float | None, lr: float, best: bool = False) -> None:
         """One line per epoch; `val_loss` None: an epoch without validation (the final fit)."""
@@ -51,9 +51,21 @@ class Progress:
         left = (self.total_epochs - epoch) * elapsed / max(1, epoch)
         prefix = "\r" if self.live else ""
         mark = "  *best" if best else ""
-        self.stream.write(
+        self._write(
             f"{prefix}{self.label}epoch {epoch}/{self.total_epochs}  train {train_loss:.4f}  "
             f"{'' if val_loss is None else f'val {val_loss:.4f}  '}"
             f"lr {lr:.2e}  elapsed {_clock(elapsed)}  eta {_clock(left)}{mark}\n"
         )
-        self.stream.flush()
+
+    def _write(self, text: str) -> None:
+        """The line, or nothing from now on once its reader has gone (`train ... 2>&1 | head`): the display
+        stops, training does not, and later writes to the stream go nowhere instead of failing."""
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except BrokenPipeError:
+            self.enabled = self.live = False
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
+            except (OSError, ValueError):  # a stream without a file descriptor: nothing more is written to it
+                pass
