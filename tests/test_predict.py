@@ -3,6 +3,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from helpers import make_frame, tiny_config, write_csv
 
 from tsformer.errors import DataError
@@ -232,3 +233,20 @@ def test_a_count_column_is_never_forecast_below_zero_and_is_scored_as_shipped(tm
     assert scored["width"] == pytest.approx(((upper - lower)[..., 1] * shipped.std[:, None, 1]).mean(), rel=1e-5)
     assert (lower[..., 1] >= shipped.floor[:, :, 1] - 1e-6).all()
     assert scored["width"] < 2 * (shipped.half_widths[0][..., 1] * shipped.std[:, None, 1]).mean()  # floored
+
+
+def test_a_forecast_at_the_zero_floor_is_written_as_zero_not_a_rounding_error():
+    """Scaled, the floor is -mean/std in float32; back in units it was 5.96e-08 and the like. Values above it and
+    columns without a floor (-inf) convert as before."""
+    from tsformer.results import Forecasts
+
+    mean, std = np.array([[10.0, 10.0]]), np.array([[3.0, 3.0]])
+    floor = np.array([[[np.float32(-10.0 / 3.0), -np.inf]]], dtype=np.float32)  # (N, 1, C): column 0 floored
+    point = torch.tensor([[[floor[0, 0, 0], floor[0, 0, 0]], [1.0, 1.0]]])  # (1, H=2, C=2)
+    chosen = np.array([["model", "model"]], dtype=object)
+    shipped = Forecasts({"model": point}, point, None, None, (), (), mean, std, chosen, floor)
+    units = shipped.units(point)
+    assert units[0, 0, 0] == 0.0 and units[0, 0, 1] != 0.0  # only the floored column is pinned
+    np.testing.assert_allclose(units[0, 1], [13.0, 13.0])
+    quantiles = shipped.units(torch.stack([point, point + 1], dim=-1))  # (N, H, C, Q)
+    assert quantiles[0, 0, 0, 0] == 0.0 and quantiles[0, 0, 0, 1] == pytest.approx(3.0)

@@ -65,11 +65,15 @@ class Forecasts:
 
     def units(self, scaled: torch.Tensor | np.ndarray) -> np.ndarray:
         """(N, H, C) or (N, H, C, Q) scaled -> the data's units, to the 6 significant digits float32 holds (so 5.08
-        is written 5.08, not 5.0799994)."""
+        is written 5.08, not 5.0799994); a value at the floor is 0 exactly (its scaled value, -mean/std in float32,
+        comes back as a rounding error such as 5.96e-08)."""
         values = scaled.numpy() if isinstance(scaled, torch.Tensor) else scaled
         extra = values.ndim - 3  # a trailing quantile axis
         std, mean = (x[:, None].reshape(*x[:, None].shape, *[1] * extra) for x in (self.std, self.mean))
-        return significant((values * std + mean).astype(np.float32))
+        units = (values * std + mean).astype(np.float32)
+        if self.floor is not None:
+            units[values <= self.floor.reshape(*self.floor.shape, *[1] * extra)] = 0.0  # -inf: no floor, none at it
+        return significant(units)
 
     def scaled_bounds(self) -> list[tuple[float, np.ndarray, np.ndarray]]:
         """Per level: (level, lower, upper) (N, H, C) scaled: the point forecast -+ the half-width, not below the
