@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from tsformer.config import LINEAR_RIDGES, LINEAR_ROWS, ModelConfig
-from tsformer.data.windows import WindowIndex
+from tsformer.data.windows import WindowIndex, Windows
 from tsformer.layout import Layout
 from tsformer.model.ensemble import Ensemble, build_forecaster
 from tsformer.model.forecaster import Forecaster
@@ -229,12 +229,13 @@ def _sums(
     with torch.no_grad():
         for first in range(0, len(order), batch_size):
             index = order[first : first + batch_size]
-            inputs, targets = _rows(member, windows, index, offset, last_token)
+            inputs, targets = _rows(member, windows.take(index), windows.context_len, offset, last_token)
             gram += inputs.T @ inputs  # (T*P, T*P)
             cross += inputs.T @ targets  # (T*P, H)
             rows += len(inputs)
             if early[index].any():  # choosing the ridge: the early windows' rows again, on their own
-                inputs, targets = _rows(member, windows, index[early[index]], offset, last_token)
+                batch = windows.take(index[early[index]])
+                inputs, targets = _rows(member, batch, windows.context_len, offset, last_token)
                 early_gram += inputs.T @ inputs
                 early_cross += inputs.T @ targets
             if rows >= MAX_ROWS:
@@ -251,8 +252,11 @@ def _held_sums(members: list[Forecaster], offsets: list[int], held: WindowIndex)
     batch_size = max(1, BATCH_ELEMENTS // (members[0].n_series * width))
     with torch.no_grad():
         for first in range(0, len(held), batch_size):
-            index = torch.arange(first, min(first + batch_size, len(held)))
-            each = [_rows(member, held, index, offset, True) for member, offset in zip(members, offsets, strict=True)]
+            batch = held.take(torch.arange(first, min(first + batch_size, len(held))))  # gathered once for all
+            each = [
+                _rows(member, batch, held.context_len, offset, True)
+                for member, offset in zip(members, offsets, strict=True)
+            ]
             inputs = torch.cat([inputs for inputs, _ in each], dim=1)  # (R, S): a row's every member side by side
             target = torch.stack([targets for _, targets in each]).mean(0)  # (R, H): each less its member's mean
             gram += inputs.T @ inputs
@@ -263,13 +267,13 @@ def _held_sums(members: list[Forecaster], offsets: list[int], held: WindowIndex)
 
 
 def _rows(
-    member: Forecaster, windows: WindowIndex, index: torch.Tensor, offset: int, last_token: bool
+    member: Forecaster, batch: Windows, context_len: int, offset: int, last_token: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The member's least-squares rows (`Forecaster.skip_rows`) of the windows at `index`, in float64 (smooth
+    """The member's least-squares rows (`Forecaster.skip_rows`) of a gathered `batch` of windows whose contexts
+    are `context_len` steps (the ensemble's; the member reads from step `offset`), in float64 (smooth
     contexts make the equations ill-conditioned): inputs (R, T*P) and targets (R, H). Every member keeps the same
     rows of the last token (a real last step, every target observed: the steps all members end on)."""
-    batch = windows.take(index)
-    split = batch.split(windows.context_len)
+    split = batch.split(context_len)
     window = batch.target[:, offset:]  # (B, L_member + H, C): the member's context and the horizon
     observed = None if batch.observed is None else member.token_targets(batch.observed[:, offset:])
     context_observed = None if split.context_observed is None else split.context_observed[:, offset:]
