@@ -254,6 +254,18 @@ def test_quarter_labels_are_quarters(tmp_path, label):
     assert series.time_notation.write(series.timestamps[:2]).tolist() == labels[:2]
 
 
+def test_a_day_column_is_the_time_column_and_names_are_preferred_in_order(tmp_path):
+    """`day` names a daily file's time column (no note); where two columns carry time names, `date` wins over
+    `day` and `year` wherever it stands."""
+    days = pd.date_range("2024-01-01", periods=40, freq="D")
+    daily = pd.DataFrame({"day": days.strftime("%Y-%m-%d"), "sales": np.arange(40.0)})
+    series = read_series(write_csv(tmp_path / "daily.csv", daily), DataConfig())
+    assert series.time_col == "day" and series.freq == "D" and series.columns == ("sales",) and not series.notes
+    both = pd.DataFrame({"Year": days.year, "Date": days.strftime("%Y-%m-%d"), "sales": np.arange(40.0)})
+    series = read_series(write_csv(tmp_path / "both.csv", both), DataConfig())
+    assert series.time_col == "Date" and series.freq == "D" and "sales" in series.columns
+
+
 def test_a_column_that_reads_as_regular_timestamps_is_the_time_column_when_none_is_named_like_one(tmp_path):
     frame = pd.DataFrame({"month": pd.date_range("2004-01-01", periods=60, freq="MS").strftime("%Y-%m"),
                           "searches": np.arange(60.0)})  # fmt: skip

@@ -68,7 +68,7 @@ def shipped_after(
     notes = frame.notes
     if new_series:
         notes += (
-            f"{new_series} series were not in training; the global model forecasts them, scaled with their own history",
+            f"series not in training: {new_series}; the global model forecasts each, scaled with its own history",
         )
     index, timestamps = forecast_index(
         frame, ahead, predictor.layout, scaler, predictor.static_scale, predictor.context_len, predictor.horizon

@@ -282,8 +282,8 @@ def fit_scaler(
     scaler, borrowed = Scaler.fit_series(inputs, frame.bounds, borders.train_end, season)
     if borrowed.any():
         notes += (
-            f"{int(borrowed.sum())} series have no training value in some column ({_first_names(frame, borrowed)}); "
-            "they are scaled with the statistics of all series' training rows",
+            f"series with no training value in some column: {int(borrowed.sum())} ({_first_names(frame, borrowed)}); "
+            "each is scaled with the statistics of all series' training rows",
         )
     return scaler, notes
 
@@ -304,9 +304,8 @@ def _split_note(cfg: Config, frame: SeriesFrame, borders: SplitBorders, train_hi
     no_window = window_counts("train", borders, train_history, horizon) == 0
     if no_window.any():
         line += (
-            f"; {int(no_window.sum())} series are too short for a training window of {horizon} steps after "
-            f"{train_history} of history and are skipped from training (still forecast): "
-            f"{_first_names(frame, no_window)}"
+            f"; series too short for a training window of {horizon} steps after {train_history} of history, "
+            f"skipped from training (still forecast): {int(no_window.sum())} ({_first_names(frame, no_window)})"
         )
     return line
 
