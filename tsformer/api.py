@@ -12,10 +12,12 @@ from tsformer.config import Config, config_from_dict, load_config, seconds_of, w
 from tsformer.data.loader import SeriesFrame
 from tsformer.errors import ConfigError
 from tsformer.predictor import Predictor, load_finished
+from tsformer.spelling import in_python_terms
 
 Data = pd.DataFrame | pd.Series | str | Path
 
 
+@in_python_terms
 def fit(
     data: Data | None = None,
     *,
@@ -90,6 +92,7 @@ def fit(
     return train(cfg, out, resume=resume, overwrite=overwrite, show_progress=progress, source=source, static=static_df)
 
 
+@in_python_terms
 def load(path: str | Path) -> Predictor:
     """The Predictor saved in a run folder (`tsformer train --out`, `Predictor.save`) or a model.pt."""
     return load_finished(path)

@@ -56,6 +56,7 @@ from tsformer.model import ForecasterBase
 from tsformer.predict import forecast_after
 from tsformer.results import Forecasts, TrainSummary
 from tsformer.runfolder import claim, resolve_checkpoint
+from tsformer.spelling import in_python_terms, python_terms
 
 
 @dataclass(frozen=True)
@@ -224,7 +225,7 @@ class Predictor:
         covariates from `static` (a table with a row per series), else as in training: the data's own columns,
         or the table stored for the trained series."""
         if static is not None and not self.layout.static:
-            raise DataError("this model reads no static covariates; drop static_df (--static)")
+            raise DataError("this model reads no static covariates; drop --static")
         from_data = static is not None or self.static_from == "data"
         data_cfg = dataclasses.replace(
             self.config.data,
@@ -261,7 +262,7 @@ class Predictor:
         if new:
             raise DataError(
                 f"series {'/'.join(new[0])!r} was not in training, so its static covariates "
-                f"({', '.join(self.layout.static)}) are unknown; pass them (static_df, or --static CSV)"
+                f"({', '.join(self.layout.static)}) are unknown; pass them with --static"
             )
         return self.static.iloc[[known[key] for key in frame.keys]].reset_index(drop=True)
 
@@ -303,6 +304,7 @@ class Predictor:
 
     # --- the Python API ---------------------------------------------------------------------------
 
+    @in_python_terms
     def predict(
         self, data: Source | None = None, future: Source | None = None, static_df: Source | None = None
     ) -> pd.DataFrame:
@@ -310,13 +312,15 @@ class Predictor:
         the data's units: the time column (and id columns), each target, its interval bounds
         (`<target>_lower_80`, ...) and quantiles (`<target>_q0.1`, ...), the same columns `tsformer predict`
         writes. `future`: the known-future covariates' values over those steps, per series; `static_df`: the
-        static covariates of series it was not trained on. How the data was read is in `.attrs["notes"]`."""
+        static covariates of series it was not trained on. How the data was read is in `.attrs["notes"]`. Errors and
+        notes name keywords and config keys, not flags (`tsformer.spelling`)."""
         source = data if data is not None else self.data.frame if self.data is not None else self._path()
         forecast = forecast_after(self, source, future, static_df)
         frame = forecast.frame.copy()
-        frame.attrs["notes"] = list(forecast.notes)
+        frame.attrs["notes"] = [python_terms(note) for note in forecast.notes]
         return frame
 
+    @in_python_terms
     def evaluate(self, data: Source | None = None, split: str = "test") -> pd.DataFrame:
         """Honest metrics on every window of the held-out test split (or `split="val"`): one row per forecaster
         (`model` is what `predict` ships, then the naive baselines) with MSE and MAE on scaled values, MAE and
@@ -324,6 +328,7 @@ class Predictor:
         `tsformer.evaluate.evaluate` gives the whole report."""
         return evaluation.evaluate(self, self.read(data), split).table()
 
+    @in_python_terms
     def backtest(
         self, data: Source | None = None, windows: int | None = None, step: int = 0, start: str | None = None
     ) -> pd.DataFrame:
@@ -333,12 +338,14 @@ class Predictor:
         `tsformer backtest --out` writes)."""
         return backtests.backtest(self, self.read(data), windows, step, start).forecasts
 
+    @in_python_terms
     def check(self, data: Source | None = None) -> pd.DataFrame:
         """Every leakage check on this predictor and its data: one row per check (name, passed, max_change,
         detail). The model checks probe the assembled model; the data checks rerun the pipeline on the data."""
         results = check_predictor(self, self.read(data))
         return pd.DataFrame([dataclasses.asdict(r) for r in results])
 
+    @in_python_terms
     def save(self, path: str | Path, overwrite: bool = False) -> Path:
         """Write the predictor as the run folder `path` (its model.pt and config.yaml) and return the path;
         `tsformer.load(path)` reads it back. A folder already there that is not empty is refused unless
