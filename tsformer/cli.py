@@ -228,7 +228,8 @@ def train(
         frame = read_series(cfg.data.path, cfg.data)
     from tsformer.api import fit
 
-    predictor = fit(frame, config=cfg, out=out, resume=resume, overwrite=overwrite, progress=not quiet)
+    # fit as it is, without the Python API's respelling: its errors name this command's flags
+    predictor = fit.__wrapped__(frame, config=cfg, out=out, resume=resume, overwrite=overwrite, progress=not quiet)
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
         return
     typer.echo(f"{predictor.summary.trained_line(predictor.data.frame.n_ids > 1)}\nrun folder: {out}")
