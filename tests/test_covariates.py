@@ -218,3 +218,16 @@ def test_a_wide_file_with_two_targets_and_a_covariate_evaluates_and_predicts(tmp
     frame["id"] = 7  # a column named like an id: a wide model does not read it as one at predict
     forecast = predict_run(tmp_path / "run", write_csv(tmp_path / "with_id.csv", frame)).frame
     assert list(forecast.columns[:2]) == ["date", "a"] and len(forecast) == HORIZON
+
+
+@pytest.mark.parametrize("role", ["future_covs", "past_covs"])
+def test_the_long_formats_target_given_as_a_covariate_is_refused(covariate_csv, role):
+    """Without --target, `y` as a covariate would leave the other numeric columns (load, seen) as the targets."""
+    from tsformer.data import read_series
+    from tsformer.errors import DataError
+
+    cfg = covariate_config(covariate_csv, **{"future_covs": (), "past_covs": (), role: ("y",)})
+    with pytest.raises(DataError, match=r"column 'y', the long format's target, is given as a covariate"):
+        read_series(covariate_csv, cfg.data)
+    named = dataclasses.replace(cfg.data, targets=("load",))  # a target named: y may be a covariate
+    assert read_series(covariate_csv, named).columns == ("load",)

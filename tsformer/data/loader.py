@@ -362,6 +362,11 @@ def _pick_targets(
             if name in requested[:i]:
                 raise DataError(f"target column {name!r} is given twice; give each --target once")
         return list(requested), ()
+    if id_cols and LONG_TARGET in covariates:
+        raise DataError(
+            f"column {LONG_TARGET!r}, the long format's target, is given as a covariate; name the columns to "
+            f"forecast with --target, or give {LONG_TARGET!r} as the target and not as a covariate"
+        )
     numeric = [c for c in candidates if _is_numeric_like(table[c])]
     if not numeric:
         raise DataError(
