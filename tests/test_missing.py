@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from tsformer.cli import app
 from tsformer.config import DataConfig, ModelConfig
 from tsformer.data import Scaler, read_series, training_data
+from tsformer.errors import DataError
 from tsformer.metrics import forward_fill, score
 from tsformer.model import Forecaster
 from tsformer.runs import evaluate_run, predict_run
@@ -115,3 +116,16 @@ def test_metrics_leave_unobserved_truth_out():
     observed = np.array([[[True], [False]]])
     scores = score(forecast, truth, np.zeros((1, 1)), np.ones((1, 1)), ("a",), np.ones((1, 1)), observed)
     assert scores["mean"]["mse"] == 1.0 and scores["mean"]["mae"] == 1.0
+
+
+def test_a_series_without_one_value_is_refused_by_name_unless_missing_means_zero(tmp_path):
+    stamps = pd.date_range("2024-01-01", periods=40, freq="D").strftime("%Y-%m-%d")
+    frame = pd.concat(
+        [pd.DataFrame({"unique_id": uid, "ds": stamps, "y": np.arange(40.0) + k}) for k, uid in enumerate("ABC")]
+    )
+    frame.loc[frame.unique_id == "B", "y"] = np.nan
+    csv = write_csv(tmp_path / "panel.csv", frame)
+    with pytest.raises(DataError, match=r"series 'B' has no value of 'y' at all: nothing to forecast it from"):
+        read_series(csv, DataConfig())
+    zeros = read_series(csv, DataConfig(fill="zero"))
+    assert zeros.n_ids == 3 and zeros.values[zeros.bounds[1] : zeros.bounds[2]].sum() == 0.0

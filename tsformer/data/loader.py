@@ -484,6 +484,13 @@ def _complete(
             continue
         if missing.all():
             raise DataError(f"column {name!r} has no value at all; drop it or choose other --target columns")
+        empty = np.flatnonzero(np.add.reduceat(observed[:, j], bounds[:-1]) == 0)  # series without one value
+        if len(empty) and fill != "zero":
+            more = f" (and {len(empty) - 1} more series)" if len(empty) > 1 else ""
+            raise DataError(
+                f"series {names[empty[0]]!r} has no value of {name!r} at all{more}: nothing to forecast it from; "
+                "drop its rows, or pass --fill zero where a missing value means zero"
+            )
         counts[name] = int(missing.sum())
         if fill:
             _check_fillable(missing, fill, name, bounds, first_lines, names)
