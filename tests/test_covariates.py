@@ -172,6 +172,9 @@ def test_predict_needs_the_future_rows_of_every_series(covariate_csv, tmp_path):
     future.to_csv(tmp_path / "good.csv", index=False)
     result = invoke("predict", run, tmp_path / "history.csv", "--future", tmp_path / "good.csv")
     assert result.exit_code == 0, result.output
+    future.iloc[::-1].to_csv(tmp_path / "reversed.csv", index=False)  # rows in any order, as the history's
+    reversed_rows = invoke("predict", run, tmp_path / "history.csv", "--future", tmp_path / "reversed.csv")
+    assert reversed_rows.exit_code == 0 and reversed_rows.stdout == result.stdout, reversed_rows.output
 
 
 def test_the_cli_takes_covariates_and_a_non_numeric_one_is_an_error(covariate_csv, tmp_path):

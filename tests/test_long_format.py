@@ -206,6 +206,18 @@ def test_a_series_not_seen_in_training_is_forecast_from_its_own_history(long_run
     assert len(new) == HORIZON and 450 < new.mean() < 550  # its own level (50 x scale 10), not A's (10)
 
 
+def test_predict_reads_a_history_in_any_row_order(long_run, long_csv, tmp_path):
+    """The run knows each series' clock, so a shuffled history (appended rows, a concatenation) is the same one:
+    the same forecast, where training without --sort refuses rows out of order."""
+    shuffled = pd.read_csv(long_csv).sample(frac=1.0, random_state=0)
+    shuffled.to_csv(tmp_path / "shuffled.csv", index=False)
+    by_series = lambda frame: frame.sort_values(["unique_id", "ds"], ignore_index=True)  # noqa: E731
+    pd.testing.assert_frame_equal(
+        by_series(predict_run(long_run, tmp_path / "shuffled.csv").frame),
+        by_series(predict_run(long_run, long_csv).frame),
+    )  # series in the order they first appear, each in time order
+
+
 def test_evaluate_scores_every_series_and_writes_them(long_run):
     report = evaluate_run(long_run)
     assert report.n_series == 3 and report.n_windows == 3

@@ -141,6 +141,7 @@ def read_future(predictor: Predictor, history: SeriesFrame, future: Source | Non
         static_covs=(),
         static_path="",
         fill="",
+        sort=True,  # rows in any order, as the history's
     )
     where = "the future DataFrame" if isinstance(future, pd.DataFrame) else f"--future {future}"
     try:

@@ -237,6 +237,7 @@ class Predictor:
             future_covs=self.layout.future,
             static_covs=self.layout.static if from_data else (),
             static_path="",
+            sort=True,  # rows in any order: the run knows each series' clock, and a shuffled history is the same one
         )
         try:
             frame = read_series(source, data_cfg, self.freq, self.id_cols, static=static)

@@ -489,7 +489,7 @@ def _complete(
             more = f" (and {len(empty) - 1} more series)" if len(empty) > 1 else ""
             raise DataError(
                 f"series {names[empty[0]]!r} has no value of {name!r} at all{more}: nothing to forecast it from; "
-                "drop its rows, or pass --fill zero where a missing value means zero"
+                "drop its rows, or train with --fill zero where a missing value means zero"
             )
         counts[name] = int(missing.sum())
         if fill:
