@@ -50,9 +50,9 @@ def test_backtest_forecasts_equal_evaluates_on_the_windows_they_share(run, monke
 
 
 def test_origins_inside_the_training_data_are_refused_saying_how_many_fit(run):
-    with pytest.raises(DataError, match="inside the data the model was trained or selected on") as caught:
+    with pytest.raises(DataError, match="reach inside the data the model was trained or selected on") as caught:
         backtest_run(run, windows=20, step=4)  # reaches back past row 192, where validation targets end
-    assert "12 origins 4 steps apart fit there: ask for --windows 12 or fewer" in str(caught.value)
+    assert "12 fit after them: ask for --windows 12 or fewer" in str(caught.value)
 
 
 def test_a_default_backtest_takes_every_origin_that_fits_after_validation_and_says_so(run):

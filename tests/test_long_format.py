@@ -17,7 +17,7 @@ from tsformer.data import read_series, training_data
 from tsformer.errors import DataError
 from tsformer.leakage import check_data, check_scaler, check_windows
 from tsformer.predictor import load_predictor
-from tsformer.runs import evaluate_run, predict_run
+from tsformer.runs import backtest_run, evaluate_run, predict_run
 from tsformer.train import train
 
 HORIZON = 4  # TINY_FLAGS and tiny_config
@@ -204,6 +204,21 @@ def test_a_series_not_seen_in_training_is_forecast_from_its_own_history(long_run
     assert any("series not in training: 1;" in note for note in result.notes)
     new = result.frame[result.frame.unique_id == "new"]["y"]
     assert len(new) == HORIZON and 450 < new.mean() < 550  # its own level (50 x scale 10), not A's (10)
+
+
+def test_a_series_too_short_for_a_backtest_origin_is_left_out_by_name(tmp_path):
+    """`tiny` (3 rows, horizon 4) has no origin after its validation: the others are backtested, and a note
+    names it, where it blocked the whole panel."""
+    csv = tmp_path / "ragged.csv"
+    long_frame({"long": 160, "tiny": 3, "other": 140}).to_csv(csv, index=False)
+    train(tiny_config(csv), tmp_path / "run", show_progress=False)
+    result = backtest_run(tmp_path / "run")
+    assert result.notes[0] == (
+        "1 of 3 series left out: too short for an origin after their validation and 4 steps after it ('tiny')"
+    )
+    assert result.forecasts.groupby("unique_id", sort=False).size().to_dict() == {"long": 4, "other": 4}
+    with pytest.raises(DataError, match=r"2 origins 4 steps apart reach inside .* 1 fit after them in series"):
+        backtest_run(tmp_path / "run", windows=2)
 
 
 def test_predict_reads_a_history_in_any_row_order(long_run, long_csv, tmp_path):

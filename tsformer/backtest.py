@@ -58,30 +58,34 @@ def first_rows(frame: SeriesFrame, start: str | None) -> np.ndarray | None:
     return np.array([frame.timestamps[frame.rows_of(i)].searchsorted(when) for i in range(frame.n_ids)])
 
 
-def origins_that_fit(frame: SeriesFrame, after: np.ndarray, horizon: int, step: int, start: str | None) -> int:
-    """How many origins `step` apart fit in every series between row `after` (n_ids,) and its end (stepping back
-    from the end, or forward from `start`); 0 when none does."""
+def origins_that_fit(frame: SeriesFrame, after: np.ndarray, horizon: int, step: int, start: str | None) -> np.ndarray:
+    """(n_ids,) how many origins `step` apart fit in each series between row `after` (n_ids,) and its end
+    (stepping back from the end, or forward from `start`); 0 where none does."""
     first = first_rows(frame, start)
     lowest = after if first is None else np.where(first >= after, first, np.iinfo(np.int64).max)
     room = frame.lengths - horizon - lowest  # rows from the lowest allowed origin to the last possible one
-    return int(max(0, (room // step + 1).min()))
+    return np.maximum(0, room // step + 1)
 
 
-def origin_rows(frame: SeriesFrame, horizon: int, windows: int, step: int, start: str | None) -> np.ndarray:
-    """(n_ids, windows) each origin's row within each series: the first step forecast from it.
+def origin_rows(
+    frame: SeriesFrame, horizon: int, windows: int, step: int, start: str | None, series: np.ndarray | None = None
+) -> np.ndarray:
+    """(n_series, windows) each origin's row within each of `series` (indexes; None: every series): the first
+    step forecast from it.
 
     Without `start` the last origin forecasts each series' last `horizon` steps and the others step
     back by `step`; with `start`, origins step forward from the first step at or after it."""
-    lengths = frame.lengths
+    series = np.arange(frame.n_ids) if series is None else series
+    lengths = frame.lengths[series]
     if start is None:
-        last = lengths - horizon  # (n_ids,)
+        last = lengths - horizon  # (n_series,)
         rows = last[:, None] - step * np.arange(windows)[::-1][None, :]
     else:
-        rows = first_rows(frame, start)[:, None] + step * np.arange(windows)[None, :]
+        rows = first_rows(frame, start)[series, None] + step * np.arange(windows)[None, :]
     bad = (rows < 1) | (rows + horizon > lengths[:, None])
     if bad.any():
         i = int(np.flatnonzero(bad.any(axis=1))[0])
-        where = f"series {frame.names[i]!r} has" if frame.id_cols else "the data have"
+        where = f"series {frame.names[series[i]]!r} has" if frame.id_cols else "the data have"
         raise DataError(
             f"{windows} origins {step} steps apart do not fit: {where} {lengths[i]} rows, and every origin needs "
             f"history before it and {horizon} steps after it; ask for fewer --windows or a smaller --step"
@@ -97,54 +101,68 @@ def backtest(
     validation (which chose the epoch, the fallback and the intervals); `windows` None takes all that fit."""
     horizon, frame = predictor.horizon, data.frame
     step = step or horizon
-    fit = origins_that_fit(frame, data.borders.val_end, horizon, step, start)
-    notes = ()
-    if windows is None:
-        if not fit:
-            raise DataError(
-                f"no origin {step} steps apart fits after the run's validation split (each needs {horizon} steps "
-                "after it); give a smaller --step or a later --start, or retrain at each origin with --refit"
-            )
-        windows = fit
-        notes = (f"{fit} origins, {step} steps apart: all that fit after the run's validation split (--windows N "
-                 "for fewer)",)  # fmt: skip
-    rows = origin_rows(frame, horizon, windows, step, start)
-    inside = rows < data.borders.val_end[:, None]  # training targets, or validation (early stopping, fallback)
-    if inside.any():
-        i, k = (int(v[0]) for v in np.nonzero(inside))
-        where = f" of series {frame.names[i]!r}" if predictor.id_cols else ""
-        first = frame.timestamps[int(frame.bounds[i] + data.borders.val_end[i])]
-        cutoff = frame.timestamps[int(frame.bounds[i] + rows[i, k]) - 1]
+    each = origins_that_fit(frame, data.borders.val_end, horizon, step, start)  # (n_ids,)
+    series = np.flatnonzero(each > 0)  # a series too short for one origin after its validation is left out
+    if not len(series):
+        where = f"at or after --start {start} " if start is not None else ""
         raise DataError(
-            f"origin {cutoff}{where} lies inside the data the model was trained or selected on (its training "
-            f"and validation targets end before {first}); without --refit every origin must come after them, and "
-            f"{fit} origin{'s' * (fit != 1)} {step} steps apart fit there: ask for --windows {max(fit, 1)} or fewer, "
-            "a later --start, or retrain at each origin with --refit"
+            f"no origin {where}has {horizon} steps after it past the run's validation split in any series: "
+            "backtest longer data (or, with --start, a date after the validation split that leaves a horizon), "
+            "or retrain at each origin with --refit"
         )
-    result = score_origins(predictor, data, rows)
+    fit = int(each[series].min())
+    if windows is not None and windows > fit:
+        least = int(series[np.argmin(each[series])])
+        where = f" in series {frame.names[least]!r}" if predictor.id_cols else ""
+        raise DataError(
+            f"{windows} origins {step} steps apart reach inside the data the model was trained or selected on (its "
+            f"training and validation targets); {fit} fit after them{where}: ask for --windows {fit} or fewer, a "
+            "smaller --step, or retrain at each origin with --refit"
+        )
+    notes = ()
+    if len(series) < frame.n_ids:
+        left_out = ", ".join(repr(frame.names[i]) for i in np.flatnonzero(each == 0)[:5])
+        notes += (
+            f"{frame.n_ids - len(series)} of {frame.n_ids} series left out: too short for an origin after their "
+            f"validation and {horizon} steps after it ({left_out}{', ...' * (frame.n_ids - len(series) > 5)})",
+        )
+    if windows is None:
+        windows = fit
+        notes += (f"{fit} origin{'s' * (fit != 1)}, {step} steps apart: all that fit after the run's validation "
+                  "split (--windows N for fewer)",)  # fmt: skip
+    rows = origin_rows(frame, horizon, windows, step, start, series)
+    if (rows < data.borders.val_end[series, None]).any():  # windows <= fit keeps every origin after validation
+        raise ValueError("a backtest origin lies inside the data the model was trained or selected on")
+    result = score_origins(predictor, data, rows, series)
     return dataclasses.replace(result, notes=notes)
 
 
-def origin_windows(data: Prepared, rows: np.ndarray) -> WindowIndex:
-    """The windows whose first target is at `rows` (n_ids, n_origins) of each series, series after series."""
-    floors = np.repeat(data.frame.bounds[:-1], rows.shape[1])  # (n_ids * n_origins,)
+def origin_windows(data: Prepared, rows: np.ndarray, series: np.ndarray | None = None) -> WindowIndex:
+    """The windows whose first target is at `rows` (n_series, n_origins) of each of `series` (indexes; None:
+    every series), series after series."""
+    bounds = data.frame.bounds[:-1] if series is None else data.frame.bounds[series]
+    floors = np.repeat(bounds, rows.shape[1])  # (n_series * n_origins,)
     starts = floors + rows.reshape(-1)
     return dataclasses.replace(
         data.split_windows("test"), starts=torch.from_numpy(starts), floors=torch.from_numpy(floors)
     )
 
 
-def score_origins(predictor: Predictor, data: Prepared, rows: np.ndarray) -> BacktestResult:
-    """Forecast and score the windows whose first target is at `rows` (n_ids, n_origins) of each series."""
+def score_origins(
+    predictor: Predictor, data: Prepared, rows: np.ndarray, series: np.ndarray | None = None
+) -> BacktestResult:
+    """Forecast and score the windows whose first target is at `rows` (n_series, n_origins) of each of `series`
+    (indexes; None: every series)."""
     frame = data.frame
-    n_ids, n_origins = rows.shape
-    index = origin_windows(data, rows)
+    n_series, n_origins = rows.shape
+    series = np.arange(n_series) if series is None else series
+    index = origin_windows(data, rows, series)
     starts = index.starts.numpy()
     windows = index.all().split(predictor.context_len)
-    ids = np.repeat(np.arange(n_ids), n_origins)  # (N,)
+    ids = np.repeat(series, n_origins)  # (N,) each window's series
     shipped = predictor.forecast(windows, ids)
     forecasts = {"model": shipped.point, **{k: v for k, v in shipped.each.items() if k != "model"}}  # (N, H, C)
-    folds = np.tile(np.arange(n_origins), n_ids)  # (N,)
+    folds = np.tile(np.arange(n_origins), n_series)  # (N,)
     mean, std, scale = shipped.mean, shipped.std, data.mase_scales(predictor.season)[ids]  # (N, C) each
     truth = windows.target.numpy()
     observed = None if windows.target_observed is None else windows.target_observed.numpy()
