@@ -9,7 +9,7 @@ import torch
 from helpers import TINY_FLAGS, layout_of, tiny_config
 from test_cli_errors import invoke
 
-from tsformer.intervals import adjust_quantiles, calibrate_quantiles, quantile_pairs
+from tsformer.intervals import adjust_quantiles, calibrate_quantiles, pair_shifts, quantile_pairs
 from tsformer.leakage import check_model, token_outputs
 from tsformer.model import Forecaster
 from tsformer.model.forecaster import pinball_loss
@@ -48,22 +48,34 @@ def test_quantiles_never_cross_whatever_the_weights():
     assert (model.predict_quantiles(x).diff(dim=-1) >= 0).all()
 
 
-def test_conformal_adjustment_reaches_the_nominal_coverage_on_new_draws():
-    """Quantiles far too narrow for N(0, 1) noise are widened on 'validation' draws; fresh draws are then
-    covered at the nominal 80 % within 2 points (4,000 draws per step and column)."""
+def test_conformal_shifts_reach_each_level_on_new_draws():
+    """Quantiles far too narrow for N(0, 1) noise, and all above the point (a short training's head), are moved
+    on 'validation' draws; on fresh draws each then has its own share of the truth below it within 2 points, and
+    the pair (0.1, 0.9) covers 80 % (4,000 draws per step and column)."""
     rng = np.random.default_rng(0)
     shape = (4000, 3, 2)  # (N, H, C)
-    narrow = torch.zeros(*shape, 3)
-    narrow[..., 0], narrow[..., 2] = -0.2, 0.2  # quantiles 0.1, 0.5, 0.9 of a much narrower distribution
+    biased = torch.zeros(*shape, 3)
+    biased[..., 0], biased[..., 1], biased[..., 2] = 0.5, 0.6, 0.7  # quantiles 0.1, 0.5, 0.9 of a narrow, high law
     levels = torch.tensor([0.1, 0.5, 0.9])
-    pairs = quantile_pairs((0.1, 0.5, 0.9))
-    assert pairs == [(0, 2)]
-    adjust = calibrate_quantiles(narrow, torch.from_numpy(rng.standard_normal(shape)), None, pairs, levels)
-    adjusted = adjust_quantiles(narrow, adjust, pairs)
+    shifts = calibrate_quantiles(biased, torch.from_numpy(rng.standard_normal(shape)), None, levels)
+    assert shifts.shape == (3, 3, 2)
+    adjusted = adjust_quantiles(biased, shifts)
     fresh = torch.from_numpy(rng.standard_normal(shape)).float()
-    covered = ((adjusted[..., 0] <= fresh) & (fresh <= adjusted[..., 2])).float().mean(dim=0)  # (H, C)
-    assert ((covered - 0.8).abs() < 0.02).all(), covered
-    assert torch.allclose(adjust, torch.full_like(adjust, 1.2816 - 0.2), atol=0.08)  # N(0,1)'s 0.9 quantile
+    for k, level in enumerate((0.1, 0.5, 0.9)):
+        below = (fresh <= adjusted[..., k]).float().mean(dim=0)  # (H, C)
+        assert ((below - level).abs() < 0.02).all(), (level, below)
+    covered = ((adjusted[..., 0] <= fresh) & (fresh <= adjusted[..., 2])).float().mean(dim=0)
+    assert ((covered - 0.8).abs() < 0.03).all(), covered
+    expected = torch.tensor([-1.2816 - 0.5, -0.6, 1.2816 - 0.7])  # N(0, 1)'s quantiles less each quantile
+    assert torch.allclose(shifts[:, 0, 0], expected, atol=0.08)
+
+
+def test_an_earlier_formats_pair_widening_is_the_same_shifts():
+    quantiles = torch.tensor([[[[-1.0, 0.0, 2.0]]]])  # (1, 1, 1, 3)
+    widening = torch.tensor([[[0.5]]])  # (1 pair, H, C)
+    pairs = quantile_pairs((0.1, 0.5, 0.9))
+    shifts = pair_shifts(widening, pairs, 3)
+    assert adjust_quantiles(quantiles, shifts).flatten().tolist() == [-1.5, 0.0, 2.5]
 
 
 def test_quantile_outputs_are_audited_and_a_peeking_quantile_fails(monkeypatch):
@@ -88,7 +100,7 @@ def test_train_predict_evaluate_with_quantiles(tiny_csv, tmp_path):
     result = invoke("train", tiny_csv, "--out", run, "--quantiles", "0.1,0.5,0.9", *TINY_FLAGS)
     assert result.exit_code == 0, result.output
     ckpt = load_predictor(run / "model.pt")
-    assert ckpt.config.train.quantiles == (0.1, 0.5, 0.9) and ckpt.calibration.quantile_adjust.shape == (1, 4, 2)
+    assert ckpt.config.train.quantiles == (0.1, 0.5, 0.9) and ckpt.calibration.quantile_adjust.shape == (3, 4, 2)
     out = tmp_path / "forecast.csv"
     assert invoke("predict", run, tiny_csv, "--out", out).exit_code == 0
     forecast = pd.read_csv(out)
@@ -99,4 +111,13 @@ def test_train_predict_evaluate_with_quantiles(tiny_csv, tmp_path):
     assert "conformally adjusted on validation" in evaluated.stdout and "quantiles 0.1-0.9: cover" in evaluated.stdout
     check = invoke("check", run)
     assert check.exit_code == 0, check.output
+    payload = torch.load(run / "model.pt", weights_only=True)  # as format 13 stored it: one widening per pair
+    payload["format_version"] = 13
+    del payload["calibration"]["quantile_method"]
+    payload["calibration"]["quantile_adjust"] = torch.full((1, 4, 2), 0.25)
+    torch.save(payload, run / "model.pt")
+    old = load_predictor(run / "model.pt").calibration
+    assert old.quantile_method == "pairs" and old.quantile_adjust[:, 0, 0].tolist() == [-0.25, 0.0, 0.25]
+    check = invoke("check", run)
+    assert check.exit_code == 0 and "calibrated by an earlier format, not remade" in check.stdout, check.output
     assert invoke("train", tiny_csv, "--out", tmp_path / "bad", "--quantiles", "0.1,1.5", *TINY_FLAGS).exit_code == 2

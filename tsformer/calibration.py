@@ -36,7 +36,6 @@ from tsformer.intervals import (
     context_change,
     error_counts,
     errors_needed,
-    quantile_pairs,
     typical_scale,
 )
 from tsformer.model import ForecasterBase, linear_candidate
@@ -154,9 +153,8 @@ def choose_and_calibrate(
     widths = calibrate(point, windows.target, windows.target_observed, levels, scale, floor)
     adjust = None
     if quantiles is not None:
-        pairs = quantile_pairs(cfg.train.quantiles)
         adjust = calibrate_quantiles(
-            quantiles, windows.target, windows.target_observed, pairs, predictor.model.quantile_levels
+            quantiles, windows.target, windows.target_observed, predictor.model.quantile_levels
         )
     calibration = Calibration(
         levels=levels,

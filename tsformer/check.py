@@ -61,12 +61,13 @@ def check_choices(predictor: Predictor, data: Prepared | None) -> CheckResult:
     fresh, _ = choose_and_calibrate(predictor.replace(fallback=None, calibration=None), val_windows, data)
     shape = (len(predictor.series), predictor.layout.n_targets)
     same_fallback = np.array_equal(_weight_table(fresh.fallback, shape), _weight_table(predictor.fallback, shape))
-    change = 0.0
+    change, remade = 0.0, True
     if (stored is None) != (fresh.calibration is None):
         change = float("inf")
     elif stored is not None:
         pairs = [(stored.widths, fresh.calibration.widths), (stored.typical, fresh.calibration.typical)]
-        pairs.append((stored.quantile_adjust, fresh.calibration.quantile_adjust))
+        remade = stored.quantile_method == fresh.calibration.quantile_method  # an earlier format's pairs: not remade
+        pairs += [(stored.quantile_adjust, fresh.calibration.quantile_adjust)] * remade
         for old, new in pairs:
             if (old is None) != (new is None) or (old is not None and old.shape != new.shape):
                 change = float("inf")
@@ -80,7 +81,8 @@ def check_choices(predictor: Predictor, data: Prepared | None) -> CheckResult:
         passed,
         change,
         f"the fallback ({'as stored' if same_fallback else 'DIFFERENT from the stored one'}) and the calibration "
-        f"recomputed from the run's {len(val_windows)} validation windows, against the checkpoint's",
+        f"recomputed from the run's {len(val_windows)} validation windows, against the checkpoint's"
+        + ("" if remade else " (its quantile pairs, calibrated by an earlier format, not remade)"),
     )
 
 

@@ -25,21 +25,21 @@ import torch
 
 from tsformer import __version__
 from tsformer.candidates import candidate_names
-from tsformer.config import REMOVED_KEYS, config_from_dict, save_config, to_dict
+from tsformer.config import REMOVED_KEYS, Config, config_from_dict, save_config, to_dict
 from tsformer.data import Scaler, SplitBorders, StaticScale, parse_freq
 from tsformer.data.calendar import calendar_names
 from tsformer.errors import CheckpointError, TsformerError
 from tsformer.fallback import FORECASTERS, Weights
 from tsformer.files import atomic_write
 from tsformer.final import FinalFit
-from tsformer.intervals import Calibration, quantile_pairs
+from tsformer.intervals import Calibration, pair_shifts, quantile_pairs
 from tsformer.layout import Layout
 from tsformer.model import build_forecaster, linear_candidate
 from tsformer.results import TrainSummary
 from tsformer.runfolder import CONFIG_FILE, MODEL_FILE
 
 FORMAT_NAME = "tsformer-checkpoint"
-FORMAT_VERSION = 13  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
+FORMAT_VERSION = 14  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
 # 5: interval widths per unit of each window's scale. 6: a Predictor: the layout by name, static covariates,
 # the calibration (with the refit model's borders) and the training summary. 7: the calibration's error count
 # and the interval levels it left out; what stopped training. 8: the fallback may name the classical candidates
@@ -53,7 +53,8 @@ FORMAT_VERSION = 13  # 2: data fingerprint, renamed weights. 3: many series, cov
 # train.least_squares_start is gone (a format 10 file's is dropped; its run has no linear candidate).
 # 12: train.linear_rows, the rows the linear candidate was fitted on (a format 11 file's were every token's).
 # 13: train.linear_ridge, the ridge it was fitted with (an earlier file's was linear_candidate.RIDGE).
-READS_FORMATS = (7, 8, 9, 10, 11, 12, 13)
+# 14: each quantile's own conformal shift (an earlier file's widening of each pair reads as the same shifts).
+READS_FORMATS = (7, 8, 9, 10, 11, 12, 13, 14)
 
 
 def save_predictor(predictor, path: str | Path, train_state: dict[str, Any] | None = None) -> None:
@@ -182,7 +183,9 @@ def _fields(payload: dict[str, Any], path: Path) -> dict[str, Any]:
             static_from=str(payload["static_from"]),
             fallback=_fallback_from(payload["fallback"], config, payload["freq"]),
             final=None if final is None else _final_from_dict(final, config, layout, len(payload["series"])),
-            calibration=None if payload["calibration"] is None else _calibration_from_dict(payload["calibration"]),
+            calibration=None
+            if payload["calibration"] is None
+            else _calibration_from_dict(payload["calibration"], config),
             data_fingerprint=payload["data_fingerprint"],
             summary=None if summary is None else TrainSummary(**{**summary, "lines": tuple(summary["lines"])}),
             package_version=str(payload.get("package_version", "")),
@@ -359,11 +362,11 @@ def _validate_calibration(calibration: Calibration | None, config, n_columns: in
         and not (isinstance(typical, torch.Tensor) and typical.shape == (n_columns,) and bool((typical > 0).all()))
     ):
         raise ValueError("the typical interval scale must be one positive value per column, with seasonal intervals")
-    adjust, pairs = calibration.quantile_adjust, quantile_pairs(config.train.quantiles)
+    adjust, n_quantiles = calibration.quantile_adjust, len(config.train.quantiles)
     if adjust is not None and not (
-        isinstance(adjust, torch.Tensor) and adjust.shape == (len(pairs), horizon, n_columns)
+        isinstance(adjust, torch.Tensor) and adjust.shape == (n_quantiles, horizon, n_columns)
     ):
-        raise ValueError(f"quantile adjustments must be (pairs, horizon, columns) for the pairs {pairs}")
+        raise ValueError(f"quantile shifts must be (quantiles, horizon, columns) for {n_quantiles} quantiles")
 
 
 def _calibration_to_dict(c: Calibration) -> dict[str, Any]:
@@ -373,19 +376,27 @@ def _calibration_to_dict(c: Calibration) -> dict[str, Any]:
         "typical": c.typical,
         "season": c.season,
         "quantile_adjust": c.quantile_adjust,
+        "quantile_method": c.quantile_method,
         "n_errors": c.n_errors,
         "unsupported": [[level, n] for level, n in c.unsupported],
     }
 
 
-def _calibration_from_dict(raw: dict[str, Any]) -> Calibration:
-    """A stored calibration (a format 7 or 8 file's may also name whose errors it used: its intervals hold)."""
+def _calibration_from_dict(raw: dict[str, Any], config: Config) -> Calibration:
+    """A stored calibration (a format 7 or 8 file's may also name whose errors it used: its intervals hold; a
+    file before format 14 widened each quantile pair, read as the same shifts of each quantile)."""
+    adjust, method = raw["quantile_adjust"], str(raw.get("quantile_method", "pairs"))
+    if adjust is not None and "quantile_method" not in raw:  # before format 14: each pair's widening
+        if not isinstance(adjust, torch.Tensor):
+            raise ValueError("quantile adjustments must be a tensor")
+        adjust = pair_shifts(adjust, quantile_pairs(config.train.quantiles), len(config.train.quantiles))
     return Calibration(
         levels=tuple(float(level) for level in raw["levels"]),
         widths=raw["widths"],
         typical=raw["typical"],
         season=int(raw["season"]),
-        quantile_adjust=raw["quantile_adjust"],
+        quantile_adjust=adjust,
+        quantile_method=method,
         n_errors=int(raw["n_errors"]),
         unsupported=tuple((float(level), int(n)) for level, n in raw["unsupported"]),
     )

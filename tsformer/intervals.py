@@ -38,7 +38,10 @@ class Calibration:
     widths: torch.Tensor  # (n_levels, H, C) half-widths: scaled units, or units of each window's scale
     typical: torch.Tensor | None  # (C,) the median validation window's scale; None: fixed widths (one per step)
     season: int  # the lag of each window's scale (its context's mean seasonal change)
-    quantile_adjust: torch.Tensor | None = None  # (n_pairs, H, C) widening of each (q, 1 - q) pair; None: no pairs
+    quantile_adjust: torch.Tensor | None = None  # (Q, H, C) shift of each quantile (`calibrate_quantiles`); None: none
+    # how quantile_adjust was made: "each" quantile on its own level (`calibrate_quantiles`), or "pairs": an
+    # earlier format's widening of each (q, 1 - q) pair, stored as the same shifts (its check cannot remake it)
+    quantile_method: str = "each"
     n_errors: int = 0  # calibration errors per step and column (the fewest over steps and columns)
     unsupported: tuple[tuple[float, int], ...] = ()  # (level, errors it needs): asked for, left out
 
@@ -268,33 +271,44 @@ def quantile_pairs(quantiles: tuple[float, ...]) -> list[tuple[int, int]]:
 
 
 def calibrate_quantiles(
-    quantiles: torch.Tensor, truth: torch.Tensor, observed: torch.Tensor | None, pairs: list[tuple[int, int]], levels
+    quantiles: torch.Tensor, truth: torch.Tensor, observed: torch.Tensor | None, levels
 ) -> torch.Tensor:
-    """Conformalised quantile regression: per pair, step and column, how far to widen [lower, upper] so that
-    it holds its nominal share of the validation truth. quantiles (N, H, C, Q) -> (n_pairs, H, C), scaled."""
-    widths = []
+    """Split conformal, one quantile at a time: per quantile, step and column, the shift that puts its level's
+    share of the validation truth at or below it. quantiles (N, H, C, Q) at `levels` (Q,) -> shifts (Q, H, C),
+    scaled.
+
+    A shifted quantile at level q is the residual's (truth - quantile) order statistic of rank ceil((n + 1) q)
+    (at least the 1st, at most the nth) of the n validation residuals: for q >= 0.5 the conservative (upper)
+    rank, below it floor((n + 1) q), so each tail holds no more than its share. Each level stands on its own,
+    so a quantile head whose offsets sit on the wrong side of the point (a short training) is moved back to
+    where the truth fell, and a pair (q, 1 - q) holds about 1 - 2q of it."""
     y = truth.double()
-    for lo, hi in pairs:
-        excess = torch.maximum(quantiles[..., lo].double() - y, y - quantiles[..., hi].double())  # (N, H, C)
-        errors = excess.numpy()
+    shifts = []
+    for k, level in enumerate(float(q) for q in levels):
+        residual = (y - quantiles[..., k].double()).numpy()  # (N, H, C)
         if observed is not None:
-            errors = np.where(observed.numpy(), errors, np.nan)
-        counts = np.maximum((~np.isnan(errors)).sum(axis=0), 1)
-        ordered = np.sort(errors, axis=0)  # NaN last
-        level = float(levels[hi] - levels[lo])
-        rank = np.minimum(np.ceil((counts + 1) * level).astype(int), counts) - 1
-        widths.append(np.take_along_axis(ordered, rank[None], axis=0)[0])
-    return torch.from_numpy(np.stack(widths)).float() if widths else torch.zeros(0, *truth.shape[1:])
+            residual = np.where(observed.numpy(), residual, np.nan)
+        counts = np.maximum((~np.isnan(residual)).sum(axis=0), 1)  # (H, C)
+        ordered = np.sort(residual, axis=0)  # NaN last
+        ranks = np.ceil((counts + 1) * level) if level >= 0.5 else np.floor((counts + 1) * level)
+        rank = np.clip(ranks.astype(int), 1, counts) - 1  # (H, C), 0-based
+        shifts.append(np.take_along_axis(ordered, rank[None], axis=0)[0])
+    if not shifts:
+        return torch.zeros(0, *truth.shape[1:])
+    return torch.from_numpy(np.nan_to_num(np.stack(shifts))).float()
 
 
-def adjust_quantiles(
-    quantiles: torch.Tensor, adjust: torch.Tensor | None, pairs: list[tuple[int, int]]
-) -> torch.Tensor:
-    """Widen each pair by its adjustment (negative: narrow), then sort so that none cross: (N, H, C, Q)."""
-    if adjust is None:
-        return quantiles
-    out = quantiles.clone()
+def pair_shifts(widening: torch.Tensor, pairs: list[tuple[int, int]], n_quantiles: int) -> torch.Tensor:
+    """An earlier format's widening of each pair (n_pairs, H, C) as shifts of each quantile (Q, H, C): the
+    lower one down, the upper one up, the others (the median) unmoved."""
+    shifts = torch.zeros(n_quantiles, *widening.shape[1:], dtype=widening.dtype)
     for k, (lo, hi) in enumerate(pairs):
-        out[..., lo] = quantiles[..., lo] - adjust[k]
-        out[..., hi] = quantiles[..., hi] + adjust[k]
-    return out.sort(dim=-1).values
+        shifts[lo], shifts[hi] = -widening[k], widening[k]
+    return shifts
+
+
+def adjust_quantiles(quantiles: torch.Tensor, shifts: torch.Tensor | None) -> torch.Tensor:
+    """Each quantile (N, H, C, Q) moved by its shift (Q, H, C), then sorted so that none cross."""
+    if shifts is None:
+        return quantiles
+    return (quantiles + shifts.permute(1, 2, 0)).sort(dim=-1).values

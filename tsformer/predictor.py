@@ -49,7 +49,7 @@ from tsformer.data.prepare import data_fingerprint, require_non_negative, scale_
 from tsformer.errors import CheckpointError, DataError
 from tsformer.fallback import Weights, apply, chosen
 from tsformer.final import FinalFit, ends_early
-from tsformer.intervals import Calibration, adjust_quantiles, quantile_pairs
+from tsformer.intervals import Calibration, adjust_quantiles
 from tsformer.layout import Layout
 from tsformer.leakage import check_scaler
 from tsformer.model import ForecasterBase
@@ -197,9 +197,8 @@ class Predictor:
         quantiles = None
         if model_quantiles is not None:  # where a column falls back, its quantiles keep their offsets
             quantiles = model_quantiles + (point - each["model"]).unsqueeze(-1)
-            if self.calibration is not None and self.calibration.quantile_adjust is not None:
-                pairs = quantile_pairs(self.config.train.quantiles)
-                quantiles = adjust_quantiles(quantiles, self.calibration.quantile_adjust, pairs)
+            if self.calibration is not None:
+                quantiles = adjust_quantiles(quantiles, self.calibration.quantile_adjust)
             quantiles = torch.maximum(quantiles, floor.unsqueeze(-1))
         half_widths = None
         if self.calibration is not None:
