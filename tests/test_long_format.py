@@ -221,6 +221,20 @@ def test_a_series_too_short_for_a_backtest_origin_is_left_out_by_name(tmp_path):
         backtest_run(tmp_path / "run", windows=2)
 
 
+def test_a_series_too_short_to_train_is_scaled_for_mase_by_its_rows_before_the_test(tmp_path):
+    """`short` (9 rows, horizon 4) has one training row, so no seasonal-naive error to scale MASE by there: its
+    training and validation rows (before every scored window) give the scale, not 1 in the data's units."""
+    csv = tmp_path / "ragged.csv"
+    frame = long_frame({"long": 160, "short": 9, "other": 140})
+    frame.to_csv(csv, index=False)
+    train(tiny_config(csv), tmp_path / "run", show_progress=False)
+    evaluate_run(tmp_path / "run")
+    table = pd.read_csv(tmp_path / "run" / "metrics_by_series.csv").set_index("unique_id")
+    before_test = frame[frame.unique_id == "short"]["y"].to_numpy()[:5]  # 1 training + 4 validation rows
+    scale = np.abs(np.diff(before_test)).mean()  # lag 1: five rows are shorter than a day's season
+    assert table.loc["short", "mase"] == pytest.approx(table.loc["short", "mae_original"] / scale, rel=1e-4)
+
+
 def test_predict_reads_a_history_in_any_row_order(long_run, long_csv, tmp_path):
     """The run knows each series' clock, so a shuffled history (appended rows, a concatenation) is the same one:
     the same forecast, where training without --sort refuses rows out of order."""

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from tsformer.metrics import PANEL_SCORE_FLOOR, squared_error_sums, validation_score
+from tsformer.metrics import PANEL_SCORE_FLOOR, mase_scale, score, squared_error_sums, validation_score
 
 
 def test_sums_count_only_observed_steps():
@@ -50,3 +50,15 @@ def test_a_solved_series_counts_at_the_floor():
 def test_nothing_observed_scores_zero():
     score = validation_score(torch.zeros(2, 1), torch.zeros(2, 1), np.array([0, 1]), 2)
     assert (score.score, score.mse) == (0.0, 0.0)
+
+
+def test_mase_is_undefined_without_a_scale_and_left_out_of_the_mean():
+    """One training row (or a constant one) has no seasonal-naive error to scale by: NaN, not 1 in the data's
+    units (which let series of large values decide a panel's MASE), and the mean runs over the others."""
+    assert np.isnan(mase_scale(np.array([[5.0]]), 12)).all()
+    assert np.isnan(mase_scale(np.full((20, 1), 3.0), 12)).all()
+    np.testing.assert_allclose(mase_scale(np.array([[1.0], [3.0], [6.0]]), 12), [2.5])  # lag 1: too short for 12
+    forecast, truth = np.zeros((2, 1, 1)), np.array([[[2.0]], [[8.0]]])  # (N, H, C), scaled = units
+    scales = np.array([[2.0], [np.nan]])  # the second window's series has no scale
+    scored = score(forecast, truth, np.zeros((2, 1)), np.ones((2, 1)), ("y",), scales)["mean"]
+    assert scored["mase"] == pytest.approx(1.0) and scored["mae_original"] == pytest.approx(5.0)

@@ -61,6 +61,7 @@ class EvalReport:
     n_series: int = 1  # series scored (long format); 1 for a wide file
     worst_series: list[dict] = dataclasses.field(default_factory=list)  # long format: the ten with the highest MASE
     intervals_note: str = ""  # the interval levels left out for want of calibration windows ("" when none)
+    mase_note: str = ""  # the series left out of MASE and MSIS for want of a scale ("" when none)
     by_series: pd.DataFrame | None = dataclasses.field(default=None, repr=False)  # long format: every series
     windows: ScoredWindows | None = dataclasses.field(default=None, repr=False)  # for the plot
 
@@ -96,7 +97,8 @@ def evaluate(predictor: Predictor, data: Prepared, split: str = "test") -> EvalR
     if (shipped.chosen != "model").any():
         forecasts["model_alone"] = shipped.each["model"]
     forecasts |= {name: f for name, f in shipped.each.items() if name != "model"}
-    stats = shipped.mean, shipped.std, data.mase_scales(season)[ids]  # (N, C) each
+    scales = data.mase_scales(season)  # (n_ids, C)
+    stats = shipped.mean, shipped.std, scales[ids]  # (N, C) each
     truth_mask = None if truth_observed is None else truth_observed.numpy()
     columns = predictor.layout.targets
     scores = {
@@ -125,6 +127,19 @@ def evaluate(predictor: Predictor, data: Prepared, split: str = "test") -> EvalR
         by_series=by_series,
         windows=ScoredWindows(cut.context, truth, shipped.point, ids),
         intervals_note="" if predictor.calibration is None else predictor.calibration.note(),
+        mase_note=_mase_note(scales, np.unique(ids), data.frame),
+    )
+
+
+def _mase_note(scales: np.ndarray, scored: np.ndarray, frame) -> str:
+    """One line on the scored series (`scored`, indexes) with no MASE scale in some column ("" when none)."""
+    unscaled = scored[np.isnan(scales[scored]).any(axis=1)]
+    if not len(unscaled):
+        return ""
+    names = ", ".join(repr(frame.names[i]) for i in unscaled[:5]) + (", ..." if len(unscaled) > 5 else "")
+    return (
+        f"MASE and MSIS leave out {len(unscaled)} of {len(scored)} series ({names}): their rows before the test "
+        "split hold no seasonal-naive error to scale by (too short, or constant)"
     )
 
 
@@ -350,6 +365,8 @@ def format_report(report: EvalReport) -> str:
             lines.append(f"quantiles {pair}: cover {100 * share:.1f} % of {points}")
     if report.intervals_note:
         lines.append(report.intervals_note)
+    if report.mase_note:
+        lines.append(report.mase_note)
     for tag, interval in report.intervals.items():
         lines.append(
             f"{tag} % interval (conformal, calibrated on validation): "

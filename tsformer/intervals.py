@@ -222,11 +222,12 @@ def msis(
     """Mean scaled interval score (M4): width plus 2/alpha times each miss, over the MASE scale.
 
     lower, upper, truth (N, H, C) scaled; std and scale (N, C) per window (its series' standard deviation and
-    seasonal-naive MAE, in the CSV's units)."""
+    seasonal-naive MAE, in the CSV's units; NaN: none, left out)."""
     alpha = 1 - level
     penalty = (upper - lower) + 2 / alpha * (np.maximum(lower - truth, 0) + np.maximum(truth - upper, 0))
     points = penalty * std[:, None] / scale[:, None]  # (N, H, C), in units of the MASE scale
     keep = np.ones(points.shape, dtype=bool) if observed is None else observed
+    keep = keep & ~np.isnan(points)  # a series without a MASE scale has no MSIS
     return float(points[keep].mean()) if keep.any() else float("nan")
 
 

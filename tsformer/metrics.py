@@ -56,13 +56,13 @@ def seasonal_naive(context: torch.Tensor, horizon: int, season: int) -> torch.Te
 
 
 def mase_scale(train_values: np.ndarray, season: int) -> np.ndarray:
-    """Per-column MAE of the seasonal-naive forecast on one series' training rows (original units); 1 where
-    it is 0 or there is no pair to difference."""
+    """Per-column MAE of the seasonal-naive forecast on one series' training rows (original units); NaN where
+    it is 0 or there is no pair to difference (MASE is undefined there, and left out of the averages)."""
     season = usable_season(season, max(len(train_values) - 1, 1))  # the last row has len - 1 rows before it
     diffs = np.abs(train_values[season:] - train_values[:-season])  # NaN where either cell is unobserved
     pairs = ~np.isnan(diffs)
     scale = np.where(pairs, diffs, 0.0).sum(axis=0) / np.maximum(pairs.sum(axis=0), 1)
-    return np.where(scale > 0, scale, 1.0)
+    return np.where(scale > 0, scale, np.nan)
 
 
 def smape(forecast: np.ndarray, truth: np.ndarray) -> np.ndarray:
@@ -94,7 +94,10 @@ def point_errors(
 
 
 def _averages(points: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, float]:
-    averages = {name: float(np.mean(values[keep])) for name, values in points.items()}
+    """Each metric's mean over the kept points; MASE over those whose series has a scale (NaN if none has)."""
+    averages = {name: float(np.mean(values[keep])) for name, values in points.items() if name != "mase"}
+    mase = points["mase"][keep]
+    averages["mase"] = float(mase[~np.isnan(mase)].mean()) if (~np.isnan(mase)).any() else float("nan")
     averages["rmse_original"] = float(np.sqrt(averages["rmse_original"]))
     return averages
 

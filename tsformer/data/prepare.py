@@ -74,14 +74,18 @@ class Prepared:
         return self.split_windows(split).all().observed
 
     def mase_scales(self, season: int) -> np.ndarray:
-        """(n_ids, C) each series' MASE denominator: the seasonal-naive MAE on its training rows, in its units."""
-        frame = self.frame
-        return np.stack(
-            [
-                mase_scale(frame.values[frame.rows_of(i)][: self.borders.train_end[i]], season)
-                for i in range(frame.n_ids)
-            ]
-        )
+        """(n_ids, C) each series' MASE denominator: the seasonal-naive MAE on its training rows, in its units;
+        where they hold no pair (a series too short to train on), on its rows before the test split (training
+        and validation, before every window scored); NaN where neither has one."""
+        frame, borders = self.frame, self.borders
+        scales = []
+        for i in range(frame.n_ids):
+            rows = frame.values[frame.rows_of(i)]
+            scale = mase_scale(rows[: borders.train_end[i]], season)
+            if np.isnan(scale).any():
+                scale = np.where(np.isnan(scale), mase_scale(rows[: borders.val_end[i]], season), scale)
+            scales.append(scale)
+        return np.stack(scales)
 
     def split_windows(self, split: str, stride: int = 1) -> WindowIndex:
         """Every `stride`-th window of `split` (lazily: `take` or `all` gathers them)."""
