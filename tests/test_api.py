@@ -88,6 +88,13 @@ def test_a_series_is_fit_as_the_one_column_table_of_its_time_index():
     assert fitted.layout.targets == ("a",)
     pd.testing.assert_frame_equal(fitted.predict(), tabled.predict(), check_exact=True)
     assert tsformer.fit(series.rename(None), horizon=HORIZON, config=TINY).layout.targets == ("y",)
+    pd.testing.assert_frame_equal(fitted.predict(series), fitted.predict(), check_exact=True)  # a Series to predict
+    assert len(fitted.evaluate(series)) >= 2
+    for wrong in (5, [1.0, 2.0], None.__class__):
+        with pytest.raises(DataError, match=r"^data must be a DataFrame, a Series or a CSV path, got "):
+            fitted.predict(wrong)
+    with pytest.raises(DataError, match=r"^data must be a DataFrame, a Series or a CSV path, got int"):
+        tsformer.fit(5, horizon=HORIZON, config=TINY)
 
 
 def test_fit_predict_save_load_equals_the_cli_forecast_of_the_same_run(wide_fit, tmp_path):

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from tsformer.config import Config, config_from_dict, load_config, seconds_of, with_data_path
-from tsformer.data.loader import SeriesFrame
+from tsformer.data.loader import SeriesFrame, as_source
 from tsformer.errors import ConfigError
 from tsformer.predictor import Predictor, load_finished
 from tsformer.spelling import in_python_terms
@@ -66,8 +66,7 @@ def fit(
     from tsformer.train import train
 
     cfg = _config(config)
-    if isinstance(data, pd.Series):  # one series: a table of its time index and its values
-        data = data.to_frame("y" if data.name is None else str(data.name))
+    data = None if data is None or isinstance(data, SeriesFrame) else as_source(data)
     given = {
         "model": {"horizon": horizon},
         "train": {"time_limit": seconds_of(time_limit) if isinstance(time_limit, str) else time_limit},

@@ -45,6 +45,7 @@ from tsformer.data import (
     read_series,
     scale_inputs,
 )
+from tsformer.data.loader import as_source
 from tsformer.data.prepare import data_fingerprint, require_non_negative, scale_season, series_difference
 from tsformer.errors import CheckpointError, DataError
 from tsformer.fallback import Weights, apply, chosen
@@ -272,7 +273,7 @@ class Predictor:
         split and hold the training rows the scaler was fit on."""
         if source is None and self.data is not None and static is None:
             return self.data
-        source = source if source is not None else self._path()
+        source = as_source(source) if source is not None else self._path()
         frame = self.read_frame(source, static)
         where = "the DataFrame" if isinstance(source, pd.DataFrame) else str(source)
         if frame.keys != self.series:
@@ -314,7 +315,9 @@ class Predictor:
         writes. `future`: the known-future covariates' values over those steps, per series; `static_df`: the
         static covariates of series it was not trained on. How the data was read is in `.attrs["notes"]`. Errors and
         notes name keywords and config keys, not flags (`tsformer.spelling`)."""
-        source = data if data is not None else self.data.frame if self.data is not None else self._path()
+        source = as_source(data) if data is not None else self.data.frame if self.data is not None else self._path()
+        future = None if future is None else as_source(future, "future")
+        static_df = None if static_df is None else as_source(static_df, "static_df")
         forecast = forecast_after(self, source, future, static_df)
         frame = forecast.frame.copy()
         frame.attrs["notes"] = [python_terms(note) for note in forecast.notes]

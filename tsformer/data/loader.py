@@ -40,6 +40,16 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 Source = str | Path | pd.DataFrame  # where series come from: a CSV path or a DataFrame (or a frame read already)
 
 
+def as_source(data: object, what: str = "data") -> Source:
+    """`data` as the Python API takes it: a DataFrame or a CSV path as it is, a pandas Series as a table of one
+    series (its name the column, `y` when it has none; its index the time); anything else is refused."""
+    if isinstance(data, pd.Series):
+        return data.to_frame("y" if data.name is None else str(data.name))
+    if not isinstance(data, str | Path | pd.DataFrame):
+        raise DataError(f"{what} must be a DataFrame, a Series or a CSV path, got {type(data).__name__}")
+    return data
+
+
 @dataclass(frozen=True)
 class SeriesFrame:
     """Regular series on one frequency: one float32 column per target, and the covariates by role.
