@@ -66,6 +66,22 @@ def test_the_first_rows_offset_is_the_zone_and_a_stated_one_wins():
         DataConfig(utc_offset="CET")
 
 
+def test_daily_local_midnights_across_a_daylight_saving_change_are_daily_data():
+    """pandas writes a zoned daily index as local midnights whose offset changes (+02:00, then +01:00): read at
+    the first offset those would be 25 hours apart; they are read as the local dates they write."""
+    days = pd.date_range("2023-10-01", periods=60, freq="D", tz="Europe/Berlin")  # summer time ends on 10-29
+    table = pd.DataFrame({"date": [t.isoformat() for t in days], "v": np.arange(60.0)})
+    assert table.date[28] == "2023-10-29T00:00:00+02:00" and table.date[29] == "2023-10-30T00:00:00+01:00"
+    frame = read_series(table, DataConfig())
+    assert frame.freq == "D" and str(frame.timestamps.tz) == "UTC+02:00"
+    assert (frame.timestamps.hour == 0).all() and frame.timestamps[29].day == 30
+    assert any("read as each row's local date and time" in note for note in frame.notes)
+    hourly = read_series(
+        pd.DataFrame({"date": hourly_text(["+01:00"] * 100 + ["+02:00"] * 200), "v": 1.0}), DataConfig()
+    )
+    assert hourly.freq == "h" and not any("local date" in note for note in hourly.notes)  # instants stay instants
+
+
 def test_a_first_timestamp_without_an_offset_before_ones_with_it_is_refused(tmp_path):
     # the fuzzer's case: pandas reads the column as zoned, but its first row alone carries no offset
     path = tmp_path / "mixed.csv"

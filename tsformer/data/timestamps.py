@@ -266,13 +266,35 @@ def parse_timestamps(
         zone = cfg.utc_offset or written_offset(first)
         mixed = str(stamps.tz) == "UTC" and not _all_utc(text)
         stamps = stamps.tz_convert(fixed_zone(zone))
-        if mixed:
-            whose = "data.utc_offset" if cfg.utc_offset else "the first row's offset"
+        whose = "data.utc_offset" if cfg.utc_offset else "the first row's offset"
+        wall = _wall_clock(text, readings[order], order == "day-first") if mixed else None
+        if wall is not None and _one_time_of_day(wall) and not _one_time_of_day(stamps):
+            stamps = wall.tz_localize(fixed_zone(zone))  # daily data across daylight saving: its local dates
+            notes += (
+                f"time column {name!r} changes UTC offset (daylight saving) at one time of day: read as each row's "
+                f"local date and time, written at {whose}, {zone}",
+            )
+        elif mixed:
             notes += (
                 f"time column {name!r} mixes UTC offsets (daylight saving?); its times are read, given calendar "
                 f"features and written at {whose}, {zone}",
             )
     return stamps, notes, _notation(stamps, text, order == "day-first")
+
+
+def _wall_clock(text: pd.Series, fmt: str | None, dayfirst: bool) -> pd.DatetimeIndex | None:
+    """Each timestamp as its row writes it, its UTC offset dropped (None when that does not parse)."""
+    bare = text.str.replace(r"\s*(?:Z|[+-]\d{2}:?\d{2})$", "", regex=True)
+    parsed = _to_datetime(bare, fmt.replace("%z", "").strip() if fmt else None, dayfirst)
+    if parsed is None or parsed.isna().any():
+        return None
+    wall = pd.DatetimeIndex(parsed)
+    return wall if wall.tz is None else None
+
+
+def _one_time_of_day(stamps: pd.DatetimeIndex) -> bool:
+    """Whether every timestamp falls at the same time of day (daily or coarser data)."""
+    return (stamps - stamps.normalize()).nunique() == 1
 
 
 def written_offset(first: pd.Series | pd.DatetimeIndex) -> str:
