@@ -67,8 +67,8 @@ def test_resolve_chooses_calendar_loss_and_sizes_and_says_so():
     )
     assert notes[1].endswith(
         "over 202 rows; used from -5 %); train.loss mse (a wide file); at most 56 epochs (1,052 training windows; "
-        "patience 3 ends it earlier); model.members 3 (the mean of 3 models from their own initial weights, as 9 "
-        "steps an epoch are few); set with --set data.calendar=true|false, --set train.loss=mse|mae|mase, "
+        "patience 3 ends it earlier); model.members 3 (the mean of 3 models from their own initial weights, as an "
+        "epoch of 9 steps is short); set with --set data.calendar=true|false, --set train.loss=mse|mae|mase, "
         "--set train.epochs=N, --set model.members=N"
     )
     assert chosen.train.epochs == 56  # 9 steps of 128 windows an epoch: 56 epochs reach 500 steps

@@ -205,8 +205,8 @@ def _choose_members(cfg: Config, n_windows: int, frame: SeriesFrame) -> tuple[Mo
     if _short_epochs(cfg, n_windows):
         steps_per_epoch = epoch_steps(n_windows, cfg.train.batch_size)
         why = (
-            f"the mean of {AUTO_MEMBERS} models from their own initial weights, as {steps_per_epoch} steps an "
-            "epoch are few"
+            f"the mean of {AUTO_MEMBERS} models from their own initial weights, as an epoch of {steps_per_epoch} "
+            f"step{'s' * (steps_per_epoch != 1)} is short"
         )
         return dataclasses.replace(model, members=AUTO_MEMBERS), why
     long = frame.is_panel and long_epochs(n_windows, cfg.train.batch_size)

@@ -251,6 +251,12 @@ def parse_timestamps(
     bad = timestamps.isna().to_numpy() if timestamps is not None else np.ones(len(text), dtype=bool)
     if bad.any():
         line = column.index[bad][0]
+        if text.str.fullmatch(r"-?\d+").all():  # step numbers (0, 1, 2, ...), too small for Unix times
+            raise DataError(
+                f"time column {name!r} holds integers ({text.iloc[0]}, {text.iloc[1 % len(text)]}, ...), not dates: "
+                "give the rows their dates (the frequency sets the seasons and the forecast's times), or pass "
+                "--time-unit s to read step numbers as seconds (forecasts are then numbered on from the last)"
+            )
         raise DataError(
             f"cannot parse {text[line]!r} in time column {name!r} at line {line} as a date; "
             "use one date format such as 2024-01-31 13:00"
