@@ -111,8 +111,8 @@ def test_a_frequency_without_calendar_cycles_needs_no_probe():
     assert chosen.data.calendar is False
     assert notes[1] == (
         "chosen from the data: train.loss mse (a wide file); at most 100 epochs (35 training windows; patience 3 "
-        "ends it earlier); model.members 3 (the mean of 3 models from their own initial weights, as 1 steps an "
-        "epoch are few); set with --set train.loss=mse|mae|mase, --set train.epochs=N, --set model.members=N"
+        "ends it earlier); model.members 3 (the mean of 3 models from their own initial weights, as an epoch of "
+        "1 step is short); set with --set train.loss=mse|mae|mase, --set train.epochs=N, --set model.members=N"
     )
 
 
