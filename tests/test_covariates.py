@@ -159,7 +159,7 @@ def test_predict_needs_the_future_rows_of_every_series(covariate_csv, tmp_path):
     history.to_csv(tmp_path / "history.csv", index=False)
     cases = {
         "none": (None, ("--future CSV", "load")),
-        "short": (future.iloc[1:], ("has 3 rows", "series 'A'", "exactly the 4 steps")),
+        "short": (future.iloc[1:], ("has 3 rows", "series 'A'", "needs the 4 steps from")),
         "missing-series": (future[future.unique_id == "A"], ("no rows for series 'B'",)),
         "missing-column": (future.drop(columns=["load"]), ("covariate 'load' not in",)),
     }
@@ -172,6 +172,10 @@ def test_predict_needs_the_future_rows_of_every_series(covariate_csv, tmp_path):
     future.to_csv(tmp_path / "good.csv", index=False)
     result = invoke("predict", run, tmp_path / "history.csv", "--future", tmp_path / "good.csv")
     assert result.exit_code == 0, result.output
+    whole = frame.drop(columns=["y", "seen"])  # the covariate's whole timeline: history, then the horizon
+    whole.to_csv(tmp_path / "whole.csv", index=False)
+    from_whole = invoke("predict", run, tmp_path / "history.csv", "--future", tmp_path / "whole.csv")
+    assert from_whole.exit_code == 0 and from_whole.stdout == result.stdout, from_whole.output
     future.iloc[::-1].to_csv(tmp_path / "reversed.csv", index=False)  # rows in any order, as the history's
     reversed_rows = invoke("predict", run, tmp_path / "history.csv", "--future", tmp_path / "reversed.csv")
     assert reversed_rows.exit_code == 0 and reversed_rows.stdout == result.stdout, reversed_rows.output

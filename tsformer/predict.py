@@ -157,11 +157,13 @@ def read_future(predictor: Predictor, history: SeriesFrame, future: Source | Non
             raise DataError(f"{where} has no rows for {series}; give its next {horizon} steps")
         span = frame.rows_of(rows[key])
         expected = history.timestamps[int(history.bounds[i + 1]) - 1] + offset
-        if span.stop - span.start != horizon or frame.timestamps[span.start] != expected:
+        first = span.start + int(frame.timestamps[span].searchsorted(expected))  # rows before it (history) unused
+        if first + horizon > span.stop or frame.timestamps[first] != expected:
             raise DataError(
                 f"{where} has {span.stop - span.start} rows from {frame.timestamps[span.start]} for {series}, "
-                f"but needs exactly the {horizon} steps from {expected} (after the history's last row)"
+                f"but needs the {horizon} steps from {expected} (after the history's last row)"
             )
+        span = slice(first, first + horizon)  # the forecast's steps; later rows are not read
         if not frame.observed[span].all():
             raise DataError(f"{where} misses covariate values for {series}; give every value")
         out[i] = frame.values[span]
