@@ -241,7 +241,7 @@ def test_unparseable_date_names_the_line(tmp_path):
 
 def test_step_numbers_in_the_time_column_say_they_are_not_dates_and_how_to_read_them(tmp_path):
     csv = write_csv(tmp_path / "steps.csv", [f"{i},{i % 7}.5" for i in range(60)], header="t,value")
-    train_error(tmp_path, csv, "time column 't' holds integers (0, 1, ...), not dates", "--time-unit s",
+    train_error(tmp_path, csv, "time column 't' holds integers (0, 1, ...), not dates;", "--time-unit s",
                 extra=("--time-col", "t"))  # fmt: skip
 
 

@@ -114,10 +114,14 @@ def backtest(
     if windows is not None and windows > fit:
         least = int(series[np.argmin(each[series])])
         where = f" in series {frame.names[least]!r}" if predictor.id_cols else ""
+        if start is None:
+            reach = "reach inside the data the model was trained or selected on (its training and validation targets)"
+            fits = f"{fit} fit after them{where}"
+        else:
+            reach, fits = f"from --start {start} run past the data's end", f"{fit} fit{where}"
         raise DataError(
-            f"{windows} origins {step} steps apart reach inside the data the model was trained or selected on (its "
-            f"training and validation targets); {fit} fit after them{where}: ask for --windows {fit} or fewer, a "
-            "smaller --step, or retrain at each origin with --refit"
+            f"{windows} origins {step} steps apart {reach}; {fits}: ask for --windows {fit} or fewer, a smaller "
+            "--step, or retrain at each origin with --refit"
         )
     notes = ()
     if len(series) < frame.n_ids:

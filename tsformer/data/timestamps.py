@@ -253,7 +253,7 @@ def parse_timestamps(
         line = column.index[bad][0]
         if text.str.fullmatch(r"-?\d+").all():  # step numbers (0, 1, 2, ...), too small for Unix times
             raise DataError(
-                f"time column {name!r} holds integers ({text.iloc[0]}, {text.iloc[1 % len(text)]}, ...), not dates: "
+                f"time column {name!r} holds integers ({text.iloc[0]}, {text.iloc[1 % len(text)]}, ...), not dates; "
                 "give the rows their dates (the frequency sets the seasons and the forecast's times), or pass "
                 "--time-unit s to read step numbers as seconds (forecasts are then numbered on from the last)"
             )
