@@ -447,6 +447,14 @@ def test_predict_on_a_matching_csv_works(tmp_path, run):
     assert len(pd.read_csv(out)) == 4
 
 
+def test_a_plot_path_not_ending_in_png_is_refused_before_any_work(tmp_path, run):
+    csv = write_csv(tmp_path / "new.csv", hourly_rows(40))
+    out, plot = tmp_path / "forecast.csv", tmp_path / "forecast.txt"
+    result = invoke("predict", run, csv, "--out", out, "--plot", plot)
+    assert_error(result, "--plot", "forecast.txt would hold a PNG under another name", "ending in .png",
+                 left_behind=(out, plot))  # fmt: skip
+
+
 def test_predict_csv_missing_a_trained_column(tmp_path, run):
     rows = [row.rsplit(",", 1)[0] for row in hourly_rows(40)]
     csv = write_csv(tmp_path / "new.csv", rows, header="date,load")

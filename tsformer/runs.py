@@ -18,7 +18,7 @@ from tsformer.check import check_predictor
 from tsformer.config import DEFAULT_SPLIT_RATIOS, Config
 from tsformer.data import Prepared, Source, training_data
 from tsformer.data.split import val_horizons
-from tsformer.errors import DataError
+from tsformer.errors import ConfigError, DataError
 from tsformer.evaluate import EvalReport, evaluate, write_report
 from tsformer.files import check_output_path
 from tsformer.leakage import CheckResult
@@ -176,3 +176,5 @@ def _check_outputs(out: Path | None, plot: Path | None) -> None:
     for path, flag in ((out, "--out"), (plot, "--plot")):
         if path is not None:
             check_output_path(path, flag)
+    if plot is not None and Path(plot).suffix.lower() != ".png":
+        raise ConfigError(f"--plot {plot} would hold a PNG under another name; give a path ending in .png")
