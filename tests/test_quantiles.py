@@ -9,7 +9,7 @@ import torch
 from helpers import TINY_FLAGS, layout_of, tiny_config
 from test_cli_errors import invoke
 
-from tsformer.intervals import adjust_quantiles, calibrate_quantiles, pair_shifts, quantile_pairs, shipped_quantiles
+from tsformer.intervals import adjust_quantiles, calibrate_quantiles, pair_shifts, quantile_pairs
 from tsformer.leakage import check_model, token_outputs
 from tsformer.model import Forecaster
 from tsformer.model.forecaster import pinball_loss
@@ -68,19 +68,6 @@ def test_conformal_shifts_reach_each_level_on_new_draws():
     assert ((covered - 0.8).abs() < 0.03).all(), covered
     expected = torch.tensor([-1.2816 - 0.5, -0.6, 1.2816 - 0.7])  # N(0, 1)'s quantiles less each quantile
     assert torch.allclose(shifts[:, 0, 0], expected, atol=0.08)
-
-
-def test_the_model_spread_goes_with_its_weight_in_the_shipped_forecast():
-    """The model's offsets describe its own errors: where a candidate ships alone (weight 0) the quantiles sit on
-    its point, to be shifted by its validation errors; where the model ships (1) they keep the model's offsets."""
-    model_point = torch.zeros(2, 3, 1)  # (N, H, C)
-    model_quantiles = torch.tensor([-1.0, 0.0, 2.0]).expand(2, 3, 1, 3)
-    point = torch.full((2, 3, 1), 5.0)  # the shipped forecast
-    weight = torch.tensor([[0.0], [0.5]])  # (N, C): a candidate alone, then a blend
-    quantiles = shipped_quantiles(model_quantiles, model_point, point, weight)
-    assert quantiles[0, 0, 0].tolist() == [5.0, 5.0, 5.0] and quantiles[1, 0, 0].tolist() == [4.5, 5.0, 6.0]
-    alone = shipped_quantiles(model_quantiles, model_point, model_point, torch.ones(2, 1))
-    assert torch.equal(alone, model_quantiles)
 
 
 def test_an_earlier_formats_pair_widening_is_the_same_shifts():

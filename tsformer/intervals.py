@@ -299,17 +299,6 @@ def calibrate_quantiles(
     return torch.from_numpy(np.nan_to_num(np.stack(shifts))).float()
 
 
-def shipped_quantiles(
-    model_quantiles: torch.Tensor, model_point: torch.Tensor, point: torch.Tensor, model_weight: torch.Tensor
-) -> torch.Tensor:
-    """(N, H, C, Q) the quantiles around the shipped `point` (N, H, C) before their conformal shifts: the model's
-    offsets from its own point, times the model's weight in the shipped forecast (`model_weight` (N, C) or
-    (N, 1)). A candidate that ships alone carries none of the model's spread, which describes the model's
-    errors, not its own: its quantiles are then its point plus the shifts, set on its validation errors."""
-    offsets = model_quantiles - model_point.unsqueeze(-1)  # (N, H, C, Q)
-    return point.unsqueeze(-1) + model_weight[:, None, :, None] * offsets
-
-
 def pair_shifts(widening: torch.Tensor, pairs: list[tuple[int, int]], n_quantiles: int) -> torch.Tensor:
     """An earlier format's widening of each pair (n_pairs, H, C) as shifts of each quantile (Q, H, C): the
     lower one down, the upper one up, the others (the median) unmoved."""

@@ -48,9 +48,9 @@ from tsformer.data import (
 from tsformer.data.loader import as_source
 from tsformer.data.prepare import data_fingerprint, require_non_negative, scale_season, series_difference
 from tsformer.errors import CheckpointError, DataError
-from tsformer.fallback import Weights, apply, chosen, model_weight
+from tsformer.fallback import Weights, apply, chosen
 from tsformer.final import FinalFit, ends_early
-from tsformer.intervals import Calibration, adjust_quantiles, shipped_quantiles
+from tsformer.intervals import Calibration, adjust_quantiles
 from tsformer.layout import Layout
 from tsformer.leakage import check_scaler
 from tsformer.model import ForecasterBase
@@ -196,10 +196,8 @@ class Predictor:
         each, model_quantiles = forecasts
         point = apply(self.fallback, each, ids)
         quantiles = None
-        if model_quantiles is not None:  # around the shipped point, the model's offsets by its weight in it
-            paired = self.calibration is not None and self.calibration.quantile_method == "pairs"
-            weight = torch.ones(len(point), 1) if paired else model_weight(self.fallback, ids, len(point))
-            quantiles = shipped_quantiles(model_quantiles, each["model"], point, weight)  # (before format 14: all)
+        if model_quantiles is not None:  # where a column falls back, its quantiles keep their offsets
+            quantiles = model_quantiles + (point - each["model"]).unsqueeze(-1)
             if self.calibration is not None:
                 quantiles = adjust_quantiles(quantiles, self.calibration.quantile_adjust)
             quantiles = torch.maximum(quantiles, floor.unsqueeze(-1))
