@@ -17,6 +17,7 @@ from tsformer.data import read_series, training_data
 from tsformer.errors import DataError
 from tsformer.leakage import check_data, check_scaler, check_windows
 from tsformer.predictor import load_predictor
+from tsformer.backtest import score_origins
 from tsformer.runs import backtest_run, evaluate_run, predict_run
 from tsformer.train import train
 
@@ -207,10 +208,11 @@ def test_a_series_not_seen_in_training_is_forecast_from_its_own_history(long_run
 
 
 def test_a_series_too_short_for_a_backtest_origin_is_left_out_by_name(tmp_path):
-    """`tiny` (3 rows, horizon 4) has no origin after its validation: the others are backtested, and a note
-    names it, where it blocked the whole panel."""
+    """`tiny` (4 rows, horizon 4) has no origin after its validation (one with no row before it): the others are
+    backtested, and a note names it, where it blocked the whole panel; a --start inside a backtested series'
+    validation is refused."""
     csv = tmp_path / "ragged.csv"
-    long_frame({"long": 160, "tiny": 3, "other": 140}).to_csv(csv, index=False)
+    long_frame({"long": 160, "tiny": 4, "other": 140}).to_csv(csv, index=False)  # tiny: one horizon, no history
     train(tiny_config(csv), tmp_path / "run", show_progress=False)
     result = backtest_run(tmp_path / "run")
     assert result.notes[0] == (
@@ -219,6 +221,13 @@ def test_a_series_too_short_for_a_backtest_origin_is_left_out_by_name(tmp_path):
     assert result.forecasts.groupby("unique_id", sort=False).size().to_dict() == {"long": 4, "other": 4}
     with pytest.raises(DataError, match=r"2 origins 4 steps apart reach inside .* 1 fit after them in series"):
         backtest_run(tmp_path / "run", windows=2)
+    full = load_predictor(tmp_path / "run")
+    rows = full.read().borders.val_end[[0, 2], None]  # each kept series' first test origin
+    alone = score_origins(full, full.read(), rows, np.array([0, 2])).forecasts
+    pd.testing.assert_frame_equal(result.forecasts, alone)  # the kept series, as scored on their own rows
+    early = str(pd.read_csv(csv).query("unique_id == 'long'").ds.iloc[100])  # inside long's validation
+    with pytest.raises(DataError, match=r"--start .* falls inside the data the model was trained .* 'long'"):
+        backtest_run(tmp_path / "run", start=early)
 
 
 def test_a_series_too_short_to_train_is_scaled_for_mase_by_its_rows_before_the_test(tmp_path):

@@ -61,10 +61,40 @@ def first_rows(frame: SeriesFrame, start: str | None) -> np.ndarray | None:
 def origins_that_fit(frame: SeriesFrame, after: np.ndarray, horizon: int, step: int, start: str | None) -> np.ndarray:
     """(n_ids,) how many origins `step` apart fit in each series between row `after` (n_ids,) and its end
     (stepping back from the end, or forward from `start`); 0 where none does."""
+    after = np.maximum(after, 1)  # an origin reads at least one row before it
     first = first_rows(frame, start)
     lowest = after if first is None else np.where(first >= after, first, np.iinfo(np.int64).max)
     room = frame.lengths - horizon - lowest  # rows from the lowest allowed origin to the last possible one
     return np.maximum(0, room // step + 1)
+
+
+def _origin_counts(
+    frame: SeriesFrame, val_end: np.ndarray, horizon: int, step: int, start: str | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(n_ids,) how many origins fit in each series, and the series backtested: every series with room for an
+    origin after its validation (the others are left out, named in a note). A --start inside a backtested
+    series' training or validation, or too late for a horizon before its end, is refused."""
+    short = origins_that_fit(frame, val_end, horizon, step, None) == 0  # no room after validation
+    series = np.flatnonzero(~short)
+    if not len(series):
+        raise DataError(
+            f"no series has an origin with {horizon} steps after it past the run's validation split: backtest "
+            "longer data, or retrain at each origin with --refit"
+        )
+    each = origins_that_fit(frame, val_end, horizon, step, start)
+    if start is not None:
+        first = first_rows(frame, start)
+        for rows, why, fix in (
+            (first < np.maximum(val_end, 1), "falls inside the data the model was trained or selected on", "later"),
+            (each == 0, f"leaves fewer than {horizon} steps before the end", "earlier"),
+        ):
+            bad = np.flatnonzero(~short & rows)
+            if len(bad):
+                raise DataError(
+                    f"--start {start} {why} for series {frame.names[bad[0]]!r}; give an {fix} --start, or retrain "
+                    "at each origin with --refit"
+                )
+    return each, series
 
 
 def origin_rows(
@@ -101,15 +131,7 @@ def backtest(
     validation (which chose the epoch, the fallback and the intervals); `windows` None takes all that fit."""
     horizon, frame = predictor.horizon, data.frame
     step = step or horizon
-    each = origins_that_fit(frame, data.borders.val_end, horizon, step, start)  # (n_ids,)
-    series = np.flatnonzero(each > 0)  # a series too short for one origin after its validation is left out
-    if not len(series):
-        where = f"at or after --start {start} " if start is not None else ""
-        raise DataError(
-            f"no origin {where}has {horizon} steps after it past the run's validation split in any series: "
-            "backtest longer data (or, with --start, a date after the validation split that leaves a horizon), "
-            "or retrain at each origin with --refit"
-        )
+    each, series = _origin_counts(frame, data.borders.val_end, horizon, step, start)
     fit = int(each[series].min())
     if windows is not None and windows > fit:
         least = int(series[np.argmin(each[series])])
@@ -125,7 +147,7 @@ def backtest(
         )
     notes = ()
     if len(series) < frame.n_ids:
-        left_out = ", ".join(repr(frame.names[i]) for i in np.flatnonzero(each == 0)[:5])
+        left_out = ", ".join(repr(frame.names[i]) for i in np.setdiff1d(np.arange(frame.n_ids), series)[:5])
         notes += (
             f"{frame.n_ids - len(series)} of {frame.n_ids} series left out: too short for an origin after their "
             f"validation and {horizon} steps after it ({left_out}{', ...' * (frame.n_ids - len(series) > 5)})",
