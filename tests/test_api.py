@@ -141,6 +141,12 @@ def test_evaluate_backtest_and_check_return_dataframes(wide_fit):
     assert validation.loc[0, "mse"] != report.loc[0, "mse"]
     backtest = predictor.backtest(windows=3, step=4)
     assert len(backtest) == 3 * HORIZON * 2 and {"origin", "date", "target", "forecast", "truth"} <= set(backtest)
+    assert report.attrs["notes"] == [] and backtest.attrs["notes"] == []  # nothing left out here
+    every = predictor.backtest(step=4)  # as many origins as fit, which a note counts
+    assert every.attrs["notes"] == [
+        f"{every.origin.nunique()} origins, 4 steps apart: all that fit after the run's validation split (windows=N "
+        "for fewer)"
+    ]
     checks = predictor.check()
     assert checks["passed"].all() and "data/window" in set(checks["name"]) and "model/forward" in set(checks["name"])
 

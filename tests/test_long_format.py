@@ -12,12 +12,12 @@ import torch
 from helpers import TINY_FLAGS, tiny_config
 from test_cli_errors import assert_error, invoke
 
+from tsformer.backtest import score_origins
 from tsformer.config import DataConfig
 from tsformer.data import read_series, training_data
 from tsformer.errors import DataError
 from tsformer.leakage import check_data, check_scaler, check_windows
 from tsformer.predictor import load_predictor
-from tsformer.backtest import score_origins
 from tsformer.runs import backtest_run, evaluate_run, predict_run
 from tsformer.train import train
 

@@ -16,6 +16,10 @@ from tsformer.spelling import in_python_terms, python_terms
         ("sort the file or pass --sort", 'sort the file or pass config={"data.sort": True}'),
         ("name them with --static-cov, or drop --static", "name them with static_covs=, or drop static_df="),
         ("retrain at each origin with --refit", "retrain at each origin with --refit"),  # the command line's alone
+        ("ask for --windows 4 or fewer", "ask for windows=4 or fewer"),
+        ("set --context-len N", 'set config={"model.context_len": N}'),
+        ("--target to forecast them", "target= to forecast them"),  # prose after a flag is no value
+        ("--set train.fallback=false", 'config={"train.fallback": False}'),
         (
             "finish it with: tsformer train --resume --out runs/x",
             "finish it with: tsformer train --resume --out runs/x",

@@ -328,8 +328,11 @@ class Predictor:
         """Honest metrics on every window of the held-out test split (or `split="val"`): one row per forecaster
         (`model` is what `predict` ships, then the naive baselines) with MSE and MAE on scaled values, MAE and
         RMSE in the data's units, sMAPE and MASE; and, for the model, each interval's coverage, width and MSIS.
-        `tsformer.evaluate.evaluate` gives the whole report."""
-        return evaluation.evaluate(self, self.read(data), split).table()
+        `tsformer.evaluate.evaluate` gives the whole report; `.attrs["notes"]` what it left out."""
+        report = evaluation.evaluate(self, self.read(data), split)
+        table = report.table()
+        table.attrs["notes"] = [python_terms(note) for note in (report.intervals_note, report.mase_note) if note]
+        return table
 
     @in_python_terms
     def backtest(
@@ -338,8 +341,11 @@ class Predictor:
         """Forecasts at `windows` rolling origins `step` apart (default: the horizon) after the run's validation
         (default: every origin that fits there), each scored against the truth: one row per origin, series,
         step and target, with the forecast, its interval bounds, the naive forecasts and the truth (as
-        `tsformer backtest --out` writes)."""
-        return backtests.backtest(self, self.read(data), windows, step, start).forecasts
+        `tsformer backtest --out` writes); `.attrs["notes"]` says how many origins and which series it left out."""
+        result = backtests.backtest(self, self.read(data), windows, step, start)
+        table = result.forecasts.copy()
+        table.attrs["notes"] = [python_terms(note) for note in result.notes]
+        return table
 
     @in_python_terms
     def check(self, data: Source | None = None) -> pd.DataFrame:

@@ -54,6 +54,7 @@ SWITCHES = {  # a flag without a value -> the config setting it makes
 COMMAND = re.compile(r"tsformer (?:train|evaluate|predict|backtest|check|bench)\b[^;,)]*")
 SET = re.compile(r"--set ([a-z_]+\.[a-z_]+)=(\.\.\.|\S*[^\s.,;)])")
 FLAG = re.compile(r"--[a-z][a-z-]*(?![a-z-])")
+VALUED = re.compile(r"(--[a-z][a-z-]*) ([A-Z][A-Z0-9_]*|-?\d[\d.]*)\b")  # a flag and a placeholder or number
 
 Params = ParamSpec("Params")
 Result = TypeVar("Result")
@@ -71,13 +72,27 @@ def python_terms(message: str) -> str:
 
 def _respelled(text: str) -> str:
     text = SET.sub(lambda m: f'config={{"{m.group(1)}": {_literal(m.group(2))}}}', text)
+    text = VALUED.sub(_valued, text)
     return FLAG.sub(lambda m: _keyword(m.group()), text)
 
 
+def _valued(match: re.Match) -> str:
+    """`--windows 4` as `windows=4`, `--context-len N` as `config={"model.context_len": N}`."""
+    flag, value = match.groups()
+    if flag in KEYWORDS and KEYWORDS[flag].endswith("="):
+        return f"{KEYWORDS[flag]}{value}"
+    if flag in CONFIG_KEYS:
+        return f'config={{"{CONFIG_KEYS[flag]}": {value}}}'
+    return match.group()
+
+
 def _literal(value: str) -> str:
-    """A --set value as Python: a number or a placeholder (N, ...) as written, a word quoted."""
+    """A --set value as Python: a number or a placeholder (N, ...) as written, true and false as booleans, a word
+    quoted."""
     if value in ("N", "...") or re.fullmatch(r"[-+0-9.e]+", value):
         return value
+    if value.lower() in ("true", "false"):
+        return value.capitalize()
     return f'"{value}"'
 
 
