@@ -255,8 +255,9 @@ def test_quarter_labels_are_quarters(tmp_path, label):
 
 
 def test_a_day_column_is_the_time_column_and_names_are_preferred_in_order(tmp_path):
-    """`day` names a daily file's time column (no note); where two columns carry time names, `date` wins over
-    `day` and `year` wherever it stands."""
+    """`day` names a daily file's time column (no note); of two columns with time names, the first whose values
+    read as increasing timestamps: the Date after a Year of repeated years, the Timestamp before a Date of
+    repeated days."""
     days = pd.date_range("2024-01-01", periods=40, freq="D")
     daily = pd.DataFrame({"day": days.strftime("%Y-%m-%d"), "sales": np.arange(40.0)})
     series = read_series(write_csv(tmp_path / "daily.csv", daily), DataConfig())
@@ -264,6 +265,11 @@ def test_a_day_column_is_the_time_column_and_names_are_preferred_in_order(tmp_pa
     both = pd.DataFrame({"Year": days.year, "Date": days.strftime("%Y-%m-%d"), "sales": np.arange(40.0)})
     series = read_series(write_csv(tmp_path / "both.csv", both), DataConfig())
     assert series.time_col == "Date" and series.freq == "D" and "sales" in series.columns
+    hours = pd.date_range("2024-01-01", periods=72, freq="h")
+    hourly = pd.DataFrame({"timestamp": hours.strftime("%Y-%m-%d %H:%M"), "date": hours.strftime("%Y-%m-%d"),
+                           "load": np.arange(72.0)})  # fmt: skip
+    series = read_series(write_csv(tmp_path / "hourly.csv", hourly), DataConfig(targets=("load",)))
+    assert series.time_col == "timestamp" and series.freq == "h"
 
 
 def test_a_column_that_reads_as_regular_timestamps_is_the_time_column_when_none_is_named_like_one(tmp_path):

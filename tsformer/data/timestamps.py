@@ -20,7 +20,7 @@ from tsformer.config import DataConfig
 from tsformer.data.csvfile import names
 from tsformer.errors import DataError
 
-TIME_COL_NAMES = ("date", "timestamp", "time", "datetime", "ds", "period", "dt", "day", "year")  # by preference
+TIME_COL_NAMES = ("date", "timestamp", "time", "datetime", "ds", "period", "dt", "day", "year")
 EPOCH_UNITS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}  # nanoseconds per unit of a Unix epoch integer
 NOTATION_SAMPLE = 10_000  # rows, spread over the file, whose text the output notation must give back
 QUARTER = re.compile(r"^(\d{4})(\s*-?\s*)[Qq]([1-4])$")  # 1998Q1, 1998 Q1, 1998-Q1
@@ -112,16 +112,16 @@ def as_text(timestamps: pd.DatetimeIndex, like: pd.DatetimeIndex | None = None) 
 
 
 def find_time_col(table: pd.DataFrame, requested: str, source: str, cfg: DataConfig) -> tuple[str, tuple[str, ...]]:
-    """The time column: as given (--time-col), else one named like one (TIME_COL_NAMES, in its order), else the first
+    """The time column: as given (--time-col), else the first named like one (TIME_COL_NAMES) that reads as
+    increasing timestamps, or the first so named, else the first
     whose values all read as increasing timestamps (a `month` column of 2004-01, 2004-02, ...), with a note."""
     if requested:
         if requested not in table.columns:
             raise DataError(f"time column {requested!r} not in {source}; columns are: {names(table.columns)}")
         return requested, ()
-    named = {column.lower(): column for column in reversed(table.columns)}  # the first of a repeated name
-    for name in TIME_COL_NAMES:
-        if name in named:
-            return named[name], ()
+    named = [column for column in table.columns if column.lower() in TIME_COL_NAMES]
+    if named:  # the first that reads as increasing timestamps (a Date beside a Year of repeated years), else the first
+        return next((column for column in named if _reads_as_time(table[column], cfg)), named[0]), ()
     for column in table.columns:
         if _reads_as_time(table[column], cfg):
             return column, (
