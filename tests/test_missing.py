@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from tsformer.cli import app
 from tsformer.config import DataConfig, ModelConfig
 from tsformer.data import Scaler, read_series, training_data
+from tsformer.data.loader import require_values
 from tsformer.errors import DataError
 from tsformer.metrics import forward_fill, score
 from tsformer.model import Forecaster
@@ -125,7 +126,10 @@ def test_a_series_without_one_value_is_refused_by_name_unless_missing_means_zero
     )
     frame.loc[frame.unique_id == "B", "y"] = np.nan
     csv = write_csv(tmp_path / "panel.csv", frame)
-    with pytest.raises(DataError, match=r"series 'B' has no value of 'y' at all: nothing to forecast it from"):
-        read_series(csv, DataConfig())
-    zeros = read_series(csv, DataConfig(fill="zero"))
-    assert zeros.n_ids == 3 and zeros.values[zeros.bounds[1] : zeros.bounds[2]].sum() == 0.0
+    with pytest.raises(DataError, match=r"series 'B' has no value at all: nothing to forecast it from"):
+        training_data(tiny_config(csv))
+    with pytest.raises(DataError, match=r"series 'B' has no value at all"):
+        require_values(read_series(csv, DataConfig()), fill="")
+    require_values(read_series(csv, DataConfig(fill="zero")), fill="zero")  # missing means zero, as asked
+    frame["z"] = 1.0  # B has values in another target: it is scaled with every series' statistics instead
+    require_values(read_series(write_csv(tmp_path / "two.csv", frame), DataConfig(targets=("y", "z"))), fill="")

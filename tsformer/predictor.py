@@ -45,7 +45,7 @@ from tsformer.data import (
     read_series,
     scale_inputs,
 )
-from tsformer.data.loader import as_source
+from tsformer.data.loader import as_source, require_values
 from tsformer.data.prepare import data_fingerprint, require_non_negative, scale_season, series_difference
 from tsformer.errors import CheckpointError, DataError
 from tsformer.fallback import Weights, apply, chosen
@@ -250,6 +250,7 @@ class Predictor:
                     f"with time column {self.time_col!r}{ids}: {exc}"
                 ) from None
             raise
+        require_values(frame, self.config.data.fill)
         if self.config.data.floor == "zero":
             require_non_negative(frame)
         if self.layout.static and not from_data:

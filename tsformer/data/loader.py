@@ -494,13 +494,6 @@ def _complete(
             continue
         if missing.all():
             raise DataError(f"column {name!r} has no value at all; drop it or choose other --target columns")
-        empty = np.flatnonzero(np.add.reduceat(observed[:, j], bounds[:-1]) == 0)  # series without one value
-        if len(empty) and fill != "zero":
-            more = f" (and {len(empty) - 1} more series)" if len(empty) > 1 else ""
-            raise DataError(
-                f"series {names[empty[0]]!r} has no value of {name!r} at all{more}: nothing to forecast it from; "
-                "drop its rows, or train with --fill zero where a missing value means zero"
-            )
         counts[name] = int(missing.sum())
         if fill:
             _check_fillable(missing, fill, name, bounds, first_lines, names)
@@ -523,6 +516,22 @@ def _complete(
             "metrics (or pass --fill ffill or zero)"
         )
     return values.astype(np.float32), observed, (note,)
+
+
+def require_values(frame: SeriesFrame, fill: str) -> None:
+    """Refuse a series (long format) with no value in any target column: nothing to forecast it from (a series
+    missing one column of several is scaled with every series' statistics instead); with --fill zero its
+    missing values are zeros, as asked."""
+    if fill == "zero" or frame.n_ids == 1:
+        return
+    seen = np.add.reduceat(frame.observed.any(axis=1), frame.bounds[:-1])  # (n_ids,) rows with a value
+    empty = np.flatnonzero(seen == 0)
+    if len(empty):
+        more = f" (and {len(empty) - 1} more series)" if len(empty) > 1 else ""
+        raise DataError(
+            f"series {frame.names[empty[0]]!r} has no value at all{more}: nothing to forecast it from; drop its "
+            "rows, or train with --fill zero where a missing value means zero"
+        )
 
 
 def _covariates(values: np.ndarray, n_past: int, n_future: int) -> tuple[np.ndarray | None, np.ndarray | None, tuple]:

@@ -20,7 +20,7 @@ from pandas.tseries.frequencies import to_offset
 from tsformer.config import Config
 from tsformer.data.calendar import calendar_features, calendar_names, cycle_phase
 from tsformer.data.choices import choice_split, resolve_from_data
-from tsformer.data.loader import SeriesFrame, Source, read_series, rows_not_lines
+from tsformer.data.loader import SeriesFrame, Source, read_series, require_values, rows_not_lines
 from tsformer.data.reading import read_as_training_rows_say
 from tsformer.data.split import (
     Scaler,
@@ -106,6 +106,7 @@ def training_data(cfg: Config, source: Source | None = None, static: Source | No
         frame = source
     else:
         frame = read_series(cfg.data.path if source is None else source, cfg.data, static=static)
+    require_values(frame, cfg.data.fill)
     try:
         frame = read_as_training_rows_say(frame, cfg, choice_split(cfg, frame)[1])
     except DataError as exc:  # a DataFrame's rows are named as df.iloc numbers them, not as a file's lines
