@@ -62,3 +62,6 @@ def test_mase_is_undefined_without_a_scale_and_left_out_of_the_mean():
     scales = np.array([[2.0], [np.nan]])  # the second window's series has no scale
     scored = score(forecast, truth, np.zeros((2, 1)), np.ones((2, 1)), ("y",), scales)["mean"]
     assert scored["mase"] == pytest.approx(1.0) and scored["mae_original"] == pytest.approx(5.0)
+    two = score(np.zeros((2, 1, 2)), np.ones((2, 1, 2)), np.zeros((2, 2)), np.ones((2, 2)), ("a", "b"),
+                np.array([[2.0, np.nan], [2.0, np.nan]]))["mean"]  # fmt: skip
+    assert two["mase"] == pytest.approx(0.5)  # column b has no scale: the mean over columns is a's

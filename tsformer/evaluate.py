@@ -28,7 +28,7 @@ from tsformer.intervals import (
     quantile_loss,
     quantile_pairs,
 )
-from tsformer.metrics import score, score_by_series
+from tsformer.metrics import mean_defined, score, score_by_series
 from tsformer.results import Forecasts
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def evaluate(predictor: Predictor, data: Prepared, split: str = "test") -> EvalR
     if (shipped.chosen != "model").any():
         forecasts["model_alone"] = shipped.each["model"]
     forecasts |= {name: f for name, f in shipped.each.items() if name != "model"}
-    scales = data.mase_scales(season)  # (n_ids, C)
+    scales = data.mase_scales(season, split)  # (n_ids, C)
     stats = shipped.mean, shipped.std, scales[ids]  # (N, C) each
     truth_mask = None if truth_observed is None else truth_observed.numpy()
     columns = predictor.layout.targets
@@ -240,7 +240,7 @@ def _interval_scores(
         return {
             "coverage": float(np.mean(share)),
             "width": float(np.mean(width_units)),
-            "msis": float(np.mean(interval_scores)),
+            "msis": mean_defined(interval_scores),
             "per_column": {
                 name: {"coverage": float(share[j]), "width": float(width_units[j]), "msis": interval_scores[j]}
                 for j, name in enumerate(columns)
@@ -304,7 +304,7 @@ def _plot_windows(contexts, truth, forecast, data: Prepared, ids: np.ndarray, by
         picks = np.linspace(0, len(contexts) - 1, 3).round().astype(int).tolist()
         titles = [f"{column}, forecast from {_when(frame, starts[i])}" for i in picks]
     else:
-        ranked = by_series[by_series["column"] == column].sort_values("mase")
+        ranked = by_series[by_series["column"] == column].dropna(subset=["mase"]).sort_values("mase")
         chosen = ranked.iloc[[0, len(ranked) // 2, len(ranked) - 1]]
         names = ["/".join(str(v) for v in row) for row in chosen[list(frame.id_cols)].itertuples(index=False)]
         series = [frame.names.index(name) for name in names]

@@ -93,6 +93,12 @@ def point_errors(
     }
 
 
+def mean_defined(values: list[float]) -> float:
+    """The mean of the values that are defined (a column without a MASE scale has none); NaN if none is."""
+    defined = [v for v in values if not np.isnan(v)]
+    return float(np.mean(defined)) if defined else float("nan")
+
+
 def _averages(points: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, float]:
     """Each metric's mean over the kept points; MASE over those whose series has a scale (NaN if none has)."""
     averages = {name: float(np.mean(values[keep])) for name, values in points.items() if name != "mase"}
@@ -124,7 +130,7 @@ def score(
         if not keep.any():  # no observed truth in this column's test windows: nothing to score
             continue
         per_column[name] = _averages({k: v[..., j] for k, v in points.items()}, keep)
-    average = {k: float(np.mean([m[k] for m in per_column.values()])) if per_column else None for k in METRICS}
+    average = {k: mean_defined([m[k] for m in per_column.values()]) if per_column else None for k in METRICS}
     return {"mean": average, "per_column": per_column}
 
 

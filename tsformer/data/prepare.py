@@ -73,16 +73,17 @@ class Prepared:
         """Their observed mask, same shape; None: every cell observed."""
         return self.split_windows(split).all().observed
 
-    def mase_scales(self, season: int) -> np.ndarray:
-        """(n_ids, C) each series' MASE denominator: the seasonal-naive MAE on its training rows, in its units;
-        where they hold no pair (a series too short to train on), on its rows before the test split (training
-        and validation, before every window scored); NaN where neither has one."""
+    def mase_scales(self, season: int, split: str = "test") -> np.ndarray:
+        """(n_ids, C) each series' MASE denominator for windows of `split` (test, or the backtest's origins after
+        it: "test"; "val"): the seasonal-naive MAE on its training rows, in its units; where that is undefined
+        (no pair to difference, as in a series too short to train on, or a constant stretch), for test windows on
+        its rows before the test split (training and validation, before every window scored); else NaN."""
         frame, borders = self.frame, self.borders
         scales = []
         for i in range(frame.n_ids):
             rows = frame.values[frame.rows_of(i)]
             scale = mase_scale(rows[: borders.train_end[i]], season)
-            if np.isnan(scale).any():
+            if split == "test" and np.isnan(scale).any():
                 scale = np.where(np.isnan(scale), mase_scale(rows[: borders.val_end[i]], season), scale)
             scales.append(scale)
         return np.stack(scales)
