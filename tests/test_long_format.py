@@ -141,7 +141,7 @@ def test_short_series_are_skipped_from_training_by_name_and_still_forecast(tmp_p
     long_frame({"long": 160, "tiny": 10, "other": 140}).to_csv(csv, index=False)
     data = training_data(tiny_config(csv))
     note = next(n for n in data.notes if "skipped from training" in n)
-    assert "skipped from training (still forecast): 1 ('tiny')" in note
+    assert "1 series too short for a training window" in note and "(still forecast): 'tiny'" in note
     train_series = np.searchsorted(data.frame.bounds, data.target_starts("train")[1], side="right") - 1
     assert set(train_series.tolist()) == {0, 2}
     train(tiny_config(csv), tmp_path / "run", show_progress=False)
@@ -202,7 +202,7 @@ def test_predict_equals_the_scored_test_window_of_each_series(long_run, long_csv
 def test_a_series_not_seen_in_training_is_forecast_from_its_own_history(long_run, tmp_path):
     long_frame({"A": 120, "new": 80}, level=50.0).to_csv(tmp_path / "with_new.csv", index=False)
     result = predict_run(long_run, tmp_path / "with_new.csv")
-    assert any("series not in training: 1;" in note for note in result.notes)
+    assert any("1 series not in training;" in note for note in result.notes)
     new = result.frame[result.frame.unique_id == "new"]["y"]
     assert len(new) == HORIZON and 450 < new.mean() < 550  # its own level (50 x scale 10), not A's (10)
 

@@ -6,7 +6,7 @@ and on the last token's where train.linear_rows is auto, and the fit with the lo
 ridge is chosen on the training windows (`fit_linear`).
 
 The trained model and the naive forecasters are scored on the validation windows; each column of each series
-gets their weights by the run's rule (`tsformer.fallback`). The intervals and quantile pairs are then
+gets their weights by the run's rule (`tsformer.fallback`). The intervals and the quantiles are then
 calibrated on the errors there of the forecast weighted on the other half of each series' validation origins
 (cross-fitted, `_cross_fitted`; `tsformer.intervals`). With the final fit (`tsformer.final`) predict forecasts
 from where its model's training ends, as each validation window does from the held-out model's, so validation
@@ -97,7 +97,7 @@ def choose_and_calibrate(
     data: Prepared,
     model_outputs: tuple[torch.Tensor, torch.Tensor | None] | None = None,
 ) -> tuple[Predictor, Decision]:
-    """The predictor with its fallback chosen and its intervals and quantile pairs calibrated on the validation
+    """The predictor with its fallback chosen and its intervals and quantiles calibrated on the validation
     windows (cross-fitted around the chosen forecasters), and the decision. `model_outputs`: the model's
     forecasts of those windows already made (training's best epoch), else they are made here.
 

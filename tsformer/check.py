@@ -67,7 +67,8 @@ def check_choices(predictor: Predictor, data: Prepared | None) -> CheckResult:
     elif stored is not None:
         pairs = [(stored.widths, fresh.calibration.widths), (stored.typical, fresh.calibration.typical)]
         remade = stored.quantile_method == fresh.calibration.quantile_method  # an earlier format's pairs: not remade
-        pairs += [(stored.quantile_adjust, fresh.calibration.quantile_adjust)] * remade
+        if remade:
+            pairs.append((stored.quantile_adjust, fresh.calibration.quantile_adjust))
         for old, new in pairs:
             if (old is None) != (new is None) or (old is not None and old.shape != new.shape):
                 change = float("inf")

@@ -367,6 +367,8 @@ def _validate_calibration(calibration: Calibration | None, config, n_columns: in
         isinstance(adjust, torch.Tensor) and adjust.shape == (n_quantiles, horizon, n_columns)
     ):
         raise ValueError(f"quantile shifts must be (quantiles, horizon, columns) for {n_quantiles} quantiles")
+    if calibration.quantile_method not in ("each", "pairs"):
+        raise ValueError(f"unknown quantile calibration {calibration.quantile_method!r}")
 
 
 def _calibration_to_dict(c: Calibration) -> dict[str, Any]:
@@ -387,9 +389,10 @@ def _calibration_from_dict(raw: dict[str, Any], config: Config) -> Calibration:
     file before format 14 widened each quantile pair, read as the same shifts of each quantile)."""
     adjust, method = raw["quantile_adjust"], str(raw.get("quantile_method", "pairs"))
     if adjust is not None and "quantile_method" not in raw:  # before format 14: each pair's widening
-        if not isinstance(adjust, torch.Tensor):
-            raise ValueError("quantile adjustments must be a tensor")
-        adjust = pair_shifts(adjust, quantile_pairs(config.train.quantiles), len(config.train.quantiles))
+        pairs = quantile_pairs(config.train.quantiles)
+        if not isinstance(adjust, torch.Tensor) or adjust.dim() != 3 or adjust.shape[0] != len(pairs):
+            raise ValueError(f"quantile adjustments must be (pairs, horizon, columns) for the pairs {pairs}")
+        adjust = pair_shifts(adjust, pairs, len(config.train.quantiles))
     return Calibration(
         levels=tuple(float(level) for level in raw["levels"]),
         widths=raw["widths"],

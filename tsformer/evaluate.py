@@ -131,7 +131,7 @@ def evaluate(predictor: Predictor, data: Prepared, split: str = "test") -> EvalR
     )
 
 
-def _mase_note(scales: np.ndarray, scored: np.ndarray, frame) -> str:
+def _mase_note(scales: np.ndarray, scored: np.ndarray, frame: SeriesFrame) -> str:
     """One line on the scored series (`scored`, indexes) with no MASE scale in some column ("" when none)."""
     unscaled = scored[np.isnan(scales[scored]).any(axis=1)]
     if not len(unscaled):

@@ -31,7 +31,7 @@ SCALE_FLOOR = 0.1  # no window's scale is below this share of the typical valida
 
 @dataclass(frozen=True)
 class Calibration:
-    """A run's conformal calibration: interval half-widths and quantile-pair adjustments, in scaled units (per
+    """A run's conformal calibration: interval half-widths and each quantile's shift, in scaled units (per
     unit of each window's scale with seasonal widths)."""
 
     levels: tuple[float, ...]  # interval levels, e.g. (0.8, 0.95)

@@ -67,9 +67,7 @@ def shipped_after(
     scaler, new_series = series_scaler(predictor, frame)
     notes = frame.notes
     if new_series:
-        notes += (
-            f"series not in training: {new_series}; the global model forecasts each, scaled with its own history",
-        )
+        notes += (f"{new_series} series not in training; the global model forecasts each, scaled with its own history",)
     index, timestamps = forecast_index(
         frame, ahead, predictor.layout, scaler, predictor.static_scale, predictor.context_len, predictor.horizon
     )
@@ -120,8 +118,9 @@ def write_forecast(
 
 
 def read_future(predictor: Predictor, history: SeriesFrame, future: Source | None) -> np.ndarray | None:
-    """(n_ids, horizon, n_future) the known-future covariates of `future` (a CSV or DataFrame): exactly the
-    `horizon` steps after each series' last row; None when the model reads none from the data."""
+    """(n_ids, horizon, n_future) the known-future covariates of `future` (a CSV or DataFrame): the
+    `horizon` steps after each series' last row (rows before and after them are not read); None when the model
+    reads none from the data."""
     horizon, names = predictor.horizon, predictor.layout.future
     if not names:
         return None

@@ -288,7 +288,7 @@ def fit_scaler(
     scaler, borrowed = Scaler.fit_series(inputs, frame.bounds, borders.train_end, season)
     if borrowed.any():
         notes += (
-            f"series with no training value in some column: {int(borrowed.sum())} ({_first_names(frame, borrowed)}); "
+            f"{int(borrowed.sum())} series without a training value in some column ({_first_names(frame, borrowed)}); "
             "each is scaled with the statistics of all series' training rows",
         )
     return scaler, notes
@@ -310,8 +310,8 @@ def _split_note(cfg: Config, frame: SeriesFrame, borders: SplitBorders, train_hi
     no_window = window_counts("train", borders, train_history, horizon) == 0
     if no_window.any():
         line += (
-            f"; series too short for a training window of {horizon} steps after {train_history} of history, "
-            f"skipped from training (still forecast): {int(no_window.sum())} ({_first_names(frame, no_window)})"
+            f"; {int(no_window.sum())} series too short for a training window of {horizon} steps after "
+            f"{train_history} of history, skipped from training (still forecast): {_first_names(frame, no_window)}"
         )
     return line
 
