@@ -9,7 +9,14 @@ import torch
 from helpers import TINY_FLAGS, layout_of, tiny_config
 from test_cli_errors import invoke
 
-from tsformer.intervals import adjust_quantiles, calibrate_quantiles, pair_shifts, quantile_pairs
+from tsformer.intervals import (
+    adjust_quantiles,
+    calibrate_quantiles,
+    pair_shifts,
+    quantile_pairs,
+    shipped_quantiles,
+    weight_groups,
+)
 from tsformer.leakage import check_model, token_outputs
 from tsformer.model import Forecaster
 from tsformer.model.forecaster import pinball_loss
@@ -51,15 +58,15 @@ def test_quantiles_never_cross_whatever_the_weights():
 def test_conformal_shifts_reach_each_level_on_new_draws():
     """Quantiles far too narrow for N(0, 1) noise, and all above the point (a short training's head), are moved
     on 'validation' draws; on fresh draws each then has its own share of the truth below it within 2 points, and
-    the pair (0.1, 0.9) covers 80 % (4,000 draws per step and column)."""
+    the pair (0.1, 0.9) covers 80 % (4,000 draws per step and column, one group)."""
     rng = np.random.default_rng(0)
     shape = (4000, 3, 2)  # (N, H, C)
     biased = torch.zeros(*shape, 3)
     biased[..., 0], biased[..., 1], biased[..., 2] = 0.5, 0.6, 0.7  # quantiles 0.1, 0.5, 0.9 of a narrow, high law
-    levels = torch.tensor([0.1, 0.5, 0.9])
-    shifts = calibrate_quantiles(biased, torch.from_numpy(rng.standard_normal(shape)), None, levels)
-    assert shifts.shape == (3, 3, 2)
-    adjusted = adjust_quantiles(biased, shifts)
+    levels, groups = torch.tensor([0.1, 0.5, 0.9]), torch.ones(4000, 2, dtype=torch.long)  # the model alone
+    shifts = calibrate_quantiles(biased, torch.from_numpy(rng.standard_normal(shape)), None, levels, groups)
+    assert shifts.shape == (3, 3, 3, 2)  # (groups, Q, H, C)
+    adjusted = adjust_quantiles(biased, shifts, groups)
     fresh = torch.from_numpy(rng.standard_normal(shape)).float()
     for k, level in enumerate((0.1, 0.5, 0.9)):
         below = (fresh <= adjusted[..., k]).float().mean(dim=0)  # (H, C)
@@ -67,7 +74,32 @@ def test_conformal_shifts_reach_each_level_on_new_draws():
     covered = ((adjusted[..., 0] <= fresh) & (fresh <= adjusted[..., 2])).float().mean(dim=0)
     assert ((covered - 0.8).abs() < 0.03).all(), covered
     expected = torch.tensor([-1.2816 - 0.5, -0.6, 1.2816 - 0.7])  # N(0, 1)'s quantiles less each quantile
-    assert torch.allclose(shifts[:, 0, 0], expected, atol=0.08)
+    assert torch.allclose(shifts[1, :, 0, 0], expected, atol=0.08)
+    assert torch.equal(shifts[0], shifts[1])  # no window in the other groups: they take every window's shifts
+
+
+def test_a_panels_fallen_back_series_get_quantiles_from_their_own_errors():
+    """A tenth of the windows ship a candidate alone (weight 0: no model offsets, their point plus shifts), the
+    rest the model with offsets that fit N(0, 1): calibrated per group, each group's pair covers 80 % of fresh
+    draws. Pooled, the shifts are the model windows' (about 0) and the candidate's pair would cover almost
+    nothing (the review's 18 %)."""
+    rng = np.random.default_rng(1)
+    n, shape = 4000, (4000, 2, 1)
+    weight = torch.ones(n, 1)
+    weight[: n // 10] = 0.0  # the candidate alone
+    normal = torch.tensor([-1.2816, 0.0, 1.2816])
+    model_quantiles = normal.expand(*shape, 3).clone()  # offsets around a model point of 0
+    point = torch.zeros(shape)
+    quantiles = shipped_quantiles(model_quantiles, torch.zeros(shape), point, weight)
+    assert torch.equal(quantiles[0], torch.zeros(2, 1, 3)) and torch.equal(quantiles[-1], model_quantiles[-1])
+    groups = weight_groups(weight)
+    levels = torch.tensor([0.1, 0.5, 0.9])
+    shifts = calibrate_quantiles(quantiles, torch.from_numpy(rng.standard_normal(shape)), None, levels, groups)
+    adjusted = adjust_quantiles(quantiles, shifts, groups)
+    fresh = torch.from_numpy(rng.standard_normal(shape)).float()
+    covered = (adjusted[..., 0] <= fresh) & (fresh <= adjusted[..., 2])  # (N, H, C)
+    for rows in (slice(0, n // 10), slice(n // 10, n)):
+        assert abs(covered[rows].float().mean() - 0.8) < 0.04, covered[rows].float().mean()
 
 
 def test_an_earlier_formats_pair_widening_is_the_same_shifts():
@@ -75,7 +107,8 @@ def test_an_earlier_formats_pair_widening_is_the_same_shifts():
     widening = torch.tensor([[[0.5]]])  # (1 pair, H, C)
     pairs = quantile_pairs((0.1, 0.5, 0.9))
     shifts = pair_shifts(widening, pairs, 3)
-    assert adjust_quantiles(quantiles, shifts).flatten().tolist() == [-1.5, 0.0, 2.5]
+    assert shifts.shape == (3, 3, 1, 1)  # every group alike
+    assert adjust_quantiles(quantiles, shifts, torch.tensor([[2]])).flatten().tolist() == [-1.5, 0.0, 2.5]
 
 
 def test_quantile_outputs_are_audited_and_a_peeking_quantile_fails(monkeypatch):
@@ -100,7 +133,7 @@ def test_train_predict_evaluate_with_quantiles(tiny_csv, tmp_path):
     result = invoke("train", tiny_csv, "--out", run, "--quantiles", "0.1,0.5,0.9", *TINY_FLAGS)
     assert result.exit_code == 0, result.output
     ckpt = load_predictor(run / "model.pt")
-    assert ckpt.config.train.quantiles == (0.1, 0.5, 0.9) and ckpt.calibration.quantile_adjust.shape == (3, 4, 2)
+    assert ckpt.config.train.quantiles == (0.1, 0.5, 0.9) and ckpt.calibration.quantile_adjust.shape == (3, 3, 4, 2)
     out = tmp_path / "forecast.csv"
     assert invoke("predict", run, tiny_csv, "--out", out).exit_code == 0
     forecast = pd.read_csv(out)
@@ -117,7 +150,7 @@ def test_train_predict_evaluate_with_quantiles(tiny_csv, tmp_path):
     payload["calibration"]["quantile_adjust"] = torch.full((1, 4, 2), 0.25)
     torch.save(payload, run / "model.pt")
     old = load_predictor(run / "model.pt").calibration
-    assert old.quantile_method == "pairs" and old.quantile_adjust[:, 0, 0].tolist() == [-0.25, 0.0, 0.25]
+    assert old.quantile_method == "pairs" and old.quantile_adjust[2, :, 0, 0].tolist() == [-0.25, 0.0, 0.25]
     check = invoke("check", run)
     assert check.exit_code == 0 and "calibrated by an earlier format, not remade" in check.stdout, check.output
     assert invoke("train", tiny_csv, "--out", tmp_path / "bad", "--quantiles", "0.1,1.5", *TINY_FLAGS).exit_code == 2

@@ -25,7 +25,16 @@ import torch
 from tsformer.candidates import repeats
 from tsformer.config import Config
 from tsformer.data import Prepared, Split, WindowIndex
-from tsformer.fallback import Decision, Weights, WindowErrors, apply, choose, late_origins, origin_ranks
+from tsformer.fallback import (
+    Decision,
+    Weights,
+    WindowErrors,
+    apply,
+    choose,
+    late_origins,
+    model_weight,
+    origin_ranks,
+)
 from tsformer.intervals import (
     CHUNK_WINDOWS,
     SCALE_FLOOR,
@@ -36,7 +45,9 @@ from tsformer.intervals import (
     context_change,
     error_counts,
     errors_needed,
+    shipped_quantiles,
     typical_scale,
+    weight_groups,
 )
 from tsformer.model import ForecasterBase, linear_candidate
 from tsformer.search import ValidationTargets
@@ -140,7 +151,8 @@ def choose_and_calibrate(
     chosen = predictor.replace(fallback=decision.weights, calibration=None)
     table, rows = _cross_fitted(errors, ids, decision, data)  # whose errors calibrate
     point = torch.cat([apply(table, each_of(i), rows[b]) for i, b in enumerate(blocks)])
-    quantiles = None if model_quantiles is None else model_quantiles + (point - model_point).unsqueeze(-1)
+    weight = model_weight(table, rows, len(point))  # (N, C) the model's in each window's cross-fitted forecast
+    quantiles = None if model_quantiles is None else shipped_quantiles(model_quantiles, model_point, point, weight)
     season = predictor.season
     n_errors = error_counts(windows.target_observed, tuple(windows.target.shape))
     levels = tuple(level for level in cfg.train.intervals if errors_needed(level) <= n_errors)
@@ -154,7 +166,7 @@ def choose_and_calibrate(
     adjust = None
     if quantiles is not None:
         adjust = calibrate_quantiles(
-            quantiles, windows.target, windows.target_observed, predictor.model.quantile_levels
+            quantiles, windows.target, windows.target_observed, predictor.model.quantile_levels, weight_groups(weight)
         )
     calibration = Calibration(
         levels=levels,

@@ -32,7 +32,7 @@ from tsformer.errors import CheckpointError, TsformerError
 from tsformer.fallback import FORECASTERS, Weights
 from tsformer.files import atomic_write
 from tsformer.final import FinalFit
-from tsformer.intervals import Calibration, pair_shifts, quantile_pairs
+from tsformer.intervals import QUANTILE_GROUPS, Calibration, pair_shifts, quantile_pairs
 from tsformer.layout import Layout
 from tsformer.model import build_forecaster, linear_candidate
 from tsformer.results import TrainSummary
@@ -53,7 +53,8 @@ FORMAT_VERSION = 14  # 2: data fingerprint, renamed weights. 3: many series, cov
 # train.least_squares_start is gone (a format 10 file's is dropped; its run has no linear candidate).
 # 12: train.linear_rows, the rows the linear candidate was fitted on (a format 11 file's were every token's).
 # 13: train.linear_ridge, the ridge it was fitted with (an earlier file's was linear_candidate.RIDGE).
-# 14: each quantile's own conformal shift (an earlier file's widening of each pair reads as the same shifts).
+# 14: each quantile's own conformal shift per group of windows (an earlier file's widening of each pair reads as
+# the same shifts for every group, around the model's whole offsets).
 READS_FORMATS = (7, 8, 9, 10, 11, 12, 13, 14)
 
 
@@ -364,9 +365,9 @@ def _validate_calibration(calibration: Calibration | None, config, n_columns: in
         raise ValueError("the typical interval scale must be one positive value per column, with seasonal intervals")
     adjust, n_quantiles = calibration.quantile_adjust, len(config.train.quantiles)
     if adjust is not None and not (
-        isinstance(adjust, torch.Tensor) and adjust.shape == (n_quantiles, horizon, n_columns)
+        isinstance(adjust, torch.Tensor) and adjust.shape == (QUANTILE_GROUPS, n_quantiles, horizon, n_columns)
     ):
-        raise ValueError(f"quantile shifts must be (quantiles, horizon, columns) for {n_quantiles} quantiles")
+        raise ValueError(f"quantile shifts must be (groups, quantiles, horizon, columns) for {n_quantiles} quantiles")
     if calibration.quantile_method not in ("each", "pairs"):
         raise ValueError(f"unknown quantile calibration {calibration.quantile_method!r}")
 

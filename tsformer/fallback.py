@@ -454,6 +454,14 @@ def not_the_model(names: np.ndarray, columns: tuple[str, ...], per_series: bool)
     )
 
 
+def model_weight(weights: Weights | None, ids: np.ndarray | None, n: int) -> torch.Tensor:
+    """(N, C) each window's weight on the model in its shipped forecast (`ids` as `apply` takes them); (N, 1) ones
+    without weights (the model everywhere)."""
+    if weights is None:
+        return torch.ones(n, 1)
+    return weights.rows(ids, n)[..., 0]
+
+
 def apply(weights: Weights | None, forecasts: dict[str, torch.Tensor], ids: np.ndarray | None = None) -> torch.Tensor:
     """(N, H, C): each window's columns as the weighted mean of the forecasters, with its series' weights (`ids`
     (N,) index `weights`; -1: a series with none, which the model forecasts; None: the first series' weights for

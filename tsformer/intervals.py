@@ -26,6 +26,7 @@ import torch
 # windows forecast or measured at a time (the candidates, the context change, the fallback's blocks): their
 # forward-filled contexts, float64 copies and sums stay small
 CHUNK_WINDOWS = 16_384
+QUANTILE_GROUPS = 3  # quantiles are calibrated per group of windows: a candidate alone, the model alone, a mix
 SCALE_FLOOR = 0.1  # no window's scale is below this share of the typical validation window's
 
 
@@ -38,7 +39,8 @@ class Calibration:
     widths: torch.Tensor  # (n_levels, H, C) half-widths: scaled units, or units of each window's scale
     typical: torch.Tensor | None  # (C,) the median validation window's scale; None: fixed widths (one per step)
     season: int  # the lag of each window's scale (its context's mean seasonal change)
-    quantile_adjust: torch.Tensor | None = None  # (Q, H, C) shift of each quantile (`calibrate_quantiles`); None: none
+    # (QUANTILE_GROUPS, Q, H, C) shift of each quantile per group of windows (`calibrate_quantiles`); None: none
+    quantile_adjust: torch.Tensor | None = None
     # how quantile_adjust was made: "each" quantile on its own level (`calibrate_quantiles`), or "pairs": an
     # earlier format's widening of each (q, 1 - q) pair, stored as the same shifts (its check cannot remake it)
     quantile_method: str = "each"
@@ -271,45 +273,83 @@ def quantile_pairs(quantiles: tuple[float, ...]) -> list[tuple[int, int]]:
     return [(i, index[round(1 - q, 9)]) for i, q in enumerate(ordered) if q < 0.5 and round(1 - q, 9) in index]
 
 
-def calibrate_quantiles(
-    quantiles: torch.Tensor, truth: torch.Tensor, observed: torch.Tensor | None, levels
-) -> torch.Tensor:
-    """Split conformal, one quantile at a time: per quantile, step and column, the shift that puts its level's
-    share of the validation truth at or below it. quantiles (N, H, C, Q) at `levels` (Q,) -> shifts (Q, H, C),
-    scaled.
+def weight_groups(model_weight: torch.Tensor) -> torch.Tensor:
+    """(N, C) long: each window's quantile group by the model's weight in its shipped forecast (N, C): 0 a
+    candidate alone (weight 0), 1 the model alone (1), 2 a mix. Each group's quantiles are calibrated on its own
+    windows, as their spreads differ: a candidate's forecast carries none of the model's offsets."""
+    return torch.where(model_weight <= 0, 0, torch.where(model_weight >= 1, 1, 2)).long()
 
-    A shifted quantile at level q is the residual's (truth - quantile) order statistic of rank ceil((n + 1) q)
-    (at least the 1st, at most the nth) of the n validation residuals: for q >= 0.5 the conservative (upper)
-    rank, below it floor((n + 1) q), so each tail holds no more than its share. Each level stands on its own,
-    so a quantile head whose offsets sit on the wrong side of the point (a short training) is moved back to
-    where the truth fell, and a pair (q, 1 - q) holds about 1 - 2q of it."""
-    y = truth.double()
+
+def shipped_quantiles(
+    model_quantiles: torch.Tensor, model_point: torch.Tensor, point: torch.Tensor, model_weight: torch.Tensor
+) -> torch.Tensor:
+    """(N, H, C, Q) the quantiles around the shipped `point` (N, H, C) before their conformal shifts: the model's
+    offsets from its own point, times the model's weight in the shipped forecast (`model_weight` (N, C)). The
+    offsets describe the model's errors: a candidate that ships alone gets its point, and its group's shifts."""
+    offsets = model_quantiles - model_point.unsqueeze(-1)  # (N, H, C, Q)
+    return point.unsqueeze(-1) + model_weight[:, None, :, None] * offsets
+
+
+def calibrate_quantiles(
+    quantiles: torch.Tensor, truth: torch.Tensor, observed: torch.Tensor | None, levels, groups: torch.Tensor
+) -> torch.Tensor:
+    """Split conformal, one quantile at a time and per group of windows (`weight_groups` (N, C)): per group,
+    quantile, step and column, the shift that puts its level's share of the group's validation truth at or below
+    it. quantiles (N, H, C, Q) at `levels` (Q,) -> shifts (QUANTILE_GROUPS, Q, H, C), scaled; a group with too few
+    windows for a level (`errors_needed`) takes the shift of all windows.
+
+    A shifted quantile at level q is the residual's (truth - quantile) order statistic of rank ceil((n + 1) q) for
+    q >= 0.5 and floor((n + 1) q) below it, of the n residuals, clipped to 1..n (so with fewer than
+    errors_needed(max(q, 1 - q)) of them a tail may hold more than its share). Each level stands on its own, so a
+    quantile head whose offsets sit on the wrong side of the point (a short training) is moved back to where the
+    truth fell, and a pair (q, 1 - q) holds about 1 - 2q of it."""
+    seen = torch.ones(truth.shape, dtype=torch.bool) if observed is None else observed
+    pooled, _ = _level_shifts(quantiles, truth, seen, levels)  # (Q, H, C)
     shifts = []
+    for group in range(QUANTILE_GROUPS):
+        members = seen & (groups == group)[:, None, :]  # (N, H, C)
+        own, counts = _level_shifts(quantiles, truth, members, levels)
+        needed = torch.tensor([errors_needed(max(float(q), 1 - float(q))) for q in levels]).view(-1, 1, 1)
+        shifts.append(torch.where(counts >= needed, own, pooled))
+    return torch.stack(shifts) if len(levels) else torch.zeros(QUANTILE_GROUPS, 0, *truth.shape[1:])
+
+
+def _level_shifts(
+    quantiles: torch.Tensor, truth: torch.Tensor, members: torch.Tensor, levels
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each level's shift (Q, H, C) over the residuals `members` (N, H, C) marks, and their counts (Q, H, C)."""
+    y = truth.double()
+    shifts, counts = [], []
     for k, level in enumerate(float(q) for q in levels):
-        residual = (y - quantiles[..., k].double()).numpy()  # (N, H, C)
-        if observed is not None:
-            residual = np.where(observed.numpy(), residual, np.nan)
-        counts = np.maximum((~np.isnan(residual)).sum(axis=0), 1)  # (H, C)
+        residual = np.where(members.numpy(), (y - quantiles[..., k].double()).numpy(), np.nan)  # (N, H, C)
+        n = (~np.isnan(residual)).sum(axis=0)  # (H, C)
         ordered = np.sort(residual, axis=0)  # NaN last
-        ranks = np.ceil((counts + 1) * level) if level >= 0.5 else np.floor((counts + 1) * level)
-        rank = np.clip(ranks.astype(int), 1, counts) - 1  # (H, C), 0-based
-        shifts.append(np.take_along_axis(ordered, rank[None], axis=0)[0])
+        ranks = np.ceil((n + 1) * level) if level >= 0.5 else np.floor((n + 1) * level)
+        rank = np.clip(ranks.astype(int), 1, np.maximum(n, 1)) - 1  # (H, C), 0-based
+        shifts.append(np.nan_to_num(np.take_along_axis(ordered, rank[None], axis=0)[0]))
+        counts.append(n)
     if not shifts:
-        return torch.zeros(0, *truth.shape[1:])
-    return torch.from_numpy(np.nan_to_num(np.stack(shifts))).float()
+        return torch.zeros(0, *truth.shape[1:]), torch.zeros(0, *truth.shape[1:])
+    return torch.from_numpy(np.stack(shifts)).float(), torch.from_numpy(np.stack(counts))
 
 
 def pair_shifts(widening: torch.Tensor, pairs: list[tuple[int, int]], n_quantiles: int) -> torch.Tensor:
-    """An earlier format's widening of each pair (n_pairs, H, C) as shifts of each quantile (Q, H, C): the
-    lower one down, the upper one up, the others (the median) unmoved."""
+    """An earlier format's widening of each pair (n_pairs, H, C) as shifts of each quantile, the same for every
+    group (QUANTILE_GROUPS, Q, H, C): the lower one down, the upper one up, the others (the median) unmoved."""
     shifts = torch.zeros(n_quantiles, *widening.shape[1:], dtype=widening.dtype)
     for k, (lo, hi) in enumerate(pairs):
         shifts[lo], shifts[hi] = -widening[k], widening[k]
-    return shifts
+    return shifts.expand(QUANTILE_GROUPS, *shifts.shape).clone()
 
 
-def adjust_quantiles(quantiles: torch.Tensor, shifts: torch.Tensor | None) -> torch.Tensor:
-    """Each quantile (N, H, C, Q) moved by its shift (Q, H, C), then sorted so that none cross."""
+def adjust_quantiles(quantiles: torch.Tensor, shifts: torch.Tensor | None, groups: torch.Tensor) -> torch.Tensor:
+    """Each quantile (N, H, C, Q) moved by its group's shift (shifts (QUANTILE_GROUPS, Q, H, C), groups (N, C)),
+    then sorted so that none cross."""
     if shifts is None:
         return quantiles
-    return (quantiles + shifts.permute(1, 2, 0)).sort(dim=-1).values
+    n, h, c, _ = quantiles.shape
+    by_group = shifts.permute(0, 2, 3, 1)  # (G, H, C, Q)
+    picked = by_group[
+        groups[:, None, :], torch.arange(h)[None, :, None], torch.arange(c)[None, None, :]
+    ]  # (N, H, C, Q)
+    return (quantiles + picked).sort(dim=-1).values

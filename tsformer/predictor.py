@@ -48,9 +48,9 @@ from tsformer.data import (
 from tsformer.data.loader import as_source, require_values
 from tsformer.data.prepare import data_fingerprint, require_non_negative, scale_season, series_difference
 from tsformer.errors import CheckpointError, DataError
-from tsformer.fallback import Weights, apply, chosen
+from tsformer.fallback import Weights, apply, chosen, model_weight
 from tsformer.final import FinalFit, ends_early
-from tsformer.intervals import Calibration, adjust_quantiles
+from tsformer.intervals import Calibration, adjust_quantiles, shipped_quantiles, weight_groups
 from tsformer.layout import Layout
 from tsformer.leakage import check_scaler
 from tsformer.model import ForecasterBase
@@ -196,10 +196,13 @@ class Predictor:
         each, model_quantiles = forecasts
         point = apply(self.fallback, each, ids)
         quantiles = None
-        if model_quantiles is not None:  # where a column falls back, its quantiles keep their offsets
-            quantiles = model_quantiles + (point - each["model"]).unsqueeze(-1)
+        if model_quantiles is not None:  # around the shipped point: the model's offsets by its weight in it
+            weight = model_weight(self.fallback, ids, len(point)).expand(len(point), self.layout.n_targets)
+            if self.calibration is not None and self.calibration.quantile_method == "pairs":
+                weight = torch.ones_like(weight)  # calibrated before format 14, on the model's whole offsets
+            quantiles = shipped_quantiles(model_quantiles, each["model"], point, weight)
             if self.calibration is not None:
-                quantiles = adjust_quantiles(quantiles, self.calibration.quantile_adjust)
+                quantiles = adjust_quantiles(quantiles, self.calibration.quantile_adjust, weight_groups(weight))
             quantiles = torch.maximum(quantiles, floor.unsqueeze(-1))
         half_widths = None
         if self.calibration is not None:
