@@ -63,10 +63,11 @@ def test_conformal_shifts_reach_each_level_on_new_draws():
     shape = (4000, 3, 2)  # (N, H, C)
     biased = torch.zeros(*shape, 3)
     biased[..., 0], biased[..., 1], biased[..., 2] = 0.5, 0.6, 0.7  # quantiles 0.1, 0.5, 0.9 of a narrow, high law
-    levels, groups = torch.tensor([0.1, 0.5, 0.9]), torch.ones(4000, 2, dtype=torch.long)  # the model alone
-    shifts = calibrate_quantiles(biased, torch.from_numpy(rng.standard_normal(shape)), None, levels, groups)
+    levels, weight = torch.tensor([0.1, 0.5, 0.9]), torch.ones(4000, 2)  # the model alone, its point at 0
+    truth = torch.from_numpy(rng.standard_normal(shape))
+    shifts = calibrate_quantiles(torch.zeros(shape), biased, weight, truth, None, levels)
     assert shifts.shape == (3, 3, 3, 2)  # (groups, Q, H, C)
-    adjusted = adjust_quantiles(biased, shifts, groups)
+    adjusted = adjust_quantiles(biased, shifts, weight_groups(weight))
     fresh = torch.from_numpy(rng.standard_normal(shape)).float()
     for k, level in enumerate((0.1, 0.5, 0.9)):
         below = (fresh <= adjusted[..., k]).float().mean(dim=0)  # (H, C)
@@ -75,31 +76,38 @@ def test_conformal_shifts_reach_each_level_on_new_draws():
     assert ((covered - 0.8).abs() < 0.03).all(), covered
     expected = torch.tensor([-1.2816 - 0.5, -0.6, 1.2816 - 0.7])  # N(0, 1)'s quantiles less each quantile
     assert torch.allclose(shifts[1, :, 0, 0], expected, atol=0.08)
-    assert torch.equal(shifts[0], shifts[1])  # no window in the other groups: they take every window's shifts
+    normal = torch.tensor([-1.2816, 0.0, 1.2816])  # no window of their own: every window's at their weight
+    assert torch.allclose(shifts[0, :, 0, 0], normal, atol=0.08)  # the point alone (weight 0)
+    assert torch.allclose(shifts[2, :, 0, 0], normal - torch.tensor([0.25, 0.3, 0.35]), atol=0.08)  # half
 
 
 def test_a_panels_fallen_back_series_get_quantiles_from_their_own_errors():
     """A tenth of the windows ship a candidate alone (weight 0: no model offsets, their point plus shifts), the
     rest the model with offsets that fit N(0, 1): calibrated per group, each group's pair covers 80 % of fresh
     draws. Pooled, the shifts are the model windows' (about 0) and the candidate's pair would cover almost
-    nothing (the review's 18 %)."""
+    nothing (the review's 18 %); so with 5 such windows, too few for their own tails, they take every window's
+    shifts made at weight 0, never the model windows'."""
     rng = np.random.default_rng(1)
     n, shape = 4000, (4000, 2, 1)
-    weight = torch.ones(n, 1)
-    weight[: n // 10] = 0.0  # the candidate alone
     normal = torch.tensor([-1.2816, 0.0, 1.2816])
     model_quantiles = normal.expand(*shape, 3).clone()  # offsets around a model point of 0
     point = torch.zeros(shape)
-    quantiles = shipped_quantiles(model_quantiles, torch.zeros(shape), point, weight)
-    assert torch.equal(quantiles[0], torch.zeros(2, 1, 3)) and torch.equal(quantiles[-1], model_quantiles[-1])
-    groups = weight_groups(weight)
+    alone = shipped_quantiles(model_quantiles, point, point, torch.tensor([[0.0]] * 2 + [[1.0]] * (n - 2)))
+    assert torch.equal(alone[0], torch.zeros(2, 1, 3)) and torch.equal(alone[-1], model_quantiles[-1])
     levels = torch.tensor([0.1, 0.5, 0.9])
-    shifts = calibrate_quantiles(quantiles, torch.from_numpy(rng.standard_normal(shape)), None, levels, groups)
-    adjusted = adjust_quantiles(quantiles, shifts, groups)
-    fresh = torch.from_numpy(rng.standard_normal(shape)).float()
-    covered = (adjusted[..., 0] <= fresh) & (fresh <= adjusted[..., 2])  # (N, H, C)
-    for rows in (slice(0, n // 10), slice(n // 10, n)):
-        assert abs(covered[rows].float().mean() - 0.8) < 0.04, covered[rows].float().mean()
+    for few in (n // 10, 5):  # a tenth of the windows, then fewer than the tails need (9): every window's at 0
+        weight = torch.ones(n, 1)
+        weight[:few] = 0.0
+        quantiles = shipped_quantiles(model_quantiles, torch.zeros(shape), point, weight)
+        truth = torch.from_numpy(rng.standard_normal(shape))
+        shifts = calibrate_quantiles(point, model_quantiles, weight, truth, None, levels)
+        adjusted = adjust_quantiles(quantiles, shifts, weight_groups(weight))
+        fresh = torch.from_numpy(rng.standard_normal(shape)).float()
+        covered = (adjusted[..., 0] <= fresh) & (fresh <= adjusted[..., 2])  # (N, H, C)
+        scored = (slice(0, few), slice(few, n)) if few > 9 else (slice(few, n),)  # five windows' is luck: below
+        for rows in scored:
+            assert abs(covered[rows].float().mean() - 0.8) < 0.04, (few, covered[rows].float().mean())
+    assert torch.allclose(shifts[0, :, :, 0], normal[:, None], atol=0.1)  # the five: N(0, 1)'s, not about 0
 
 
 def test_an_earlier_formats_pair_widening_is_the_same_shifts():
@@ -153,4 +161,10 @@ def test_train_predict_evaluate_with_quantiles(tiny_csv, tmp_path):
     assert old.quantile_method == "pairs" and old.quantile_adjust[2, :, 0, 0].tolist() == [-0.25, 0.0, 0.25]
     check = invoke("check", run)
     assert check.exit_code == 0 and "calibrated by an earlier format, not remade" in check.stdout, check.output
+    payload |= {"format_version": 14}  # format 14: one shift per level, (Q, H, C), around whole offsets
+    payload["calibration"] |= {"quantile_method": "each", "quantile_adjust": torch.full((3, 4, 2), 0.5)}
+    torch.save(payload, run / "model.pt")
+    old = load_predictor(run / "model.pt").calibration
+    assert old.quantile_method == "levels" and old.quantile_adjust.shape == (3, 3, 4, 2)
+    assert invoke("predict", run, tiny_csv).exit_code == 0
     assert invoke("train", tiny_csv, "--out", tmp_path / "bad", "--quantiles", "0.1,1.5", *TINY_FLAGS).exit_code == 2

@@ -45,9 +45,7 @@ from tsformer.intervals import (
     context_change,
     error_counts,
     errors_needed,
-    shipped_quantiles,
     typical_scale,
-    weight_groups,
 )
 from tsformer.model import ForecasterBase, linear_candidate
 from tsformer.search import ValidationTargets
@@ -151,8 +149,12 @@ def choose_and_calibrate(
     chosen = predictor.replace(fallback=decision.weights, calibration=None)
     table, rows = _cross_fitted(errors, ids, decision, data)  # whose errors calibrate
     point = torch.cat([apply(table, each_of(i), rows[b]) for i, b in enumerate(blocks)])
-    weight = model_weight(table, rows, len(point))  # (N, C) the model's in each window's cross-fitted forecast
-    quantiles = None if model_quantiles is None else shipped_quantiles(model_quantiles, model_point, point, weight)
+    adjust = None
+    if model_quantiles is not None:  # grouped by what ships for each window's series, around its cross-fitted point
+        weight = model_weight(decision.weights, ids, len(point)).expand(len(point), point.shape[-1])  # (N, C)
+        offsets = model_quantiles - model_point.unsqueeze(-1)  # (N, H, C, Q)
+        targets, observed_targets = windows.target, windows.target_observed
+        adjust = calibrate_quantiles(point, offsets, weight, targets, observed_targets, predictor.model.quantile_levels)
     season = predictor.season
     n_errors = error_counts(windows.target_observed, tuple(windows.target.shape))
     levels = tuple(level for level in cfg.train.intervals if errors_needed(level) <= n_errors)
@@ -163,11 +165,6 @@ def choose_and_calibrate(
     else:  # fixed widths: none below a tenth of the typical validation window's seasonal change
         floor = SCALE_FLOOR * typical_scale(context_change(windows.context, windows.context_observed, season))
     widths = calibrate(point, windows.target, windows.target_observed, levels, scale, floor)
-    adjust = None
-    if quantiles is not None:
-        adjust = calibrate_quantiles(
-            quantiles, windows.target, windows.target_observed, predictor.model.quantile_levels, weight_groups(weight)
-        )
     calibration = Calibration(
         levels=levels,
         widths=widths,

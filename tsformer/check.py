@@ -66,7 +66,7 @@ def check_choices(predictor: Predictor, data: Prepared | None) -> CheckResult:
         change = float("inf")
     elif stored is not None:
         pairs = [(stored.widths, fresh.calibration.widths), (stored.typical, fresh.calibration.typical)]
-        remade = stored.quantile_method == fresh.calibration.quantile_method  # an earlier format's pairs: not remade
+        remade = stored.quantile_method == fresh.calibration.quantile_method  # an earlier format's: not remade
         if remade:
             pairs.append((stored.quantile_adjust, fresh.calibration.quantile_adjust))
         for old, new in pairs:
@@ -83,7 +83,7 @@ def check_choices(predictor: Predictor, data: Prepared | None) -> CheckResult:
         change,
         f"the fallback ({'as stored' if same_fallback else 'DIFFERENT from the stored one'}) and the calibration "
         f"recomputed from the run's {len(val_windows)} validation windows, against the checkpoint's"
-        + ("" if remade else " (its quantile pairs, calibrated by an earlier format, not remade)"),
+        + ("" if remade else " (its quantile shifts, calibrated by an earlier format, not remade)"),
     )
 
 

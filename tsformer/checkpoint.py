@@ -32,14 +32,14 @@ from tsformer.errors import CheckpointError, TsformerError
 from tsformer.fallback import FORECASTERS, Weights
 from tsformer.files import atomic_write
 from tsformer.final import FinalFit
-from tsformer.intervals import QUANTILE_GROUPS, Calibration, pair_shifts, quantile_pairs
+from tsformer.intervals import QUANTILE_GROUPS, QUANTILE_METHODS, Calibration, pair_shifts, quantile_pairs
 from tsformer.layout import Layout
 from tsformer.model import build_forecaster, linear_candidate
 from tsformer.results import TrainSummary
 from tsformer.runfolder import CONFIG_FILE, MODEL_FILE
 
 FORMAT_NAME = "tsformer-checkpoint"
-FORMAT_VERSION = 14  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
+FORMAT_VERSION = 15  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
 # 5: interval widths per unit of each window's scale. 6: a Predictor: the layout by name, static covariates,
 # the calibration (with the refit model's borders) and the training summary. 7: the calibration's error count
 # and the interval levels it left out; what stopped training. 8: the fallback may name the classical candidates
@@ -53,9 +53,10 @@ FORMAT_VERSION = 14  # 2: data fingerprint, renamed weights. 3: many series, cov
 # train.least_squares_start is gone (a format 10 file's is dropped; its run has no linear candidate).
 # 12: train.linear_rows, the rows the linear candidate was fitted on (a format 11 file's were every token's).
 # 13: train.linear_ridge, the ridge it was fitted with (an earlier file's was linear_candidate.RIDGE).
-# 14: each quantile's own conformal shift per group of windows (an earlier file's widening of each pair reads as
-# the same shifts for every group, around the model's whole offsets).
-READS_FORMATS = (7, 8, 9, 10, 11, 12, 13, 14)
+# 14: each quantile's own conformal shift (an earlier file's widening of each pair reads as the same shifts).
+# 15: those shifts per group of windows, around the model's offsets by its weight (a format 13 or 14 file's
+# shifts read as the same for every group, around the model's whole offsets, as they were calibrated).
+READS_FORMATS = (7, 8, 9, 10, 11, 12, 13, 14, 15)
 
 
 def save_predictor(predictor, path: str | Path, train_state: dict[str, Any] | None = None) -> None:
@@ -368,7 +369,7 @@ def _validate_calibration(calibration: Calibration | None, config, n_columns: in
         isinstance(adjust, torch.Tensor) and adjust.shape == (QUANTILE_GROUPS, n_quantiles, horizon, n_columns)
     ):
         raise ValueError(f"quantile shifts must be (groups, quantiles, horizon, columns) for {n_quantiles} quantiles")
-    if calibration.quantile_method not in ("each", "pairs"):
+    if calibration.quantile_method not in QUANTILE_METHODS:
         raise ValueError(f"unknown quantile calibration {calibration.quantile_method!r}")
 
 
@@ -388,12 +389,17 @@ def _calibration_to_dict(c: Calibration) -> dict[str, Any]:
 def _calibration_from_dict(raw: dict[str, Any], config: Config) -> Calibration:
     """A stored calibration (a format 7 or 8 file's may also name whose errors it used: its intervals hold; a
     file before format 14 widened each quantile pair, read as the same shifts of each quantile)."""
-    adjust, method = raw["quantile_adjust"], str(raw.get("quantile_method", "pairs"))
-    if adjust is not None and "quantile_method" not in raw:  # before format 14: each pair's widening
+    adjust, method = raw["quantile_adjust"], {None: "pairs", "each": "levels"}.get(raw.get("quantile_method"))
+    method = method or str(raw["quantile_method"])
+    if adjust is not None and method == "pairs":  # before format 14: each pair's widening
         pairs = quantile_pairs(config.train.quantiles)
         if not isinstance(adjust, torch.Tensor) or adjust.dim() != 3 or adjust.shape[0] != len(pairs):
             raise ValueError(f"quantile adjustments must be (pairs, horizon, columns) for the pairs {pairs}")
         adjust = pair_shifts(adjust, pairs, len(config.train.quantiles))
+    elif adjust is not None and method == "levels":  # format 14: one shift per level, for every window
+        if not isinstance(adjust, torch.Tensor) or adjust.dim() != 3:
+            raise ValueError("quantile shifts must be (quantiles, horizon, columns)")
+        adjust = adjust.expand(QUANTILE_GROUPS, *adjust.shape).clone()
     return Calibration(
         levels=tuple(float(level) for level in raw["levels"]),
         widths=raw["widths"],

@@ -27,6 +27,9 @@ import torch
 # forward-filled contexts, float64 copies and sums stay small
 CHUNK_WINDOWS = 16_384
 QUANTILE_GROUPS = 3  # quantiles are calibrated per group of windows: a candidate alone, the model alone, a mix
+# how quantile shifts were made: per group of windows (format 15), one per level (14), each pair widened (to 13)
+QUANTILE_METHODS = ("groups", "levels", "pairs")
+GROUP_WEIGHTS = (0.0, 1.0, 0.5)  # each group's weight on the model's offsets where it has too few windows of its own
 SCALE_FLOOR = 0.1  # no window's scale is below this share of the typical validation window's
 
 
@@ -41,9 +44,9 @@ class Calibration:
     season: int  # the lag of each window's scale (its context's mean seasonal change)
     # (QUANTILE_GROUPS, Q, H, C) shift of each quantile per group of windows (`calibrate_quantiles`); None: none
     quantile_adjust: torch.Tensor | None = None
-    # how quantile_adjust was made: "each" quantile on its own level (`calibrate_quantiles`), or "pairs": an
-    # earlier format's widening of each (q, 1 - q) pair, stored as the same shifts (its check cannot remake it)
-    quantile_method: str = "each"
+    # how quantile_adjust was made (QUANTILE_METHODS): "groups" (`calibrate_quantiles`), or an earlier format's,
+    # stored as the same shifts for every group around the model's whole offsets (its check cannot remake it)
+    quantile_method: str = "groups"
     n_errors: int = 0  # calibration errors per step and column (the fewest over steps and columns)
     unsupported: tuple[tuple[float, int], ...] = ()  # (level, errors it needs): asked for, left out
 
@@ -286,32 +289,43 @@ def shipped_quantiles(
     """(N, H, C, Q) the quantiles around the shipped `point` (N, H, C) before their conformal shifts: the model's
     offsets from its own point, times the model's weight in the shipped forecast (`model_weight` (N, C)). The
     offsets describe the model's errors: a candidate that ships alone gets its point, and its group's shifts."""
-    offsets = model_quantiles - model_point.unsqueeze(-1)  # (N, H, C, Q)
-    return point.unsqueeze(-1) + model_weight[:, None, :, None] * offsets
+    return _quantiles_at(point, model_quantiles - model_point.unsqueeze(-1), model_weight)
 
 
 def calibrate_quantiles(
-    quantiles: torch.Tensor, truth: torch.Tensor, observed: torch.Tensor | None, levels, groups: torch.Tensor
+    point: torch.Tensor,
+    offsets: torch.Tensor,
+    weight: torch.Tensor,
+    truth: torch.Tensor,
+    observed: torch.Tensor | None,
+    levels,
 ) -> torch.Tensor:
-    """Split conformal, one quantile at a time and per group of windows (`weight_groups` (N, C)): per group,
-    quantile, step and column, the shift that puts its level's share of the group's validation truth at or below
-    it. quantiles (N, H, C, Q) at `levels` (Q,) -> shifts (QUANTILE_GROUPS, Q, H, C), scaled; a group with too few
-    windows for a level (`errors_needed`) takes the shift of all windows.
+    """Split conformal, one quantile at a time and per group of windows (`weight_groups` of `weight` (N, C), the
+    model's weight in each window's shipped forecast): per group, quantile, step and column, the shift that puts
+    its level's share of the group's validation truth at or below its quantile, point (N, H, C) plus weight times
+    the model's offsets (N, H, C, Q) at `levels` (Q,) -> shifts (QUANTILE_GROUPS, Q, H, C), scaled. A group with
+    fewer windows at a step than the most extreme level needs (`errors_needed`) takes, at every level, the shifts
+    of all windows' quantiles made at the group's weight (0, 1, or a half for a mix): never the other groups'.
 
     A shifted quantile at level q is the residual's (truth - quantile) order statistic of rank ceil((n + 1) q) for
-    q >= 0.5 and floor((n + 1) q) below it, of the n residuals, clipped to 1..n (so with fewer than
-    errors_needed(max(q, 1 - q)) of them a tail may hold more than its share). Each level stands on its own, so a
-    quantile head whose offsets sit on the wrong side of the point (a short training) is moved back to where the
-    truth fell, and a pair (q, 1 - q) holds about 1 - 2q of it."""
+    q >= 0.5 and floor((n + 1) q) below it, of the n residuals. Each level stands on its own, so a quantile head
+    whose offsets sit on the wrong side of the point (a short training) is moved back to where the truth fell,
+    and a pair (q, 1 - q) holds about 1 - 2q of it."""
     seen = torch.ones(truth.shape, dtype=torch.bool) if observed is None else observed
-    pooled, _ = _level_shifts(quantiles, truth, seen, levels)  # (Q, H, C)
+    groups = weight_groups(weight)  # (N, C)
+    needed = max((errors_needed(max(float(q), 1 - float(q))) for q in levels), default=1)
     shifts = []
-    for group in range(QUANTILE_GROUPS):
+    for group, stand_in in enumerate(GROUP_WEIGHTS):
         members = seen & (groups == group)[:, None, :]  # (N, H, C)
-        own, counts = _level_shifts(quantiles, truth, members, levels)
-        needed = torch.tensor([errors_needed(max(float(q), 1 - float(q))) for q in levels]).view(-1, 1, 1)
-        shifts.append(torch.where(counts >= needed, own, pooled))
-    return torch.stack(shifts) if len(levels) else torch.zeros(QUANTILE_GROUPS, 0, *truth.shape[1:])
+        own, counts = _level_shifts(_quantiles_at(point, offsets, weight), truth, members, levels)
+        every, _ = _level_shifts(_quantiles_at(point, offsets, torch.full_like(weight, stand_in)), truth, seen, levels)
+        shifts.append(torch.where(counts >= needed, own, every))  # decided once per step and column
+    return torch.stack(shifts)
+
+
+def _quantiles_at(point: torch.Tensor, offsets: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """(N, H, C, Q) the point (N, H, C) plus the offsets (N, H, C, Q) times the weight (N, C)."""
+    return point.unsqueeze(-1) + weight[:, None, :, None] * offsets
 
 
 def _level_shifts(

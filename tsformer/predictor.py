@@ -198,8 +198,8 @@ class Predictor:
         quantiles = None
         if model_quantiles is not None:  # around the shipped point: the model's offsets by its weight in it
             weight = model_weight(self.fallback, ids, len(point)).expand(len(point), self.layout.n_targets)
-            if self.calibration is not None and self.calibration.quantile_method == "pairs":
-                weight = torch.ones_like(weight)  # calibrated before format 14, on the model's whole offsets
+            if self.calibration is not None and self.calibration.quantile_method != "groups":
+                weight = torch.ones_like(weight)  # calibrated before format 15, on the model's whole offsets
             quantiles = shipped_quantiles(model_quantiles, each["model"], point, weight)
             if self.calibration is not None:
                 quantiles = adjust_quantiles(quantiles, self.calibration.quantile_adjust, weight_groups(weight))
