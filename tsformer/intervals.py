@@ -314,10 +314,11 @@ def calibrate_quantiles(
     seen = torch.ones(truth.shape, dtype=torch.bool) if observed is None else observed
     groups = weight_groups(weight)  # (N, C)
     needed = max((errors_needed(max(float(q), 1 - float(q))) for q in levels), default=1)
+    shipped = _quantiles_at(point, offsets, weight)  # (N, H, C, Q)
     shifts = []
     for group, stand_in in enumerate(GROUP_WEIGHTS):
         members = seen & (groups == group)[:, None, :]  # (N, H, C)
-        own, counts = _level_shifts(_quantiles_at(point, offsets, weight), truth, members, levels)
+        own, counts = _level_shifts(shipped, truth, members, levels)
         every, _ = _level_shifts(_quantiles_at(point, offsets, torch.full_like(weight, stand_in)), truth, seen, levels)
         shifts.append(torch.where(counts >= needed, own, every))  # decided once per step and column
     return torch.stack(shifts)
