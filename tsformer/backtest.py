@@ -58,11 +58,12 @@ def first_rows(frame: SeriesFrame, start: str | None) -> np.ndarray | None:
     return np.array([frame.timestamps[frame.rows_of(i)].searchsorted(when) for i in range(frame.n_ids)])
 
 
-def origins_that_fit(frame: SeriesFrame, after: np.ndarray, horizon: int, step: int, start: str | None) -> np.ndarray:
+def origins_that_fit(
+    frame: SeriesFrame, after: np.ndarray, horizon: int, step: int, first: np.ndarray | None
+) -> np.ndarray:
     """(n_ids,) how many origins `step` apart fit in each series between row `after` (n_ids,) and its end
-    (stepping back from the end, or forward from `start`); 0 where none does."""
+    (stepping back from the end, or forward from each series' `first` row, `first_rows`); 0 where none does."""
     after = np.maximum(after, 1)  # an origin reads at least one row before it
-    first = first_rows(frame, start)
     lowest = after if first is None else np.where(first >= after, first, np.iinfo(np.int64).max)
     room = frame.lengths - horizon - lowest  # rows from the lowest allowed origin to the last possible one
     return np.maximum(0, room // step + 1)
@@ -74,26 +75,28 @@ def _origin_counts(
     """(n_ids,) how many origins fit in each series, and the series backtested: every series with room for an
     origin after its validation (the others are left out, named in a note). A --start inside a backtested
     series' training or validation, or too late for a horizon before its end, is refused."""
-    short = origins_that_fit(frame, val_end, horizon, step, None) == 0  # no room after validation
+    after_validation = origins_that_fit(frame, val_end, horizon, step, None)
+    short = after_validation == 0  # no room after validation
     series = np.flatnonzero(~short)
     if not len(series):
         raise DataError(
             f"no series has an origin with {horizon} steps after it past the run's validation split: backtest "
             "longer data, or retrain at each origin with --refit"
         )
-    each = origins_that_fit(frame, val_end, horizon, step, start)
-    if start is not None:
-        first = first_rows(frame, start)
-        for rows, why, fix in (
-            (first < np.maximum(val_end, 1), "falls inside the data the model was trained or selected on", "later"),
-            (each == 0, f"leaves fewer than {horizon} steps before the end", "earlier"),
-        ):
-            bad = np.flatnonzero(~short & rows)
-            if len(bad):
-                raise DataError(
-                    f"--start {start} {why} for series {frame.names[bad[0]]!r}; give an {fix} --start, or retrain "
-                    "at each origin with --refit"
-                )
+    if start is None:
+        return after_validation, series
+    first = first_rows(frame, start)
+    each = origins_that_fit(frame, val_end, horizon, step, first)
+    for rows, why, fix in (
+        (first < np.maximum(val_end, 1), "falls inside the data the model was trained or selected on", "later"),
+        (each == 0, f"leaves fewer than {horizon} steps before the end", "earlier"),
+    ):
+        bad = np.flatnonzero(~short & rows)
+        if len(bad):
+            raise DataError(
+                f"--start {start} {why} for series {frame.names[bad[0]]!r}; give an {fix} --start, or retrain at "
+                "each origin with --refit"
+            )
     return each, series
 
 

@@ -151,7 +151,7 @@ def choose_and_calibrate(
     point = torch.cat([apply(table, each_of(i), rows[b]) for i, b in enumerate(blocks)])
     adjust = None
     if model_quantiles is not None:  # grouped by what ships for each window's series, around its cross-fitted point
-        weight = model_weight(decision.weights, ids, len(point)).expand(len(point), point.shape[-1])  # (N, C)
+        weight = model_weight(decision.weights, ids, len(point), point.shape[-1])  # (N, C)
         offsets = model_quantiles - model_point.unsqueeze(-1)  # (N, H, C, Q)
         targets, observed_targets = windows.target, windows.target_observed
         adjust = calibrate_quantiles(point, offsets, weight, targets, observed_targets, predictor.model.quantile_levels)

@@ -389,8 +389,8 @@ def _calibration_to_dict(c: Calibration) -> dict[str, Any]:
 def _calibration_from_dict(raw: dict[str, Any], config: Config) -> Calibration:
     """A stored calibration (a format 7 or 8 file's may also name whose errors it used: its intervals hold; a
     file before format 14 widened each quantile pair, read as the same shifts of each quantile)."""
-    adjust, method = raw["quantile_adjust"], {None: "pairs", "each": "levels"}.get(raw.get("quantile_method"))
-    method = method or str(raw["quantile_method"])
+    stored = raw.get("quantile_method")  # none before format 14; "each" was format 14's name for "levels"
+    adjust, method = raw["quantile_adjust"], {None: "pairs", "each": "levels"}.get(stored, str(stored))
     if adjust is not None and method == "pairs":  # before format 14: each pair's widening
         pairs = quantile_pairs(config.train.quantiles)
         if not isinstance(adjust, torch.Tensor) or adjust.dim() != 3 or adjust.shape[0] != len(pairs):

@@ -454,11 +454,11 @@ def not_the_model(names: np.ndarray, columns: tuple[str, ...], per_series: bool)
     )
 
 
-def model_weight(weights: Weights | None, ids: np.ndarray | None, n: int) -> torch.Tensor:
-    """(N, C) each window's weight on the model in its shipped forecast (`ids` as `apply` takes them); (N, 1) ones
+def model_weight(weights: Weights | None, ids: np.ndarray | None, n: int, n_columns: int) -> torch.Tensor:
+    """(N, C) each window's weight on the model in its shipped forecast (`ids` as `apply` takes them); ones
     without weights (the model everywhere)."""
     if weights is None:
-        return torch.ones(n, 1)
+        return torch.ones(n, n_columns)
     return weights.rows(ids, n)[..., 0]
 
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from tsformer.metrics import mean_defined
+
 # windows forecast or measured at a time (the candidates, the context change, the fallback's blocks): their
 # forward-filled contexts, float64 copies and sums stay small
 CHUNK_WINDOWS = 16_384
@@ -231,9 +233,7 @@ def msis(
     alpha = 1 - level
     penalty = (upper - lower) + 2 / alpha * (np.maximum(lower - truth, 0) + np.maximum(truth - upper, 0))
     points = penalty * std[:, None] / scale[:, None]  # (N, H, C), in units of the MASE scale
-    keep = np.ones(points.shape, dtype=bool) if observed is None else observed
-    keep = keep & ~np.isnan(points)  # a series without a MASE scale has no MSIS
-    return float(points[keep].mean()) if keep.any() else float("nan")
+    return mean_defined(points if observed is None else points[observed])  # a series without a MASE scale: none
 
 
 def interval_quantiles(

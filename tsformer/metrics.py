@@ -93,17 +93,18 @@ def point_errors(
     }
 
 
-def mean_defined(values: list[float]) -> float:
-    """The mean of the values that are defined (a column without a MASE scale has none); NaN if none is."""
-    defined = [v for v in values if not np.isnan(v)]
-    return float(np.mean(defined)) if defined else float("nan")
+def mean_defined(values: np.ndarray | list[float]) -> float:
+    """The mean of the values that are defined (a series or column without a MASE scale has none); NaN if none
+    is."""
+    values = np.asarray(values, dtype=np.float64)
+    defined = values[~np.isnan(values)]
+    return float(defined.mean()) if len(defined) else float("nan")
 
 
 def _averages(points: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, float]:
     """Each metric's mean over the kept points; MASE over those whose series has a scale (NaN if none has)."""
     averages = {name: float(np.mean(values[keep])) for name, values in points.items() if name != "mase"}
-    mase = points["mase"][keep]
-    averages["mase"] = float(mase[~np.isnan(mase)].mean()) if (~np.isnan(mase)).any() else float("nan")
+    averages["mase"] = mean_defined(points["mase"][keep])
     averages["rmse_original"] = float(np.sqrt(averages["rmse_original"]))
     return averages
 

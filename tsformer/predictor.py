@@ -57,7 +57,7 @@ from tsformer.model import ForecasterBase
 from tsformer.predict import forecast_after
 from tsformer.results import Forecasts, TrainSummary
 from tsformer.runfolder import claim, resolve_checkpoint
-from tsformer.spelling import in_python_terms, python_terms
+from tsformer.spelling import in_python_terms, python_notes
 
 
 @dataclass(frozen=True)
@@ -197,7 +197,7 @@ class Predictor:
         point = apply(self.fallback, each, ids)
         quantiles = None
         if model_quantiles is not None:  # around the shipped point: the model's offsets by its weight in it
-            weight = model_weight(self.fallback, ids, len(point)).expand(len(point), self.layout.n_targets)
+            weight = model_weight(self.fallback, ids, len(point), self.layout.n_targets)
             if self.calibration is not None and self.calibration.quantile_method != "groups":
                 weight = torch.ones_like(weight)  # calibrated before format 15, on the model's whole offsets
             quantiles = shipped_quantiles(model_quantiles, each["model"], point, weight)
@@ -324,7 +324,7 @@ class Predictor:
         static_df = None if static_df is None else as_source(static_df, "static_df")
         forecast = forecast_after(self, source, future, static_df)
         frame = forecast.frame.copy()
-        frame.attrs["notes"] = [python_terms(note) for note in forecast.notes]
+        frame.attrs["notes"] = python_notes(forecast.notes)
         return frame
 
     @in_python_terms
@@ -335,7 +335,7 @@ class Predictor:
         `tsformer.evaluate.evaluate` gives the whole report; `.attrs["notes"]` what it left out."""
         report = evaluation.evaluate(self, self.read(data), split)
         table = report.table()
-        table.attrs["notes"] = [python_terms(note) for note in (report.intervals_note, report.mase_note) if note]
+        table.attrs["notes"] = python_notes((report.intervals_note, report.mase_note))
         return table
 
     @in_python_terms
@@ -348,7 +348,7 @@ class Predictor:
         `tsformer backtest --out` writes); `.attrs["notes"]` says how many origins and which series it left out."""
         result = backtests.backtest(self, self.read(data), windows, step, start)
         table = result.forecasts.copy()
-        table.attrs["notes"] = [python_terms(note) for note in result.notes]
+        table.attrs["notes"] = python_notes(result.notes)
         return table
 
     @in_python_terms

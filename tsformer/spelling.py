@@ -70,6 +70,11 @@ def python_terms(message: str) -> str:
     return "".join([*parts, _respelled(message[last:])])
 
 
+def python_notes(notes) -> list[str]:
+    """Notes (the empty ones left out) in Python terms, as the API's DataFrames carry them in `.attrs["notes"]`."""
+    return [python_terms(note) for note in notes if note]
+
+
 def _respelled(text: str) -> str:
     text = SET.sub(lambda m: f'config={{"{m.group(1)}": {_literal(m.group(2))}}}', text)
     text = VALUED.sub(_valued, text)

@@ -524,8 +524,7 @@ def require_values(frame: SeriesFrame, fill: str) -> None:
     missing values are zeros, as asked."""
     if fill == "zero" or frame.n_ids == 1:
         return
-    seen = np.add.reduceat(frame.observed.any(axis=1), frame.bounds[:-1])  # (n_ids,) rows with a value
-    empty = np.flatnonzero(seen == 0)
+    empty = np.flatnonzero(~np.logical_or.reduceat(frame.observed.any(axis=1), frame.bounds[:-1]))  # (n_ids,)
     if len(empty):
         more = f" (and {len(empty) - 1} more series)" if len(empty) > 1 else ""
         raise DataError(
