@@ -15,7 +15,7 @@ from helpers import PINNED_FLAGS
 from typer.testing import CliRunner
 
 from tsformer.checkpoint import FORMAT_VERSION
-from tsformer.cli import app
+from tsformer.cli import app, run_cli
 from tsformer.config import DataConfig
 from tsformer.data import read_series
 
@@ -417,6 +417,31 @@ def test_debug_shows_the_traceback(tmp_path):
     result = invoke("--debug", "train", tmp_path / "nope.csv", "--out", tmp_path / "run")
     assert result.exit_code == 2
     assert "Traceback" in result.stderr and result.stderr.strip().splitlines()[-1].startswith("Error: ")
+
+
+@pytest.mark.parametrize(
+    "args, fragment, help_of",
+    [
+        (["train", "--bogus", "x.csv"], "No such option: --bogus", "tsformer train"),
+        (["predict"], "Missing argument 'run'", "tsformer predict"),
+        (["trian"], "Did you mean 'train'?", "tsformer"),
+        (["train", "x.csv", "--epochs", "abc"], "Invalid value for '--epochs'", "tsformer train"),
+    ],
+)
+def test_a_usage_mistake_is_one_error_line_naming_the_help(capsys, args, fragment, help_of):
+    assert run_cli(args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [captured.err.strip()]  # one line
+    assert captured.err.startswith("Error: ") and fragment in captured.err
+    assert f"run '{help_of} --help' for the options" in captured.err
+
+
+def test_no_arguments_print_the_help_and_help_exits_0(capsys):
+    assert run_cli([]) == 2  # as click has it: the help, on stderr
+    assert "Usage: tsformer [OPTIONS] COMMAND" in capsys.readouterr().err
+    assert run_cli(["evaluate", "--help"]) == 0
+    assert "Usage: tsformer evaluate" in capsys.readouterr().out
 
 
 # --- predict and evaluate against a trained run -----------------------------------------------------

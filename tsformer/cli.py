@@ -460,12 +460,31 @@ def main() -> None:
     this machine, after `predict` has written everything); the exit handlers still run and the streams are
     flushed first, so nothing a command wrote or registered is lost.
     """
+    leave(run_cli(sys.argv[1:]))
+
+
+def run_cli(args: list[str]) -> int:
+    """Run the command line `args` and give its exit status. A usage mistake (an unknown option or command, a
+    missing argument, a value of the wrong kind) is one `Error:` line naming the help to read, exit 2, as every
+    other bad input is; running with no arguments still prints the help."""
+    command = typer.main.get_command(app)
     try:
-        app()
-        code = 0
+        status = command.main(args, prog_name="tsformer", standalone_mode=False)
+    except typer.TyperException as exc:  # typer's command-line errors: usage mistakes and their kin
+        context = getattr(exc, "ctx", None)
+        if context is None or not hasattr(exc, "format_message") or not args:
+            exc.show()  # no command line to point at, or the help that no arguments ask for
+        else:
+            message = exc.format_message().rstrip(".")
+            joint = " " if message.endswith("?") else "; "
+            typer.echo(f"Error: {message}{joint}run '{context.command_path} --help' for the options", err=True)
+        return getattr(exc, "exit_code", 2)
+    except typer.Abort:
+        typer.echo("Aborted!", err=True)
+        return 1
     except SystemExit as exc:
-        code = exit_status(exc.code)
-    leave(code)
+        return exit_status(exc.code)
+    return status if isinstance(status, int) else 0
 
 
 def exit_status(code: object) -> int:
