@@ -117,8 +117,9 @@ def test_save_refuses_a_folder_in_the_way_and_replaces_a_run_whole(wide_fit, tmp
     _, predictor = wide_fit
     run = predictor.save(tmp_path / "run")
     (run / "last.pt").write_bytes(b"an older run's resumable epoch")
-    with pytest.raises(ConfigError, match="already exists and is not empty"):
+    with pytest.raises(ConfigError, match="already exists and is not empty") as refused:
         predictor.save(run)
+    assert "overwrite=True" in str(refused.value) and "resume" not in str(refused.value)  # save cannot resume
     assert (run / "last.pt").exists()  # refused: nothing touched
     assert predictor.save(run, overwrite=True) == run
     assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "model.pt"]  # no file of the old run left

@@ -256,6 +256,20 @@ def test_predict_reads_a_history_in_any_row_order(long_run, long_csv, tmp_path):
     )  # series in the order they first appear, each in time order
 
 
+def test_evaluate_and_backtest_read_the_runs_series_in_any_row_order(long_run, long_csv, tmp_path):
+    """A long file sorted another way lists its series in another order of first appearance (here C, A, B):
+    the same series, so the same scores, each under its own name."""
+    shuffled = pd.read_csv(long_csv).sample(frac=1.0, random_state=1)
+    assert shuffled["unique_id"].drop_duplicates().tolist() != ["A", "B", "C"]
+    shuffled.to_csv(tmp_path / "shuffled.csv", index=False)
+    predictor = load_predictor(long_run)
+    assert predictor.read(tmp_path / "shuffled.csv").frame.keys == predictor.series == (("A",), ("B",), ("C",))
+    as_trained, reordered = evaluate_run(long_run), evaluate_run(long_run, tmp_path / "shuffled.csv")
+    assert reordered.scores == as_trained.scores and reordered.worst_series == as_trained.worst_series
+    again, before = backtest_run(long_run, tmp_path / "shuffled.csv", windows=1), backtest_run(long_run, windows=1)
+    pd.testing.assert_frame_equal(again.forecasts, before.forecasts)
+
+
 def test_evaluate_scores_every_series_and_writes_them(long_run):
     report = evaluate_run(long_run)
     assert report.n_series == 3 and report.n_windows == 3

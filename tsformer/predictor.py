@@ -280,6 +280,8 @@ class Predictor:
         source = as_source(source) if source is not None else self._path()
         frame = self.read_frame(source, static)
         where = "the DataFrame" if isinstance(source, pd.DataFrame) else str(source)
+        if set(frame.keys) == set(self.series):  # the run's series, listed in any order
+            frame = frame.in_series_order(self.series)
         if frame.keys != self.series:
             raise DataError(f"{where} {series_difference(frame, self.series)}; use the data the model was trained on")
         short = np.flatnonzero(frame.lengths < self.borders.test_end)
@@ -364,7 +366,7 @@ class Predictor:
         `tsformer.load(path)` reads it back. A folder already there that is not empty is refused unless
         `overwrite` and it is a run, which is then replaced whole (no file of the old run is left beside the new
         one); the folder is written aside and moved into place, as training writes a run (`runfolder`)."""
-        folder = claim(Path(path), overwrite, resume=False)
+        folder = claim(Path(path), overwrite, resume=False, resumable=False)
         try:
             checkpoint.save_run(self, folder.path)
             folder.publish()

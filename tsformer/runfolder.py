@@ -61,8 +61,9 @@ class RunFolder:
             self.lock_fd = None
 
 
-def claim(out_dir: Path, overwrite: bool, resume: bool) -> RunFolder:
-    """Lock `out_dir` for this process and say where to write; refuse a second writer or a folder in the way."""
+def claim(out_dir: Path, overwrite: bool, resume: bool, resumable: bool = True) -> RunFolder:
+    """Lock `out_dir` for this process and say where to write; refuse a second writer or a folder in the way
+    (`resumable`: whether the writer could continue the run there instead, which the refusal then offers)."""
     out_dir = Path(os.path.abspath(out_dir))  # "." has no name to put a sibling beside
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"--out {out_dir} is a file; give a folder for the run")
@@ -83,7 +84,7 @@ def claim(out_dir: Path, overwrite: bool, resume: bool) -> RunFolder:
         if resume and out_dir.is_dir():
             remove_temp_files(out_dir)  # of checkpoint writes a kill interrupted
         if not resume:
-            _check_replaceable(out_dir, overwrite)
+            _check_replaceable(out_dir, overwrite, resumable)
             folder.path = _sibling(out_dir, "staging")
             folder.path.mkdir()
     except BaseException:
@@ -104,13 +105,14 @@ def _recover(out_dir: Path) -> None:
         os.replace(replaced, out_dir)
 
 
-def _check_replaceable(out_dir: Path, overwrite: bool) -> None:
+def _check_replaceable(out_dir: Path, overwrite: bool, resumable: bool) -> None:
     if not out_dir.is_dir() or not any(out_dir.iterdir()):
         return
     if not overwrite:
+        continued = "--resume to continue it, " if resumable else ""
         raise ConfigError(
             f"run folder {out_dir} already exists and is not empty; pass --overwrite to replace it, "
-            f"--resume to continue it, or choose another --out"
+            f"{continued}or choose another --out"
         )
     if not any((out_dir / marker).exists() for marker in RUN_MARKERS):
         raise ConfigError(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -122,6 +122,28 @@ class SeriesFrame:
     def id_of_rows(self) -> np.ndarray:
         """(n_rows,) the series index of every row."""
         return np.repeat(np.arange(self.n_ids), self.lengths)
+
+    def in_series_order(self, keys: tuple[tuple[str, ...], ...]) -> SeriesFrame:
+        """The same series in the order `keys` (a permutation of this frame's), as a run holds them: a long file
+        sorted another way (by time, say) lists its series in another order of first appearance."""
+        if keys == self.keys:
+            return self
+        position = {key: i for i, key in enumerate(self.keys)}
+        order = [position[key] for key in keys]
+        rows = np.concatenate([np.arange(self.bounds[i], self.bounds[i + 1]) for i in order])
+        lengths = self.lengths[order]
+        return replace(
+            self,
+            timestamps=self.timestamps[rows],
+            values=self.values[rows],
+            observed=self.observed[rows],
+            past=None if self.past is None else self.past[rows],
+            future=None if self.future is None else self.future[rows],
+            static=None if self.static is None else self.static.iloc[order].reset_index(drop=True),
+            keys=tuple(keys),
+            bounds=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+            reading=None,  # what training's reading decisions rest on is of the file's own order
+        )
 
 
 # how a number written as text starts: a sign or parenthesis, a currency sign, then a digit (or a decimal mark and one)

@@ -317,15 +317,13 @@ def _split_note(cfg: Config, frame: SeriesFrame, borders: SplitBorders, train_hi
 
 
 def series_difference(frame: SeriesFrame, series: tuple[tuple[str, ...], ...]) -> str:
-    """How the file's series differ from the run's, in a few words."""
+    """How the file's series differ from the run's (as sets), in a few words."""
     have, want = set(frame.keys), set(series)
     if want - have:
         missing = sorted(want - have)
         return f"lacks {len(missing)} of the run's {len(series)} series (first {'/'.join(missing[0])!r})"
-    if have - want:
-        extra = sorted(have - want)
-        return f"has {len(extra)} series the run was not trained on (first {'/'.join(extra[0])!r})"
-    return "holds the run's series in another order"
+    extra = sorted(have - want)  # the sets differ: series in another order are put in the run's (`in_series_order`)
+    return f"has {len(extra)} series the run was not trained on (first {'/'.join(extra[0])!r})"
 
 
 def _first_names(frame: SeriesFrame, mask: np.ndarray, n: int = 5) -> str:
