@@ -194,15 +194,7 @@ def check_predict_origins(predictor: Predictor, data: Prepared | None) -> CheckR
     windows = origin_windows(data, origins[:, None]).all().split(predictor.context_len)
     backtest = predictor.forecast(windows, np.arange(frame.n_ids))
     keep = _rows_before(frame, origins)
-    history = dataclasses.replace(
-        frame,
-        timestamps=frame.timestamps[keep],
-        values=frame.values[keep],
-        observed=frame.observed[keep],
-        past=None if frame.past is None else frame.past[keep],
-        future=None if frame.future is None else frame.future[keep],
-        bounds=np.concatenate([[0], np.cumsum(origins)]).astype(np.int64),
-    )
+    history = frame.with_rows(keep, origins)
     ahead = None
     if frame.future is not None:  # known-future covariates of the forecast's steps (known at the origin)
         steps = frame.bounds[:-1, None] + origins[:, None] + np.arange(horizon)  # (n_ids, horizon)

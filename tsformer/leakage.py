@@ -667,21 +667,11 @@ def check_scaled_inputs(data: Prepared, n_origins: int = 16) -> CheckResult:
 
 def _series_rows(frame: SeriesFrame, i: int, first: int, end: int) -> SeriesFrame:
     """Rows first..end - 1 (of the stacked rows, all of series `i`) as a frame of that one series."""
-    rows = slice(first, end)
-
-    def cut(block: np.ndarray | None) -> np.ndarray | None:
-        return None if block is None else block[rows]
-
-    return dataclasses.replace(
-        frame,
-        timestamps=frame.timestamps[rows],
-        values=frame.values[rows],
-        observed=frame.observed[rows],
-        past=cut(frame.past),
-        future=cut(frame.future),
+    return frame.with_rows(
+        slice(first, end),
+        np.array([end - first]),
         keys=(frame.keys[i],),
         static=None if frame.static is None else frame.static.iloc[[i]].reset_index(drop=True),
-        bounds=np.array([0, end - first], dtype=np.int64),
     )
 
 

@@ -123,6 +123,20 @@ class SeriesFrame:
         """(n_rows,) the series index of every row."""
         return np.repeat(np.arange(self.n_ids), self.lengths)
 
+    def with_rows(self, rows: np.ndarray, lengths: np.ndarray, **changes) -> SeriesFrame:
+        """The frame of `rows` (an index or mask of its rows), series after series, series i `lengths[i]` of them
+        (`changes`: other fields replaced with them)."""
+        return replace(
+            self,
+            timestamps=self.timestamps[rows],
+            values=self.values[rows],
+            observed=self.observed[rows],
+            past=None if self.past is None else self.past[rows],
+            future=None if self.future is None else self.future[rows],
+            bounds=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+            **changes,
+        )
+
     def in_series_order(self, keys: tuple[tuple[str, ...], ...]) -> SeriesFrame:
         """The same series in the order `keys` (a permutation of this frame's), as a run holds them: a long file
         sorted another way (by time, say) lists its series in another order of first appearance."""
@@ -131,17 +145,11 @@ class SeriesFrame:
         position = {key: i for i, key in enumerate(self.keys)}
         order = [position[key] for key in keys]
         rows = np.concatenate([np.arange(self.bounds[i], self.bounds[i + 1]) for i in order])
-        lengths = self.lengths[order]
-        return replace(
-            self,
-            timestamps=self.timestamps[rows],
-            values=self.values[rows],
-            observed=self.observed[rows],
-            past=None if self.past is None else self.past[rows],
-            future=None if self.future is None else self.future[rows],
+        return self.with_rows(
+            rows,
+            self.lengths[order],
             static=None if self.static is None else self.static.iloc[order].reset_index(drop=True),
             keys=tuple(keys),
-            bounds=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
             reading=None,  # what training's reading decisions rest on is of the file's own order
         )
 
