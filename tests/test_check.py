@@ -82,3 +82,26 @@ def test_the_backtest_path_reads_nothing_from_its_origin_on(predictor, monkeypat
     monkeypatch.setattr(WindowIndex, "all", a_row_late)
     result = check_backtest_origins(predictor, predictor.read())
     assert not result.passed and result.max_change > 1.0
+
+
+def test_check_run_reports_each_result_as_it_is_made_on_the_runs_threads(tmp_path):
+    from helpers import write_csv
+
+    from tsformer.runs import check_run
+
+    csv = write_csv(tmp_path / "data.csv", make_frame(240))
+    train(tiny_config(csv), tmp_path / "run", show_progress=False)  # train.num_threads=1
+    threads = torch.get_num_threads()
+    heard = []
+
+    def report(result):
+        heard.append((result.name, torch.get_num_threads()))
+
+    try:
+        torch.set_num_threads(2)
+        results, note = check_run(tmp_path / "run", report=report)
+    finally:
+        torch.set_num_threads(threads)
+    assert note == "" and [name for name, _ in heard] == [r.name for r in results]
+    assert "choices/validation" in dict(heard) and "data/splits" in dict(heard)
+    assert {n for _, n in heard} == {1}  # the run's train.num_threads, not the process's 2

@@ -332,6 +332,13 @@ def test_ets_and_theta_are_candidates_where_their_fits_fit_the_budget():
     assert notes[-1].endswith(
         "--candidates repeat_last,seasonal_naive,drift,seasonal_drift,linear,ets,theta asks for them"
     )
+    # under a time budget they take at most a quarter of it, so the search keeps its time for the model
+    limited = Config(model=ModelConfig(horizon=8), train=TrainConfig(time_limit=4 * seconds - 1))
+    chosen, notes = resolve_from_data(limited, read_series(small, cfg.data))
+    assert "ets" not in chosen.train.candidates
+    assert f"(up to {seconds - 0.25:.0f} s, a quarter of --time-limit)" in notes[-1]
+    roomy = Config(model=ModelConfig(horizon=8), train=TrainConfig(time_limit=4 * seconds + 1))
+    assert resolve_from_data(roomy, read_series(small, cfg.data))[0].train.candidates[-2:] == ("ets", "theta")
 
 
 def test_the_linear_candidate_is_chosen_where_the_model_has_a_skip_and_a_point_forecast():

@@ -457,9 +457,9 @@ def run(tmp_path_factory) -> pathlib.Path:
     return folder / "run"
 
 
-def predict_error(tmp_path, run_path, csv, *fragments: str) -> str:
+def predict_error(tmp_path, run_path, csv, *fragments: str, extra: tuple = ()) -> str:
     out, plot = tmp_path / "forecast.csv", tmp_path / "forecast.png"
-    result = invoke("predict", run_path, csv, "--out", out, "--plot", plot)
+    result = invoke("predict", run_path, csv, "--out", out, "--plot", plot, *extra)
     message = assert_error(result, *fragments, left_behind=(out, plot))
     assert not list(tmp_path.glob(".forecast.*")), "a temporary output file was left behind"
     return message
@@ -470,6 +470,12 @@ def test_predict_on_a_matching_csv_works(tmp_path, run):
     result = invoke("predict", run, write_csv(tmp_path / "new.csv", hourly_rows(40)), "--out", out)
     assert result.exit_code == 0, result.output
     assert len(pd.read_csv(out)) == 4
+
+
+def test_future_covariates_for_a_model_that_reads_none_are_refused(tmp_path, run):
+    csv = write_csv(tmp_path / "ok.csv", hourly_rows())
+    future = write_csv(tmp_path / "future.csv", hourly_rows(210)[200:])
+    predict_error(tmp_path, run, csv, "reads no known-future covariates", "drop --future", extra=("--future", future))
 
 
 def test_a_plot_path_not_ending_in_png_is_refused_before_any_work(tmp_path, run):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,25 +22,40 @@ if TYPE_CHECKING:
     from tsformer.predictor import Predictor
 
 
-def check_predictor(predictor: Predictor, data: Prepared | None) -> list[CheckResult]:
+def check_predictor(
+    predictor: Predictor, data: Prepared | None, report: Callable[[CheckResult], None] | None = None
+) -> list[CheckResult]:
     """The model checks on the assembled model, the intervals' checks on its calibration, the checks of its
     forecasters, its stored choices, its two models and the backtest path, and (with `data`, read by
-    `Predictor.read`) the data checks: fills, the scaler, the scaled inputs, the windows and splits."""
+    `Predictor.read`) the data checks: fills, the scaler, the scaled inputs, the windows and splits. `report`
+    hears each result as soon as it is made (the refits of some checks take minutes where ETS is a candidate)."""
     cfg, calibration = predictor.config.model, predictor.calibration
+    results: list[CheckResult] = []
+
+    def add(*made: CheckResult) -> None:
+        for result in made:
+            results.append(result)
+            if report is not None:
+                report(result)
 
     def half_widths(windows):
         return None if calibration is None else calibration.half_widths(windows)
 
-    results = check_model(predictor.model)
-    results.append(check_intervals(half_widths, cfg.context_len, cfg.horizon, predictor.layout.n_targets))
-    results.append(check_forecasters(predictor, data))
-    results.append(check_choices(predictor, data))
-    results.append(check_final(predictor, data))
-    results.append(check_linear(predictor, data))
-    results.append(check_linear_choice(predictor, data))
-    results.append(check_backtest_origins(predictor, data))
-    results.append(check_predict_origins(predictor, data))
-    return results + ([] if data is None else check_data(data, predictor.config))
+    add(*check_model(predictor.model))
+    add(check_intervals(half_widths, cfg.context_len, cfg.horizon, predictor.layout.n_targets))
+    for check in (
+        check_forecasters,
+        check_choices,
+        check_final,
+        check_linear,
+        check_linear_choice,
+        check_backtest_origins,
+        check_predict_origins,
+    ):
+        add(check(predictor, data))
+    if data is not None:
+        add(*check_data(data, predictor.config))
+    return results
 
 
 PREDICT_TOLERANCE = 1e-5  # predict/origin: the two paths batch and scale alike, up to float32 rounding

@@ -356,9 +356,7 @@ def check(
     _check_inputs(run)
     from tsformer.runs import check_run
 
-    results, note = check_run(run, csv)
-    for result in results:
-        typer.echo(result.line())
+    results, note = check_run(run, csv, report=lambda result: typer.echo(result.line()))
     if note:
         typer.echo(note)
     failed = [r.name for r in results if not r.passed]

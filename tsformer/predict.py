@@ -123,6 +123,8 @@ def read_future(predictor: Predictor, history: SeriesFrame, future: Source | Non
     reads none from the data."""
     horizon, names = predictor.horizon, predictor.layout.future
     if not names:
+        if future is not None:
+            raise DataError("the model reads no known-future covariates (trained without --future-cov); drop --future")
         return None
     if future is None:
         raise DataError(
@@ -163,8 +165,14 @@ def read_future(predictor: Predictor, history: SeriesFrame, future: Source | Non
                 f"but needs the {horizon} steps from {expected} (after the history's last row)"
             )
         span = slice(first, first + horizon)  # the forecast's steps; later rows are not read
-        if not frame.observed[span].all():
-            raise DataError(f"{where} misses covariate values for {series}; give every value")
+        missing = ~frame.observed[span]
+        if missing.any():
+            step, column = (int(k[0]) for k in np.nonzero(missing))
+            raise DataError(
+                f"{where} misses covariate values for {series}, {missing.sum()} of {missing.size} (the first: "
+                f"{names[column]} at {frame.timestamps[span][step]}, a missing row or an empty or non-numeric cell); "
+                "give every value"
+            )
         out[i] = frame.values[span]
     return out
 

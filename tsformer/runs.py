@@ -7,10 +7,12 @@ writes its outputs atomically, refusing unusable output paths before any work.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 from pandas.tseries.frequencies import to_offset
 
 from tsformer.backtest import BacktestResult, backtest, origin_rows, score_origins, write_backtest
@@ -23,7 +25,7 @@ from tsformer.evaluate import EvalReport, evaluate, write_report
 from tsformer.files import check_output_path
 from tsformer.leakage import CheckResult
 from tsformer.predict import Forecast, forecast_after, write_forecast
-from tsformer.predictor import load_finished
+from tsformer.predictor import Predictor, load_finished
 from tsformer.runfolder import resolve_checkpoint
 from tsformer.train import resolve, train
 
@@ -32,7 +34,7 @@ def evaluate_run(run: str | Path, csv: str | Path | None = None, split: str = "t
     """Score a saved run on its CSV (or `csv`); for the test split write metrics.json and a PNG (and, for many
     series, metrics_by_series.csv) into the run folder. `split="val"` writes nothing."""
     path = resolve_checkpoint(run)
-    predictor = load_finished(path)
+    predictor = _load(path)
     data = predictor.read(csv)
     report = evaluate(predictor, data, split)
     if write and split == "test":
@@ -51,7 +53,7 @@ def predict_run(
     """The forecast after a CSV's last rows with a saved run; with `out` and/or `plot`, the CSV and the PNG are
     written atomically, and only when both succeed."""
     _check_outputs(out, plot)
-    predictor = load_finished(run)
+    predictor = _load(run)
     frame = predictor.read_frame(csv, static)
     forecast = forecast_after(predictor, frame, future)
     write_forecast(forecast, predictor, frame, out, plot)
@@ -70,7 +72,7 @@ def backtest_run(
     """`backtest` of a saved run on its CSV (or `csv`); with `out`/`plot`, write the long CSV and a plot of
     error by origin."""
     _check_outputs(out, plot)
-    predictor = load_finished(run)
+    predictor = _load(run)
     result = backtest(predictor, predictor.read(csv), windows, step, start)
     write_backtest(result, out, plot)
     return result
@@ -159,17 +161,29 @@ def fold_val_len(cfg: Config, data: Prepared, before: np.ndarray) -> int:
     return max(horizon, round(int(before.min()) * val_share / (train_share + val_share)))
 
 
-def check_run(run: str | Path, csv: str | Path | None = None) -> tuple[list[CheckResult], str]:
-    """Every check on a saved run; the data checks on the run's CSV (or `csv`) when it can be read.
+def check_run(
+    run: str | Path, csv: str | Path | None = None, report: Callable[[CheckResult], None] | None = None
+) -> tuple[list[CheckResult], str]:
+    """Every check on a saved run; the data checks on the run's CSV (or `csv`) when it can be read; `report`
+    hears each result as it is made.
 
     Returns the results and a note on what was skipped ("" when nothing was).
     """
-    predictor = load_finished(run)
+    predictor = _load(run)
     path = Path(csv) if csv is not None else Path(predictor.config.data.path) if predictor.config.data.path else None
     if path is None or not path.is_file():
         where = f"{path} not found" if path is not None else "the run was trained on a DataFrame"
-        return check_predictor(predictor, None), f"data checks skipped: {where} (pass --csv to run them)"
-    return check_predictor(predictor, predictor.read(path)), ""
+        return check_predictor(predictor, None, report), f"data checks skipped: {where} (pass --csv to run them)"
+    return check_predictor(predictor, predictor.read(path), report), ""
+
+
+def _load(run: str | Path) -> Predictor:
+    """The finished run's Predictor (`load_finished`), on as many torch threads as the run trained with
+    (train.num_threads; 0: torch's default), so a run trained to share the cores keeps sharing them."""
+    predictor = load_finished(run)
+    if predictor.config.train.num_threads:
+        torch.set_num_threads(predictor.config.train.num_threads)
+    return predictor
 
 
 def _check_outputs(out: Path | None, plot: Path | None) -> None:

@@ -29,8 +29,9 @@
   series should weigh by its own absolute errors), mse for a wide file or a single series (judged by MSE);
 - train.candidates: the built-in candidates that apply, and ETS and Theta (`tsformer.classical`) where fitting
   them to every validation and test window and column (each is fit per window) is estimated to take at most
-  CLASSICAL_BUDGET_S seconds of one core: a short single series, a small wide file, a panel of a few hundred
-  short yearly series; not ETTh1, M4 Hourly or the electricity markets, whose windows number thousands.
+  CLASSICAL_BUDGET_S seconds of one core (under train.time_limit, at most a quarter of it): a short single
+  series, a small wide file, a panel of a few hundred short yearly series; not ETTh1, M4 Hourly or the
+  electricity markets, whose windows number thousands.
 
 Only rows before the end of validation are read: the test split never chooses a setting. The resolved
 config (every value concrete) is what a run stores.
@@ -71,6 +72,9 @@ from tsformer.metrics import season_length
 # ets and theta are candidates by default where fitting them to every validation window (in train) and test window
 # (in evaluate) and column is estimated to take at most this many seconds of one core (2.5 minutes on 2 cores)
 CLASSICAL_BUDGET_S = 300.0
+# under train.time_limit, at most this share of it (in one core's seconds, so at most half of it on two cores, and
+# the estimate can be off by a factor of two): the recipe search needs the rest for the model
+CLASSICAL_TIME_SHARE = 0.25
 CALENDAR_MIN_GAIN = 0.05  # the calendar is used when it cuts the probe's validation MSE by at least this share
 
 
@@ -242,17 +246,20 @@ def _choose_candidates(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -
     linear = model.context_skip and not cfg.train.quantiles  # a model with a skip and a point forecast has one
     built_in = candidate_names(frame.freq, model.context_len, (*BUILT_IN, *FITTED), linear)
     cost = f"{fits:,} validation and test windows x columns, about {seconds:,.0f} s of one core"
-    if seconds <= CLASSICAL_BUDGET_S:
+    budget, limit = CLASSICAL_BUDGET_S, ""
+    if cfg.train.time_limit and CLASSICAL_TIME_SHARE * cfg.train.time_limit < budget:
+        budget, limit = CLASSICAL_TIME_SHARE * cfg.train.time_limit, ", a quarter of --time-limit"
+    if seconds <= budget:
         names = (*built_in, *CLASSICAL)
         note = (
             f"candidates: ETS and Theta (statsmodels, fit to each window) beside the built-in ones: {cost} "
-            f"(up to {CLASSICAL_BUDGET_S:.0f} s); set with --candidates"
+            f"(up to {budget:.0f} s{limit}); set with --candidates"
         )
     else:
         names = built_in
         note = (
             f"candidates: ETS and Theta left out, as they are fit to each window: {cost} (up to "
-            f"{CLASSICAL_BUDGET_S:.0f} s); --candidates {','.join((*built_in, *CLASSICAL))} asks for them"
+            f"{budget:.0f} s{limit}); --candidates {','.join((*built_in, *CLASSICAL))} asks for them"
         )
     return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, candidates=names)), note
 
