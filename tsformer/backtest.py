@@ -24,6 +24,7 @@ import torch
 from tsformer.data import Prepared, SeriesFrame, WindowIndex
 from tsformer.data.timestamps import TimeNotation
 from tsformer.errors import DataError
+from tsformer.fallback import not_the_model
 from tsformer.files import atomic_open
 from tsformer.intervals import label
 from tsformer.metrics import score
@@ -87,16 +88,19 @@ def _origin_counts(
         return after_validation, series
     first = first_rows(frame, start)
     each = origins_that_fit(frame, val_end, horizon, step, first)
+    earliest, latest = np.maximum(val_end, 1), frame.lengths - horizon  # the first and last rows an origin may take
     for rows, why, fix in (
-        (first < np.maximum(val_end, 1), "falls inside the data the model was trained or selected on", "later"),
-        (each == 0, f"leaves fewer than {horizon} steps before the end", "earlier"),
-    ):
+        (first < earliest, "falls inside the data the model was trained or selected on", "one from {}, or retrain "
+         "at each origin with --refit"),
+        (each == 0, f"leaves fewer than {horizon} steps before the end", "one up to {}"),
+    ):  # fmt: skip
         bad = np.flatnonzero(~short & rows)
         if len(bad):
-            raise DataError(
-                f"--start {start} {why} for series {frame.names[bad[0]]!r}; give an {fix} --start, or retrain at "
-                "each origin with --refit"
-            )
+            i = int(bad[0])
+            row = frame.bounds[i] + (earliest if fix.startswith("one from") else latest)[i]
+            when = frame.time_notation.write(frame.timestamps[[row]])[0]
+            whose = f" for series {frame.names[i]!r}" if frame.id_cols else ""
+            raise DataError(f"--start {start} {why}{whose}; give {fix.format(when)}")
     return each, series
 
 
@@ -163,7 +167,7 @@ def backtest(
     if (rows < data.borders.val_end[series, None]).any():  # windows <= fit keeps every origin after validation
         raise ValueError("a backtest origin lies inside the data the model was trained or selected on")
     result = score_origins(predictor, data, rows, series)
-    return dataclasses.replace(result, notes=notes)
+    return dataclasses.replace(result, notes=notes + result.notes)
 
 
 def origin_windows(data: Prepared, rows: np.ndarray, series: np.ndarray | None = None) -> WindowIndex:
@@ -214,7 +218,9 @@ def score_origins(
         s = score(forecasts[name].numpy(), truth, mean, std, frame.columns, scale, observed)["mean"]
         summary.append({"origin": "all", "forecaster": name, **s})
     table = _long_table(predictor, frame, shipped, truth, observed, starts, ids, cutoffs)
-    return BacktestResult(table, pd.DataFrame(summary))
+    per_series = shipped.chosen[::n_origins]  # (n_series, C): a series' origins share its forecaster
+    shipped_by = not_the_model(per_series, predictor.layout.targets, per_series=bool(predictor.id_cols))
+    return BacktestResult(table, pd.DataFrame(summary), (shipped_by,) if shipped_by else ())
 
 
 def _origin_label(cutoffs: pd.DatetimeIndex, notation: TimeNotation) -> str:
@@ -238,6 +244,8 @@ def _long_table(predictor, frame, shipped: Forecasts, truth, observed, starts, i
     columns[predictor.time_col] = np.repeat(frame.time_notation.write(frame.timestamps[steps]), n_targets)
     columns["target"] = np.tile(np.array(frame.columns, dtype=object), n * horizon)
     columns["forecast"] = shipped.units(shipped.point).reshape(-1)
+    # what made each row's forecast: its series and column's forecaster, (N, C) -> every step's (N * H * C,)
+    columns["forecaster"] = np.repeat(shipped.chosen[:, None, :], horizon, axis=1).reshape(-1)
     for level, lower, upper in shipped.bounds():
         columns[f"lower_{label(level)}"] = lower.reshape(-1)
         columns[f"upper_{label(level)}"] = upper.reshape(-1)
