@@ -152,3 +152,30 @@ def test_a_malformed_reference_file_is_refused_before_training(tiny_csv, tmp_pat
     with pytest.raises(DataError, match="integer horizon"):
         run_benchmark(config, tmp_path / "runs", tmp_path / "results", tmp_path, show_progress=False, reference=bad)
     assert not (tmp_path / "runs").exists() and not (tmp_path / "results").exists()
+
+
+def test_every_config_is_read_before_any_trains_and_its_mistakes_name_it(tiny_csv, tmp_path):
+    from tsformer.bench import read_bench_configs
+    from tsformer.errors import ConfigError, DataError
+
+    good, typo = tmp_path / "tiny_4.yaml", tmp_path / "typo.yaml"
+    good.write_text(TINY_BENCH)
+    typo.write_text(TINY_BENCH.replace("d_model", "d_modle"))
+    with pytest.raises(ConfigError, match=rf"^{typo}: unknown key model.d_modle"):
+        read_bench_configs([good, typo], tmp_path)
+    (tmp_path / "other").mkdir()
+    twin = tmp_path / "other" / "tiny_4.yaml"
+    twin.write_text(TINY_BENCH)
+    with pytest.raises(ConfigError, match="share the name 'tiny_4', so one would overwrite the other's run"):
+        read_bench_configs([good, twin], tmp_path)
+    nowhere = tmp_path / "nowhere.yaml"
+    nowhere.write_text("model:\n  horizon: 4\n")
+    with pytest.raises(ConfigError, match=rf"^{nowhere}: it sets no data.path"):
+        read_bench_configs([nowhere], tmp_path)
+    beside = tmp_path / "other" / "beside.yaml"  # a path relative to the config's folder
+    beside.write_text(TINY_BENCH.replace(f"path: {tiny_csv.name}", f"path: ../{tiny_csv.name}"))
+    assert read_bench_configs([beside])[0].config.data.path == str(tmp_path / "other" / ".." / tiny_csv.name)
+    lost = tmp_path / "lost.yaml"
+    lost.write_text(TINY_BENCH.replace(f"path: {tiny_csv.name}", "path: missing.csv"))
+    with pytest.raises(DataError, match=rf"^{lost}: its data.path missing.csv is not a file here, beside the config"):
+        read_bench_configs([lost], tmp_path)

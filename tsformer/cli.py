@@ -386,11 +386,11 @@ def bench(
 
     Example: tsformer bench configs/etth1_96.yaml --data-dir ../shared/data
     """
-    from tsformer.bench import run_benchmark
+    from tsformer.bench import read_bench_configs, run_benchmark
 
     if not reference.is_file():
         typer.echo(f"note: {reference} not found; the table gets no published rows (see --reference)", err=True)
-    for config in configs:
+    for config in read_bench_configs(configs, data_dir, reference):  # every config checked before any trains
         r = run_benchmark(config, runs_dir, results_dir, data_dir, show_progress=not quiet, reference=reference)
         typer.echo(
             f"{r['name']}: test MSE {r['test']['model']['mse']:.4f} MAE {r['test']['model']['mae']:.4f} "
