@@ -4,6 +4,7 @@ while validation improves, the budget held, and the searched run read like any o
 from __future__ import annotations
 
 import dataclasses
+import io
 import time
 import types
 
@@ -111,6 +112,10 @@ def test_a_candidate_starts_only_when_it_and_the_final_fits_fit_the_budget(data,
     }
     assert calls[2] == ("loss mae", pytest.approx(40.0 - 8.0 - 5.0))  # its training stops where the room begins
     assert "not tried for time: context 32, seed 1" in found.line()
+    assert "search.csv" in found.line() and ": 3 candidates trained" in found.line()  # those not tried are not counted
+    written = pd.read_csv(io.StringIO(found.log.to_csv(index=False)), dtype=str, keep_default_na=False)
+    counts = written[["context_len", "seed", "epochs_run", "best_epoch"]]
+    assert counts.loc[0].tolist() == ["16", "0", "3", "2"] and counts.loc[1].tolist() == ["", "", "", ""]
 
 
 def test_the_longer_context_doubles_up_to_720_and_keeps_windows_for_every_step():

@@ -94,7 +94,7 @@ class Searched:
         return mean_outputs([m.outputs for m in self.members])
 
     def line(self) -> str:
-        trained = self.log[self.log["outcome"] != "not tried (time)"]
+        trained = self.log[self.log["epochs_run"].notna()]  # those that trained (a variant left out did not)
         skipped = self.log.loc[self.log["outcome"] == "not tried (time)", "candidate"].tolist()
         cut = trained.loc[trained["stopped_by"] == "time", "candidate"].tolist()
         cfg = self.config
@@ -110,6 +110,13 @@ class Searched:
                 else ""
             )
         )
+
+
+def _log_table(rows: list[dict]) -> pd.DataFrame:
+    """The search log, its counts as whole numbers (empty where a candidate did not train)."""
+    counts = {"context_len", "seed", "epochs_run", "best_epoch"}
+    table = pd.DataFrame(rows)
+    return table.astype({column: "Int64" for column in counts & set(table.columns)})
 
 
 def mean_outputs(outputs: list[tuple[torch.Tensor, torch.Tensor | None]]) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -212,7 +219,7 @@ def search(
     default_row = run.record("default", default, "chosen")
     best, best_loss = run.best_recipe(default, default_row, variants(given, data))
     members, members_loss = run.members(best, best_loss)
-    return Searched(members, members_loss, default_row["val_score"], pd.DataFrame(run.rows), given.train.time_limit)
+    return Searched(members, members_loss, default_row["val_score"], _log_table(run.rows), given.train.time_limit)
 
 
 class _Search:
