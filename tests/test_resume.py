@@ -331,7 +331,9 @@ def test_resume_refuses_data_that_changed_since_the_run_started(series_csv, tmp_
     assert load_train_state(run / LAST_FILE)[1]["loop"]["epoch"] == 1
 
 
-def test_resuming_a_finished_run_rewrites_its_history_from_last_pt(series_csv, tmp_path):
+def test_resuming_a_finished_run_rewrites_its_history_from_last_pt_and_remakes_nothing(
+    series_csv, tmp_path, monkeypatch, capsys
+):
     """A kill between writing last.pt and history.csv leaves history.csv an epoch short; --resume of the
     (finished) run writes it whole from the history last.pt holds."""
     cfg = _tiny_config(series_csv, epochs=2)
@@ -339,8 +341,13 @@ def test_resuming_a_finished_run_rewrites_its_history_from_last_pt(series_csv, t
     train(cfg, run, show_progress=False)
     whole = (run / "history.csv").read_text()
     (run / "history.csv").write_text("".join(whole.splitlines(keepends=True)[:-1]))  # the last epoch lost
+    model = (run / "model.pt").read_bytes()
+    calls = []
+    monkeypatch.setattr(train_module, "choose_and_calibrate", lambda *a, **k: calls.append(a))
     train(cfg, run, resume=True, show_progress=False)
     assert (run / "history.csv").read_text() == whole
+    assert calls == [] and (run / "model.pt").read_bytes() == model  # nothing made again: the same run
+    assert "is a finished run: nothing to resume" in capsys.readouterr().err
 
 
 def test_a_reader_that_goes_away_stops_the_display_not_training(series_csv, tmp_path):

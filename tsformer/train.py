@@ -118,7 +118,8 @@ def _train(
             "of it to resume; train again, with --overwrite"
         )
     previous, train_state = load_train_state(out_dir / LAST_FILE) if resume else (None, None)
-    best_so_far = load_predictor(out_dir / MODEL_FILE).model.state_dict() if resume else None  # before any seeding
+    saved = load_predictor(out_dir / MODEL_FILE) if resume else None
+    best_so_far = saved.model.state_dict() if resume else None  # before any seeding
     given = previous.config if previous else resolve(cfg)
     ctx = distributed.setup(given.train.device)
     given = _with_precision(given, ctx.device)
@@ -133,6 +134,12 @@ def _train(
             print(note, file=sys.stderr)
     if previous is not None:
         _require_same_data(previous, data, out_dir)
+    if saved is not None and saved.summary is not None:  # finished: its fallback and final model are made
+        finished = saved.replace(data=data)
+        if folder is not None:  # its history written again from last.pt (a kill may have cut history.csv short)
+            print(f"{out_dir} is a finished run: nothing to resume (--overwrite trains it again)", file=sys.stderr)
+            _write_history(folder, pd.DataFrame(train_state["loop"]["history"]))
+        return finished
     if cfg.train.time_limit:
         return _searched(given, data, ctx, started, out_dir, folder, show_progress)
     torch.manual_seed(cfg.train.seed)
@@ -294,12 +301,17 @@ def _lines(decision: Decision, predictor: Predictor, final: FinalFit | None, bes
 
 def _write_run(folder: runfolder.RunFolder, predictor: Predictor, history: pd.DataFrame) -> None:
     """The finished run's history, its plot, model.pt and the config resolved to the end (train.linear_rows)."""
+    _write_history(folder, history)
+    save_predictor(predictor, folder.path / MODEL_FILE)
+    save_config(predictor.config, folder.path / CONFIG_FILE)
+
+
+def _write_history(folder: runfolder.RunFolder, history: pd.DataFrame) -> None:
+    """history.csv and its plot."""
     from tsformer.plots import plot_history
 
     atomic_write_text(folder.path / "history.csv", history.to_csv(index=False))
     plot_history(history[history["member"] == 0] if "member" in history else history, folder.path / "loss.png")
-    save_predictor(predictor, folder.path / MODEL_FILE)
-    save_config(predictor.config, folder.path / CONFIG_FILE)
 
 
 def _final_fit(
