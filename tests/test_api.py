@@ -142,11 +142,14 @@ def test_evaluate_backtest_and_check_return_dataframes(wide_fit):
     assert validation.loc[0, "mse"] != report.loc[0, "mse"]
     backtest = predictor.backtest(windows=3, step=4)
     assert len(backtest) == 3 * HORIZON * 2 and {"origin", "date", "target", "forecast", "truth"} <= set(backtest)
-    assert report.attrs["notes"] == [] and backtest.attrs["notes"] == []  # nothing left out here
+    assert report.attrs["notes"] == []  # nothing left out here
+    shipped_by = [note for note in backtest.attrs["notes"] if note.startswith("forecast by a classical candidate")]
+    assert len(backtest.attrs["notes"]) == len(shipped_by) == fell_back  # what ships where it is not the model
     every = predictor.backtest(step=4)  # as many origins as fit, which a note counts
     assert every.attrs["notes"] == [
         f"{every.origin.nunique()} origins, 4 steps apart: all that fit after the run's validation split (windows=N "
-        "for fewer)"
+        "for fewer)",
+        *shipped_by,
     ]
     checks = predictor.check()
     assert checks["passed"].all() and "data/window" in set(checks["name"]) and "model/forward" in set(checks["name"])
