@@ -70,15 +70,15 @@ def test_each_row_names_its_forecaster_and_a_start_out_of_range_names_the_dates_
     shipped_by = [note for note in result.notes if note.startswith("forecast by")]
     not_model = [column for column, name in by_column.items() if name != "model"]
     assert len(shipped_by) == bool(not_model) and all(f"{column} by " in shipped_by[0] for column in not_model)
-    first_test = pd.read_csv(run.parent / "data.csv")["date"].iloc[192]  # rows 192-239 are the test split
+    dates = pd.read_csv(run.parent / "data.csv")["date"]
+    allowed = f"give one from {dates.iloc[192]} to {dates.iloc[240 - 4]}"  # rows 192-239 are the test split
     with pytest.raises(DataError) as early:
         backtest_run(run, start="2024-01-02")
-    assert str(early.value).endswith(f"; give one from {first_test}, or retrain at each origin with --refit")
+    assert str(early.value).endswith(f"trained or selected on; {allowed}; or retrain at each origin with --refit")
     assert "series" not in str(early.value)  # a wide file is one series, unnamed
     with pytest.raises(DataError) as late:
         backtest_run(run, start="2024-01-12")
-    last_start = pd.read_csv(run.parent / "data.csv")["date"].iloc[240 - 4]
-    assert str(late.value).endswith(f"leaves fewer than 4 steps before the end; give one up to {last_start}")
+    assert str(late.value).endswith(f"leaves fewer than 4 steps before the end; {allowed}")
 
 
 def test_refit_without_a_config_refits_with_the_runs_own(run):

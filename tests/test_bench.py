@@ -166,8 +166,14 @@ def test_every_config_is_read_before_any_trains_and_its_mistakes_name_it(tiny_cs
     (tmp_path / "other").mkdir()
     twin = tmp_path / "other" / "tiny_4.yaml"
     twin.write_text(TINY_BENCH)
-    with pytest.raises(ConfigError, match="share the name 'tiny_4', so one would overwrite the other's run"):
+    with pytest.raises(ConfigError, match="share the name 'tiny_4', so one run and its results would overwrite"):
         read_bench_configs([good, twin], tmp_path)
+    with pytest.raises(ConfigError, match=rf"^{good} is given twice"):
+        read_bench_configs([good, good], tmp_path)
+    shadow = tmp_path / "tiny_4_no_transformer.yaml"  # its run folder is tiny_4's ablation's
+    shadow.write_text(TINY_BENCH)
+    with pytest.raises(ConfigError, match="share the name 'tiny_4_no_transformer'"):
+        read_bench_configs([good, shadow], tmp_path)
     nowhere = tmp_path / "nowhere.yaml"
     nowhere.write_text("model:\n  horizon: 4\n")
     with pytest.raises(ConfigError, match=rf"^{nowhere}: it sets no data.path"):
@@ -179,3 +185,18 @@ def test_every_config_is_read_before_any_trains_and_its_mistakes_name_it(tiny_cs
     lost.write_text(TINY_BENCH.replace(f"path: {tiny_csv.name}", "path: missing.csv"))
     with pytest.raises(DataError, match=rf"^{lost}: its data.path missing.csv is not a file here, beside the config"):
         read_bench_configs([lost], tmp_path)
+
+
+def test_the_bench_command_trains_nothing_when_a_later_config_is_wrong(tiny_csv, tmp_path):
+    from typer.testing import CliRunner
+
+    from tsformer.cli import app
+
+    good, typo = tmp_path / "tiny_4.yaml", tmp_path / "typo.yaml"
+    good.write_text(TINY_BENCH)
+    typo.write_text(TINY_BENCH.replace("d_model", "d_modle"))
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    args = ["bench", str(good), str(typo), "--data-dir", str(tmp_path), "--runs-dir", str(runs)]
+    result = CliRunner().invoke(app, [*args, "--results-dir", str(results), "-q"])
+    assert result.exit_code == 2 and result.stderr.startswith(f"Error: {typo}: unknown key model.d_modle")
+    assert not runs.exists() and not results.exists()  # the first config did not train

@@ -439,7 +439,9 @@ def test_a_usage_mistake_is_one_error_line_naming_the_help(capsys, args, fragmen
 
 def test_no_arguments_print_the_help_and_help_exits_0(capsys):
     assert run_cli([]) == 2  # as click has it: the help, on stderr
-    assert "Usage: tsformer [OPTIONS] COMMAND" in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith("Usage: tsformer [OPTIONS] COMMAND")
+    assert run_cli(["datasets"]) == 2  # a sub-command group without its command: its help, not an Error line
+    assert capsys.readouterr().err.startswith("Usage: tsformer datasets [OPTIONS] COMMAND")
     assert run_cli(["evaluate", "--help"]) == 0
     assert "Usage: tsformer evaluate" in capsys.readouterr().out
 
@@ -475,7 +477,9 @@ def test_predict_on_a_matching_csv_works(tmp_path, run):
 def test_future_covariates_for_a_model_that_reads_none_are_refused(tmp_path, run):
     csv = write_csv(tmp_path / "ok.csv", hourly_rows())
     future = write_csv(tmp_path / "future.csv", hourly_rows(210)[200:])
-    predict_error(tmp_path, run, csv, "reads no known-future covariates", "drop --future", extra=("--future", future))
+    predict_error(
+        tmp_path, run, csv, "reads no known-future covariate columns", "drop --future", extra=("--future", future)
+    )
 
 
 def test_a_plot_path_not_ending_in_png_is_refused_before_any_work(tmp_path, run):

@@ -106,7 +106,7 @@ def test_every_forecast_row_names_its_forecaster_and_predict_says_when_it_is_not
     assert (
         "forecast by a classical candidate, a blend, or a weighted mean of the model and the candidates, which beat "
         "the model alone on validation: y by repeat-last (the forecaster "
-        "column names each row's; --no-fallback ships the model everywhere)"
+        "column names each row's; a run trained with --no-fallback ships the model everywhere)"
     ) in result.stderr
     report = evaluate_run(run, write=False)  # the model's own row beside the shipped one
     assert list(report.scores) == ["model", "model_alone", "repeat_last", "seasonal_naive", "drift", "seasonal_drift"]

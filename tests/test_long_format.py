@@ -226,8 +226,10 @@ def test_a_series_too_short_for_a_backtest_origin_is_left_out_by_name(tmp_path):
     alone = score_origins(full, full.read(), rows, np.array([0, 2])).forecasts
     pd.testing.assert_frame_equal(result.forecasts, alone)  # the kept series, as scored on their own rows
     early = str(pd.read_csv(csv).query("unique_id == 'long'").ds.iloc[100])  # inside long's validation
-    with pytest.raises(DataError, match=r"--start .* falls inside the data the model was trained .* 'long'"):
+    with pytest.raises(DataError, match=r"--start .* falls inside the data the model was trained .* 'long'") as caught:
         backtest_run(tmp_path / "run", start=early)
+    # long's test stretch starts at hour 156, other's ends at 145 (it starts 6 hours later, 20 rows shorter)
+    assert "; no one --start fits every series (their test stretches do not overlap)" in str(caught.value)
 
 
 def test_a_series_too_short_to_train_is_scaled_for_mase_by_its_rows_before_the_test(tmp_path):

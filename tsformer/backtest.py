@@ -88,20 +88,30 @@ def _origin_counts(
         return after_validation, series
     first = first_rows(frame, start)
     each = origins_that_fit(frame, val_end, horizon, step, first)
-    earliest, latest = np.maximum(val_end, 1), frame.lengths - horizon  # the first and last rows an origin may take
-    for rows, why, fix in (
-        (first < earliest, "falls inside the data the model was trained or selected on", "one from {}, or retrain "
-         "at each origin with --refit"),
-        (each == 0, f"leaves fewer than {horizon} steps before the end", "one up to {}"),
-    ):  # fmt: skip
-        bad = np.flatnonzero(~short & rows)
-        if len(bad):
-            i = int(bad[0])
-            row = frame.bounds[i] + (earliest if fix.startswith("one from") else latest)[i]
-            when = frame.time_notation.write(frame.timestamps[[row]])[0]
-            whose = f" for series {frame.names[i]!r}" if frame.id_cols else ""
-            raise DataError(f"--start {start} {why}{whose}; give {fix.format(when)}")
+    inside, late = ~short & (first < np.maximum(val_end, 1)), ~short & (each == 0)
+    if inside.any() or late.any():
+        i = int(np.flatnonzero(inside | late)[0])
+        why = "falls inside the data the model was trained or selected on" if inside[i] else (
+            f"leaves fewer than {horizon} steps before the end")  # fmt: skip
+        whose = f" for series {frame.names[i]!r}" if frame.id_cols else ""
+        refit = "; or retrain at each origin with --refit" if inside[i] else ""
+        raise DataError(f"--start {start} {why}{whose}; {_starts_allowed(frame, val_end, horizon, series)}{refit}")
     return each, series
+
+
+def _starts_allowed(frame: SeriesFrame, val_end: np.ndarray, horizon: int, series: np.ndarray) -> str:
+    """The --start dates every backtested series (`series`) takes: from the latest of their first origins after
+    validation to the earliest of their last ones (a horizon before each end), in the data's time notation."""
+    bounds = frame.bounds[series]
+    firsts = frame.timestamps[bounds + np.maximum(val_end[series], 1)]
+    lasts = frame.timestamps[bounds + frame.lengths[series] - horizon]
+    if firsts.max() > lasts.min():
+        return (
+            "no one --start fits every series (their test stretches do not overlap); backtest without --start, "
+            "from each series' own origins"
+        )
+    written = frame.time_notation.write(pd.DatetimeIndex([firsts.max(), lasts.min()]))
+    return f"give one from {written[0]} to {written[1]}"
 
 
 def origin_rows(
@@ -148,9 +158,10 @@ def backtest(
             fits = f"{fit} fit after them{where}"
         else:
             reach, fits = f"from --start {start} run past the data's end", f"{fit} fit{where}"
+        refit = ", or retrain at each origin with --refit" if start is None else ""  # it cannot add later rows
         raise DataError(
-            f"{windows} origins {step} steps apart {reach}; {fits}: ask for --windows {fit} or fewer, a smaller "
-            "--step, or retrain at each origin with --refit"
+            f"{windows} origins {step} steps apart {reach}; {fits}: ask for --windows {fit} or fewer or a smaller "
+            f"--step{refit}"
         )
     notes = ()
     if len(series) < frame.n_ids:

@@ -29,6 +29,7 @@ from tsformer.train import train
 
 DEFAULT_REFERENCE = Path("benchmarks") / "published_etth1.csv"
 REFERENCE_COLUMNS = ("dataset", "model", "lookback", "horizon", "mse", "mae", "source")
+ABLATION_SUFFIX = "_no_transformer"  # the ablation's run folder: the config's name and this
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,6 @@ class BenchConfig:
     """One benchmark config, read and checked before anything trains."""
 
     name: str  # the config file's stem: its run folder and result JSON
-    path: Path
     config: Config  # its data path resolved
     dataset: str
 
@@ -60,39 +60,42 @@ def read_bench_configs(
             if not Path(cfg.data.path).is_file():
                 raise DataError(
                     f"its data.path {given.data.path} is not a file here, beside the config, or in the data "
-                    "directories (--data-dir, $TSFORMER_DATA_DIR)"
+                    "directories (--data-dir, $TSFORMER_DATA_DIR, the cache: tsformer datasets fetch NAME)"
                 )
         except (ConfigError, DataError) as exc:
             message = str(exc).replace("config file ", "").replace("; check the --config path", "")
             raise type(exc)(message if message.startswith(str(path)) else f"{path}: {message}") from None
-        if path.stem in names:
+        ablation = path.stem.removesuffix(ABLATION_SUFFIX)
+        taken = names.get(path.stem) or names.get(path.stem + ABLATION_SUFFIX) or names.get(ablation)
+        if taken is not None:
+            what = (
+                "is given twice" if taken.resolve() == path.resolve() else f"and {taken} share the name {path.stem!r}"
+            )
             raise ConfigError(
-                f"{names[path.stem]} and {path} share the name {path.stem!r}, so one would overwrite the other's "
-                "run and results; rename one"
+                f"{path} {what}, so one run and its results would overwrite the other's (a config's ablation runs "
+                f"as NAME{ABLATION_SUFFIX}); give each config once, under its own name"
             )
         names[path.stem] = path
         dataset = Path(cfg.data.path).stem.lower()
         _reference_rows(dataset, Path(reference))  # a malformed reference file fails now, not after training
-        read.append(BenchConfig(path.stem, path, cfg, dataset))
+        read.append(BenchConfig(path.stem, cfg, dataset))
     return read
 
 
 def run_benchmark(
-    config_path: str | Path | BenchConfig,
+    config: str | Path | BenchConfig,
     runs_dir: str | Path,
     results_dir: str | Path,
     data_dir: str | Path | None = None,
     show_progress: bool = True,
     reference: str | Path = DEFAULT_REFERENCE,
 ) -> dict:
-    """Train from `config_path` (or a config `read_bench_configs` read) into runs_dir/<name>, score the test
-    split, check leakage, write JSON.
+    """Train from the config file `config` (or one `read_bench_configs` read, its data found already, so
+    `data_dir` is not read) into runs_dir/<name>, score the test split, check leakage, write JSON.
 
     Then regenerate the dataset's table beside it, with the published rows of `reference`.
     """
-    bench = config_path
-    if not isinstance(bench, BenchConfig):
-        bench = read_bench_configs([Path(config_path)], data_dir, reference)[0]
+    bench = config if isinstance(config, BenchConfig) else read_bench_configs([Path(config)], data_dir, reference)[0]
     name, cfg, dataset = bench.name, bench.config, bench.dataset
     given = cfg
     run_dir = Path(runs_dir) / name
@@ -108,7 +111,7 @@ def run_benchmark(
     scores = {k: {"mse": v["mean"]["mse"], "mae": v["mean"]["mae"]} for k, v in report.scores.items()}
     # under the same selection: a searched run's ablation searches from the same given config within the same budget
     ablated = given if cfg.train.time_limit else cfg
-    ablation = _ablation(ablated, Path(runs_dir) / f"{name}_no_transformer", show_progress)
+    ablation = _ablation(ablated, Path(runs_dir) / f"{name}{ABLATION_SUFFIX}", show_progress)
     result = {
         "name": name,
         "dataset": dataset,

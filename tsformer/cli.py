@@ -470,8 +470,8 @@ def run_cli(args: list[str]) -> int:
         status = command.main(args, prog_name="tsformer", standalone_mode=False)
     except typer.TyperException as exc:  # typer's command-line errors: usage mistakes and their kin
         context = getattr(exc, "ctx", None)
-        if context is None or not hasattr(exc, "format_message") or not args:
-            exc.show()  # no command line to point at, or the help that no arguments ask for
+        if context is None or not hasattr(exc, "format_message") or exc.format_message() == context.get_help():
+            exc.show()  # no command line to point at, or the help that a command without arguments prints
         else:
             message = exc.format_message().rstrip(".")
             joint = " " if message.endswith("?") else "; "

@@ -450,7 +450,7 @@ def not_the_model(names: np.ndarray, columns: tuple[str, ...], per_series: bool)
     return (
         "forecast by a classical candidate, a blend, or a weighted mean of the model and the candidates, which beat "
         f"the model alone on validation: {'; '.join(parts)} (the forecaster "
-        "column names each row's; --no-fallback ships the model everywhere)"
+        "column names each row's; a run trained with --no-fallback ships the model everywhere)"
     )
 
 

@@ -124,7 +124,9 @@ def read_future(predictor: Predictor, history: SeriesFrame, future: Source | Non
     horizon, names = predictor.horizon, predictor.layout.future
     if not names:
         if future is not None:
-            raise DataError("the model reads no known-future covariates (trained without --future-cov); drop --future")
+            raise DataError(
+                "the model reads no known-future covariate columns (trained without --future-cov); drop --future"
+            )
         return None
     if future is None:
         raise DataError(
@@ -170,7 +172,8 @@ def read_future(predictor: Predictor, history: SeriesFrame, future: Source | Non
             step, column = (int(k[0]) for k in np.nonzero(missing))
             raise DataError(
                 f"{where} misses covariate values for {series}, {missing.sum()} of {missing.size} (the first: "
-                f"{names[column]} at {frame.timestamps[span][step]}, a missing row or an empty or non-numeric cell); "
+                f"{names[column]} at {history.time_notation.write(frame.timestamps[span][[step]])[0]}, a missing row "
+                "or an empty or non-numeric cell); "
                 "give every value"
             )
         out[i] = frame.values[span]

@@ -133,7 +133,7 @@ def refit_backtest(
         if not (predictor.borders.val_end == rows[:, fold]).all():  # its training and validation end at its origin
             raise RuntimeError(f"fold {fold + 1}'s split borders {list(borders)} do not end at its origins")
         results.append(score_origins(predictor, predictor.read(), rows[:, fold : fold + 1]))
-        notes.append(f"fold {fold + 1}: {note}")
+        notes += [f"fold {fold + 1}: {line}" for line in (note, *results[-1].notes)]  # its rows, what it ships
     forecasts = pd.concat([r.forecasts for r in results], ignore_index=True)
     per_origin = pd.concat([r.summary[r.summary.origin != "all"] for r in results], ignore_index=True)
     # overall: the forecasters every fold has (a fold whose context is under a week has no weekly candidates)

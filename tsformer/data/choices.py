@@ -239,8 +239,9 @@ def _short_epochs(cfg: Config, n_windows: int) -> bool:
 
 def _choose_candidates(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> tuple[Config, str]:
     """train.candidates: the built-in ones that apply and the linear one where the model has a context skip and no
-    quantile head, with ets and theta where their fits to every validation
-    and test window and column are estimated (`classical_seconds`) to take at most CLASSICAL_BUDGET_S."""
+    quantile head, with ets and theta where their fits to every validation and test window and column are
+    estimated (`classical_seconds`) to take at most CLASSICAL_BUDGET_S, or under train.time_limit at most
+    CLASSICAL_TIME_SHARE of it where that is less."""
     model = cfg.model
     fits, seconds = classical_seconds(cfg, frame, borders)
     linear = model.context_skip and not cfg.train.quantiles  # a model with a skip and a point forecast has one
