@@ -179,3 +179,6 @@ def test_a_searched_run_is_not_resumed_but_says_why(searched_run):
     assert result.exit_code == 2
     assert result.stderr.strip().startswith(f"Error: {folder} holds a recipe search (train.time_limit)")
     assert "there is no epoch of it to resume" in result.stderr
+    with pytest.raises(ConfigError, match="already exists and is not empty") as refused:  # nor offered as such
+        train(searched_config(300), folder, show_progress=False, source=make_frame())
+    assert "--overwrite" in str(refused.value) and "--resume" not in str(refused.value)

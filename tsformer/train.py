@@ -90,7 +90,8 @@ def train(
     if resume and out_dir is None:
         raise ConfigError("resuming needs the run folder to continue (--out)")
     claim = out_dir is not None and distributed.is_main_process()
-    folder = runfolder.claim(out_dir, overwrite, resume) if claim else None
+    searched = bool(cfg.train.time_limit)  # written once at the end: nothing to resume
+    folder = runfolder.claim(out_dir, overwrite, resume, resumable=not searched) if claim else None
     try:
         with _terminate_as_interrupt():
             predictor = _train(cfg, out_dir, folder, resume, show_progress, source, static)
