@@ -120,7 +120,12 @@ def test_refit_trains_each_fold_on_the_rows_before_its_origin(tmp_path):
         np.testing.assert_allclose(ckpt.scaler.mean[0], values[:train_end].mean(0), rtol=1e-5)
         np.testing.assert_allclose(ckpt.scaler.std[0], values[:train_end].std(0), rtol=1e-5)
     assert len(result.forecasts) == 2 * 4 * 2 and result.forecasts["truth"].notna().all()
-    assert len(result.notes) == 2
+    trained = [note for note in result.notes if " trained on rows " in note]
+    assert [note[:7] for note in trained] == ["fold 1:", "fold 2:"]
+    shipped = [note for note in result.notes if note not in trained]  # each fold's own choice, where not the model
+    chosen = {fold: set(result.forecasts.loc[result.forecasts.origin == origin, "forecaster"]) for fold, origin in
+              enumerate(result.forecasts.origin.unique(), start=1)}  # fmt: skip
+    assert [note[:7] for note in shipped] == [f"fold {fold}:" for fold, names in chosen.items() if names != {"model"}]
 
 
 def test_refit_cuts_series_of_different_lengths_at_the_same_dates(tmp_path):
