@@ -88,22 +88,24 @@ def _origin_counts(
         return after_validation, series
     first = first_rows(frame, start)
     each = origins_that_fit(frame, val_end, horizon, step, first)
-    inside, late = ~short & (first < np.maximum(val_end, 1)), ~short & (each == 0)
+    earliest = np.maximum(val_end, 1)  # (n_ids,) each series' first row an origin may take
+    inside, late = ~short & (first < earliest), ~short & (each == 0)
     if inside.any() or late.any():
         i = int(np.flatnonzero(inside | late)[0])
         why = "falls inside the data the model was trained or selected on" if inside[i] else (
             f"leaves fewer than {horizon} steps before the end")  # fmt: skip
         whose = f" for series {frame.names[i]!r}" if frame.id_cols else ""
         refit = "; or retrain at each origin with --refit" if inside[i] else ""
-        raise DataError(f"--start {start} {why}{whose}; {_starts_allowed(frame, val_end, horizon, series)}{refit}")
+        raise DataError(f"--start {start} {why}{whose}; {_starts_allowed(frame, earliest, horizon, series)}{refit}")
     return each, series
 
 
-def _starts_allowed(frame: SeriesFrame, val_end: np.ndarray, horizon: int, series: np.ndarray) -> str:
-    """The --start dates every backtested series (`series`) takes: from the latest of their first origins after
-    validation to the earliest of their last ones (a horizon before each end), in the data's time notation."""
+def _starts_allowed(frame: SeriesFrame, earliest: np.ndarray, horizon: int, series: np.ndarray) -> str:
+    """The --start dates every backtested series (`series`) takes: from the latest of their first origins
+    (`earliest` (n_ids,) rows, after validation) to the earliest of their last ones (a horizon before each end), in
+    the data's time notation."""
     bounds = frame.bounds[series]
-    firsts = frame.timestamps[bounds + np.maximum(val_end[series], 1)]
+    firsts = frame.timestamps[bounds + earliest[series]]
     lasts = frame.timestamps[bounds + frame.lengths[series] - horizon]
     if firsts.max() > lasts.min():
         return (

@@ -50,6 +50,8 @@ def read_bench_configs(
     read, names = [], {}
     for path in map(Path, paths):
         try:
+            if not path.is_file():
+                raise ConfigError("no such config file; give the path of a benchmark's YAML file")
             given = load_config(path)
             if not given.data.path:
                 raise ConfigError("it sets no data.path; give the CSV it benchmarks as data.path")
@@ -62,9 +64,8 @@ def read_bench_configs(
                     f"its data.path {given.data.path} is not a file here, beside the config, or in the data "
                     "directories (--data-dir, $TSFORMER_DATA_DIR, the cache: tsformer datasets fetch NAME)"
                 )
-        except (ConfigError, DataError) as exc:
-            message = str(exc).replace("config file ", "").replace("; check the --config path", "")
-            raise type(exc)(message if message.startswith(str(path)) else f"{path}: {message}") from None
+        except (ConfigError, DataError) as exc:  # each names the config it is about
+            raise type(exc)(str(exc) if str(path) in str(exc) else f"{path}: {exc}") from None
         ablation = path.stem.removesuffix(ABLATION_SUFFIX)
         taken = names.get(path.stem) or names.get(path.stem + ABLATION_SUFFIX) or names.get(ablation)
         if taken is not None:

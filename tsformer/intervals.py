@@ -319,8 +319,10 @@ def calibrate_quantiles(
     for group, stand_in in enumerate(GROUP_WEIGHTS):
         members = seen & (groups == group)[:, None, :]  # (N, H, C)
         own, counts = _level_shifts(shipped, truth, members, levels)
-        every, _ = _level_shifts(_quantiles_at(point, offsets, torch.full_like(weight, stand_in)), truth, seen, levels)
-        shifts.append(torch.where(counts >= needed, own, every))  # decided once per step and column
+        if (counts < needed).any():  # decided once per step and column
+            at_stand_in = _quantiles_at(point, offsets, torch.full_like(weight, stand_in))
+            own = torch.where(counts >= needed, own, _level_shifts(at_stand_in, truth, seen, levels)[0])
+        shifts.append(own)
     return torch.stack(shifts)
 
 

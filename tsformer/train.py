@@ -120,7 +120,7 @@ def _train(
         )
     previous, train_state = load_train_state(out_dir / LAST_FILE) if resume else (None, None)
     saved = load_predictor(out_dir / MODEL_FILE) if resume else None
-    best_so_far = saved.model.state_dict() if resume else None  # before any seeding
+    best_so_far = None if saved is None else saved.model.state_dict()  # before any seeding
     given = previous.config if previous else resolve(cfg)
     ctx = distributed.setup(given.train.device)
     given = _with_precision(given, ctx.device)
