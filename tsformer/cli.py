@@ -14,7 +14,7 @@ from pathlib import Path
 import typer
 
 from tsformer.config import AUTO_MAX_EPOCHS, AUTO_MIN_EPOCHS, AUTO_MIN_STEPS, LONG_EPOCH_STEPS, LONG_EPOCHS, Config
-from tsformer.errors import TsformerError
+from tsformer.errors import TsformerError, stop_code
 
 DEFAULTS = Config()  # what a flag left out gives, for --help
 
@@ -34,7 +34,8 @@ def fail(message: str, code: int = 2) -> None:
 
 
 def domain_errors(command: Callable) -> Callable:
-    """Turn a TsformerError into one `Error:` line and exit 2 (130 for Ctrl-C); --debug shows the traceback."""
+    """Turn a TsformerError into one `Error:` line and exit 2 (130 for Ctrl-C, 143 for SIGTERM); --debug shows the
+    traceback."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -44,8 +45,8 @@ def domain_errors(command: Callable) -> Callable:
             if _debug["on"]:
                 traceback.print_exc()
             fail(str(exc), getattr(exc, "exit_code", 2))
-        except KeyboardInterrupt:
-            fail("interrupted; nothing more was written", 130)
+        except KeyboardInterrupt as stop:
+            fail("interrupted; nothing more was written", stop_code(stop))
         except BrokenPipeError:  # the reader closed stdout (`| head`): not an error, stop quietly
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
             raise typer.Exit(0) from None

@@ -25,7 +25,20 @@ class TrainingError(TsformerError):
     """Training cannot go on (for example the loss became NaN)."""
 
 
-class Interrupted(TsformerError):
-    """The user stopped a run (Ctrl-C); what was saved and how to resume is in the message."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's stop) during training, raised where Ctrl-C raises KeyboardInterrupt so both end a
+    run cleanly; only the exit code tells them apart."""
 
-    exit_code = 130
+
+def stop_code(stop: KeyboardInterrupt) -> int:
+    """The shell's exit code for a run stopped by `stop`: 128 + the signal's number (SIGINT 2, SIGTERM 15)."""
+    return 143 if isinstance(stop, Terminated) else 130
+
+
+class Interrupted(TsformerError):
+    """The user or a scheduler stopped a run (Ctrl-C, SIGTERM); what was saved and how to resume is in the
+    message."""
+
+    def __init__(self, message: str, stop: KeyboardInterrupt):
+        super().__init__(message)
+        self.exit_code = stop_code(stop)

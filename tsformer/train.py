@@ -29,7 +29,7 @@ from tsformer.calibration import choose_and_calibrate, fit_linear
 from tsformer.checkpoint import save_predictor
 from tsformer.config import MAX_SEED, Config, TrainConfig, save_config, with_data_path
 from tsformer.data import Prepared, Source, WindowIndex, Windows, training_data
-from tsformer.errors import CheckpointError, ConfigError, DataError, Interrupted, TrainingError
+from tsformer.errors import CheckpointError, ConfigError, DataError, Interrupted, Terminated, TrainingError
 from tsformer.fallback import Decision
 from tsformer.files import atomic_write_text
 from tsformer.final import FinalFit, every_row, last_timestamps
@@ -336,13 +336,13 @@ def _final_fit(
     steps_per_epoch = _steps_per_epoch(_epoch_size(n_held_out_windows, cfg), ctx.world_size, cfg.train.batch_size)
     try:
         steps = runner.fit_steps(windows, best_epoch, steps_per_epoch, cfg.train.epochs * steps_per_epoch)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         kept = (
             "in memory: nothing kept"
             if out_dir is None
             else f"the held-out model is saved; resume with: tsformer train --resume --out {out_dir}"
         )
-        raise Interrupted(f"training stopped during the final fit on every row ({kept})") from None
+        raise Interrupted(f"training stopped during the final fit on every row ({kept})", stop) from None
     model.eval()
     return FinalFit(model, last_timestamps(data.frame), steps, len(windows), time.monotonic() - started)
 
@@ -425,13 +425,14 @@ def _stopped(state: LoopState, cfg: Config) -> str:
 
 @contextlib.contextmanager
 def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a scheduler's stop) ends training like Ctrl-C: cleanly, keeping what was saved."""
+    """SIGTERM (a scheduler's stop) ends training like Ctrl-C, cleanly, keeping what was saved; the exit code is
+    still SIGTERM's (143)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def interrupt(signum, frame):
-        raise KeyboardInterrupt
+        raise Terminated
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:
@@ -520,12 +521,15 @@ class _Runner:
             while state.epoch < tc.epochs and not state.finished:
                 train_loss, lr = self._train_epoch(state, train_windows, total_steps, started, progress)
                 self._end_epoch(state, train_loss, lr, self._val_loss(val_windows), started, progress)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:
             if not self.saved_epoch or self.out_dir is None:
-                raise Interrupted(f"training stopped during epoch {self.saved_epoch + 1}; {self._kept()}") from None
+                raise Interrupted(
+                    f"training stopped during epoch {self.saved_epoch + 1}; {self._kept()}", stop
+                ) from None
             raise Interrupted(
                 f"training stopped during epoch {self.saved_epoch + 1}; {self._kept()}. "
-                f"Resume with: tsformer train --resume --out {self.out_dir}"
+                f"Resume with: tsformer train --resume --out {self.out_dir}",
+                stop,
             ) from None
 
     def fit_steps(self, windows: WindowIndex, epochs: int, steps_per_epoch: int, total_steps: int) -> int:
