@@ -301,3 +301,13 @@ def test_the_static_check_fails_on_a_model_that_ignores_them(monkeypatch):
     assert {r.name: r.passed for r in check_model(model)}["model/static"]
     monkeypatch.setattr(covariates_module.StaticEmbedding, "forward", lambda self, values, codes: 0 * values[:, :1])
     assert not {r.name: r.passed for r in check_model(model)}["model/static"]
+
+
+def test_fit_keeps_the_callers_torch_threads():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        tsformer.fit(make_frame(), horizon=HORIZON, config={**TINY, "train.num_threads": 1})  # for the run only
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)

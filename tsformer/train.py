@@ -92,12 +92,14 @@ def train(
     claim = out_dir is not None and distributed.is_main_process()
     searched = bool(cfg.train.time_limit)  # written once at the end: nothing to resume
     folder = runfolder.claim(out_dir, overwrite, resume, resumable=not searched) if claim else None
+    threads = torch.get_num_threads()  # train.num_threads holds for the run, not for the caller's process after it
     try:
         with _terminate_as_interrupt():
             predictor = _train(cfg, out_dir, folder, resume, show_progress, source, static)
         distributed.teardown()  # every rank got here: leave the process group together
         return predictor
     finally:
+        torch.set_num_threads(threads)
         if folder is not None:
             folder.release()
         distributed.abandon()  # after a failure, without waiting for ranks that may never arrive
