@@ -183,6 +183,26 @@ def test_check_with_csv_copy_passes_and_refuses_other_training_rows(trained, tmp
     assert str(other) in result.output and "PASS" not in result.output
 
 
+def test_check_without_the_data_says_which_checks_it_skipped(trained, tmp_path):
+    import shutil
+
+    _, csv = trained
+    gone = shutil.copy(csv, tmp_path / "gone.csv")
+    trained_run = runner.invoke(app, ["train", str(gone), "--out", str(tmp_path / "run"), "--quiet", *TINY_FLAGS])
+    assert trained_run.exit_code == 0, trained_run.output
+    gone.unlink()  # the run's data is no longer where it was read
+    result = runner.invoke(app, ["check", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    skips = [line for line in result.output.splitlines() if line.startswith("SKIP  ")]
+    assert len(skips) >= 4 and "forecasters/future" in "".join(skips) and "choices/validation" in "".join(skips)
+    assert not any(line.startswith("PASS") and "no data" in line for line in result.output.splitlines())
+    n_passed = sum(line.startswith("PASS  ") for line in result.output.splitlines())
+    assert result.output.splitlines()[-1] == (
+        f"{n_passed} checks passed, {len(skips)} skipped (not run, so they prove nothing; see SKIP)"
+    )
+    assert "all " not in result.output
+
+
 def _spy_first_training_step(monkeypatch) -> dict:
     """Record the first training step: weights before it, its context, its target and the loss it returned."""
     import copy

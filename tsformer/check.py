@@ -72,7 +72,7 @@ def check_choices(predictor: Predictor, data: Prepared | None) -> CheckResult:
     from the run's validation windows with its held-out model, must be what the checkpoint holds (choices made,
     or intervals recalibrated, on any other windows differ)."""
     if data is None:
-        return CheckResult("choices/validation", True, 0.0, "data checks skipped: the choices cannot be recomputed")
+        return CheckResult.skip("choices/validation", "no data: the choices cannot be recomputed")
     stored, val_windows = predictor.calibration, data.split_windows("val")
     fresh, _ = choose_and_calibrate(predictor.replace(fallback=None, calibration=None), val_windows, data)
     shape = (len(predictor.series), predictor.layout.n_targets)
@@ -110,7 +110,7 @@ def check_linear(predictor: Predictor, data: Prepared | None) -> CheckResult:
     if predictor.linear is None:
         return CheckResult("linear/rows", True, 0.0, "no linear candidate (train.candidates, or a quantile head)")
     if data is None:
-        return CheckResult("linear/rows", True, 0.0, "data checks skipped: the linear candidate cannot be fitted again")
+        return CheckResult.skip("linear/rows", "no data: the linear candidate cannot be fitted again")
     train = predictor.config.train
     redrawn = _redrawn_after(data, data.borders.train_end)
     windows = redrawn.split_windows("train", train.train_stride)
@@ -142,7 +142,7 @@ def check_linear_choice(predictor: Predictor, data: Prepared | None) -> CheckRes
     if predictor.linear is None:
         return CheckResult(name, True, 0.0, "no linear candidate (train.candidates, or a quantile head)")
     if data is None:
-        return CheckResult(name, True, 0.0, "data checks skipped: the linear candidate cannot be fitted again")
+        return CheckResult.skip(name, "no data: the linear candidate cannot be fitted again")
     cfg = predictor.config
     auto = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, linear_rows="auto", linear_ridge=None))
     on_data = fit_linear(auto, data, predictor.model)
@@ -235,13 +235,13 @@ def check_predict_origins(predictor: Predictor, data: Prepared | None) -> CheckR
 
 
 def _test_origins(predictor: Predictor, data: Prepared | None, name: str) -> tuple[np.ndarray, CheckResult | None]:
-    """(n_ids,) each series' first test step, and the passing result that says why `name` is not probed (no
+    """(n_ids,) each series' first test step, and the skipped result that says why `name` is not probed (no
     data, or a series without a test window) or None."""
     if data is None:
-        return np.empty(0, dtype=np.int64), CheckResult(name, True, 0.0, "data checks skipped: no origins to probe")
+        return np.empty(0, dtype=np.int64), CheckResult.skip(name, "no data: no origins to probe")
     origins = data.borders.val_end
     if not ((origins >= 1) & (origins + predictor.horizon <= data.frame.lengths)).all():
-        return origins, CheckResult(name, True, 0.0, "some series have no test window: not probed")
+        return origins, CheckResult.skip(name, "some series have no test window: not probed")
     return origins, None
 
 
@@ -268,7 +268,7 @@ def check_forecasters(predictor: Predictor, data: Prepared | None) -> CheckResul
     windows through the path that scores and ships them (`Predictor.forecasters`) exactly as before after every
     target after the origin is redrawn with large random values: none reads a row after its origin."""
     if data is None:
-        return CheckResult("forecasters/future", True, 0.0, "data checks skipped: no windows to probe")
+        return CheckResult.skip("forecasters/future", "no data: no windows to probe")
     windows = data.split_windows("val")
     if not len(windows):
         return CheckResult("forecasters/future", True, 0.0, "no validation window to probe")
@@ -303,7 +303,7 @@ def check_final(predictor: Predictor, data: Prepared | None) -> CheckResult:
     if final is None:
         return CheckResult("final/rows", True, 0.0, "no final model: every command uses the held-out model")
     if data is None:
-        return CheckResult("final/rows", True, 0.0, "final model present; data checks skipped, so its rows unproven")
+        return CheckResult.skip("final/rows", "no data: which rows the final model read is unproven")
     windows = data.split_windows("test")
     if not len(windows):
         return CheckResult("final/rows", False, float("inf"), "no test window to probe the scoring path on")

@@ -32,8 +32,16 @@ class CheckResult:
     passed: bool
     max_change: float
     detail: str
+    skipped: bool = False  # not run (no data to run it on): proves nothing, fails nothing
+
+    @classmethod
+    def skip(cls, name: str, detail: str) -> CheckResult:
+        """A check that could not run, and why."""
+        return cls(name, True, 0.0, detail, skipped=True)
 
     def line(self) -> str:
+        if self.skipped:
+            return f"SKIP  {self.name:<16} {'':<20}  {self.detail}"
         status = "PASS" if self.passed else "FAIL"
         return f"{status}  {self.name:<16} max change {self.max_change:.1e}  {self.detail}"
 
