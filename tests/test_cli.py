@@ -264,3 +264,11 @@ def test_training_loss_is_the_mse_of_the_forecasts_the_setting_names(all_positio
     best = load_predictor(tmp_path / "run" / "model.pt").model
     val_mse = [(m.predict(val[:, :16]) - val[:, 16:]).square().mean().item() for m in (model, best)]
     assert val_mse[1] < 0.9 * val_mse[0]  # and each trains: validation MSE well below the starting weights'
+
+
+def test_only_rank_0_of_a_torchrun_prints_the_error(tiny_csv, monkeypatch):
+    result = runner.invoke(app, ["train", str(tiny_csv), "--target", "nope"])
+    assert result.exit_code == 2 and result.output.startswith("Error: target column 'nope' not in")
+    monkeypatch.setenv("RANK", "1")  # another rank fails alike: rank 0 alone says so
+    result = runner.invoke(app, ["train", str(tiny_csv), "--target", "nope"])
+    assert result.exit_code == 2 and result.output == ""

@@ -116,7 +116,7 @@ def test_resume_on_two_ranks_matches_an_uninterrupted_two_rank_run(dropout, tiny
     reference = tmp_path / "reference"
     _torchrun(["-m", "tsformer", "train", str(tiny_csv), "--out", str(reference), "--quiet", *TINY_FLAGS, *flags])
     run = tmp_path / "run"
-    steps_per_epoch = -(-75 // 32)  # 149 windows padded to 75 a rank, in batches of 32
+    steps_per_epoch = -(-75 // 16)  # 149 windows padded to 75 a rank, 16 of each step's batch of 32
     stop = {"PROBE_STOP_AT_STEP": str(steps_per_epoch + 1)}  # Ctrl-C at the first step of epoch 2
     result, records = _probe(tiny_csv, run, tmp_path / "dump", stop, flags)
     assert [r["exit_code"] for r in records] == [130, 130], result.stderr[-2000:]
@@ -157,12 +157,29 @@ def test_the_final_fit_on_two_ranks_takes_the_held_out_runs_steps_with_synchroni
     run = tmp_path / "run"
     _, (rank0, rank1) = _probe(tiny_csv, run, tmp_path / "dump", flags=("--set", "train.final_fit=true"))
     final = load_predictor(run / MODEL_FILE).final
-    held_out = 2 * 75  # contexts: 2 epochs of 149 windows padded to 150, 75 a rank, in 3 batches of 32
-    # the final fit: per epoch up to its best, the held-out run's 3 steps, now full batches of 32 windows a rank
-    # (every row's 221 windows, 111 a rank)
+    held_out = 2 * 75  # contexts: 2 epochs of 149 windows padded to 150, 75 a rank, 16 of each step's 32
+    # the final fit: per epoch up to its best, the held-out run's 5 steps, now full batches of 32 windows, 16 a
+    # rank (every row's 221 windows, 111 a rank)
     best_epoch = load_predictor(run / MODEL_FILE).summary.best_epoch
-    assert final is not None and final.steps == best_epoch * 3 and final.n_windows == 240 - 16 - 4 + 1
-    assert len(rank0["contexts"]) == len(rank1["contexts"]) == held_out + best_epoch * 3 * 32
+    assert final is not None and final.steps == best_epoch * 5 and final.n_windows == 240 - 16 - 4 + 1
+    assert len(rank0["contexts"]) == len(rank1["contexts"]) == held_out + best_epoch * 5 * 16
     assert all(torch.equal(tensor, rank1["state"][key]) for key, tensor in rank0["state"].items())
     saved = final.model.state_dict()
     assert all(torch.equal(saved[key], tensor) for key, tensor in rank0["state"].items())
+
+
+def test_two_ranks_take_the_steps_of_one_process_and_end_near_its_weights(tiny_csv, tmp_path):
+    """train.batch_size is a step's batch over every rank: two ranks take one process's steps, each half of each
+    batch, so without dropout (the ranks' masks differ from one process's) they end where one process does,
+    up to the order of float sums."""
+    flags = ("--set", "model.dropout=0", "--set", "model.precision=float32")
+    _, (rank0, _) = _probe(tiny_csv, tmp_path / "run", tmp_path / "dump", flags=flags)
+    one = tmp_path / "one"
+    command = [sys.executable, "-m", "tsformer", "train", str(tiny_csv), "--out", str(one), "--quiet"]
+    subprocess.run([*command, *TINY_FLAGS, *flags], check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    alone = load_predictor(one / LAST_FILE).model.state_dict()
+    for run in (tmp_path / "run", one):  # 149 windows in batches of 32 (two ranks: 16 each), 2 epochs
+        assert load_train_state(run / LAST_FILE)[1]["loop"]["step"] == 2 * 5
+    # the ranks' last batch holds twice the window that pads 149 to 150; ranks taking 32 each ended 4e-3 away
+    differences = {key: (tensor - alone[key]).abs().max().item() for key, tensor in rank0["state"].items()}
+    assert max(differences.values()) < 1e-3, differences

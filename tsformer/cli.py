@@ -29,7 +29,8 @@ _debug = {"on": False}
 
 
 def fail(message: str, code: int = 2) -> None:
-    typer.echo(f"Error: {message}", err=True)
+    if os.environ.get("RANK", "0") == "0":  # torchrun's ranks fail alike: rank 0 says so (as is_main_process)
+        typer.echo(f"Error: {message}", err=True)
     raise typer.Exit(code)
 
 

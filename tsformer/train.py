@@ -356,8 +356,14 @@ def _epoch_size(n_windows: int, cfg: Config) -> int:
 
 
 def _steps_per_epoch(n_windows: int, world_size: int, batch_size: int) -> int:
-    """Optimiser steps in an epoch over `n_windows` windows: each rank's share (padded alike), in batches."""
-    return math.ceil(math.ceil(n_windows / world_size) / batch_size)
+    """Optimiser steps in an epoch over `n_windows` windows: each rank's share (padded alike) in its share of
+    each step's batch (`_rank_batch`); one process's count wherever world_size divides batch_size."""
+    return math.ceil(math.ceil(n_windows / world_size) / _rank_batch(batch_size, world_size))
+
+
+def _rank_batch(batch_size: int, world_size: int) -> int:
+    """Windows each rank takes of a step's batch of train.batch_size windows."""
+    return math.ceil(batch_size / world_size)
 
 
 def _final_line(final: FinalFit, best_epoch: int) -> str:
@@ -558,25 +564,30 @@ class _Runner:
         """One pass over this rank's share of the windows (or its first `max_steps` batches), in an order fixed by
         (seed, epoch).
 
-        Under torchrun the order is padded by wrapping around (as torch's DistributedSampler does), so
-        every rank takes the same number of steps and their gradient all-reduces pair up; each rank's
-        dropout is seeded from (seed, epoch, rank), so a resumed run repeats it exactly.
+        train.batch_size is a step's batch over every rank: under torchrun each step's batch of the one order
+        is dealt out among the ranks (each takes every world_size-th window of it, ceil(batch_size /
+        world_size) of them), so the steps an epoch, the schedule and the automatic settings that count them
+        are those of one process, and the all-reduced gradient is the mean over the step's batch. The order is
+        padded by wrapping around (as torch's DistributedSampler does), so every rank takes the same number of
+        windows and their gradient all-reduces pair up; each rank's dropout is seeded from (seed, epoch, rank),
+        so a resumed run repeats it exactly.
         """
         tc = self.cfg.train
         epoch = state.epoch + 1
         epoch_seed = tc.seed * 1_000_003 + epoch
         generator = torch.Generator().manual_seed(epoch_seed)
         order = train_windows.epoch_draw(_epoch_size(len(train_windows), self.cfg), generator)
-        if self.ctx.world_size > 1:
-            padding = -len(order) % self.ctx.world_size
-            order = torch.cat([order, order[:padding]])[self.ctx.rank :: self.ctx.world_size]
-            torch.manual_seed((epoch_seed * 1_009 + self.ctx.rank) % MAX_SEED)
+        world, rank = self.ctx.world_size, self.ctx.rank
+        if world > 1:
+            order = torch.cat([order, order[: -len(order) % world]])
+            torch.manual_seed((epoch_seed * 1_009 + rank) % MAX_SEED)
+        step_windows = _rank_batch(tc.batch_size, world) * world  # train.batch_size, rounded up to equal shares
         self.model.train()
         losses, lr = [], tc.learning_rate
-        for i, start in enumerate(range(0, len(order), tc.batch_size), start=1):
+        for i, start in enumerate(range(0, len(order), step_windows), start=1):
             if max_steps and i > max_steps:
                 break
-            batch = train_windows.take(order[start : start + tc.batch_size], self.ctx.device)
+            batch = train_windows.take(order[start : start + step_windows][rank::world], self.ctx.device)
             lr = lr_at(state.step, total_steps, tc.learning_rate, tc.warmup_frac, tc.min_lr_ratio)
             losses.append(self._step(batch, lr, epoch, i))
             state.step += 1
