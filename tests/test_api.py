@@ -120,12 +120,13 @@ def test_save_refuses_a_folder_in_the_way_and_replaces_a_run_whole(wide_fit, tmp
     with pytest.raises(ConfigError, match="already exists and is not empty") as refused:
         predictor.save(run)
     assert "overwrite=True" in str(refused.value) and "resume" not in str(refused.value)  # save cannot resume
+    assert str(refused.value).endswith("or choose another path")  # save's argument, not fit's out=
     assert (run / "last.pt").exists()  # refused: nothing touched
     assert predictor.save(run, overwrite=True) == run
     assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "model.pt"]  # no file of the old run left
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "todo.txt").write_text("mine")
-    with pytest.raises(ConfigError, match="not a tsformer run folder"):
+    with pytest.raises(ConfigError, match="not a tsformer run folder.*choose another path$"):
         predictor.save(tmp_path / "notes", overwrite=True)
     assert (tmp_path / "notes" / "todo.txt").read_text() == "mine"
 

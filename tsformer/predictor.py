@@ -366,7 +366,7 @@ class Predictor:
         `tsformer.load(path)` reads it back. A folder already there that is not empty is refused unless
         `overwrite` and it is a run, which is then replaced whole (no file of the old run is left beside the new
         one); the folder is written aside and moved into place, as training writes a run (`runfolder`)."""
-        folder = claim(Path(path), overwrite, resume=False, resumable=False)
+        folder = claim(Path(path), overwrite, resume=False, resumable=False, named="path")
         try:
             checkpoint.save_run(self, folder.path)
             folder.publish()

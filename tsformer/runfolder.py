@@ -61,18 +61,21 @@ class RunFolder:
             self.lock_fd = None
 
 
-def claim(out_dir: Path, overwrite: bool, resume: bool, resumable: bool = True) -> RunFolder:
+def claim(out_dir: Path, overwrite: bool, resume: bool, resumable: bool = True, named: str = "--out") -> RunFolder:
     """Lock `out_dir` for this process and say where to write; refuse a second writer or a folder in the way
-    (`resumable`: whether the writer could continue the run there instead, which the refusal then offers)."""
+    (`resumable`: whether the writer could continue the run there instead, which the refusal then offers;
+    `named`: what the caller calls the folder, `--out` or `Predictor.save`'s path)."""
     out_dir = Path(os.path.abspath(out_dir))  # "." has no name to put a sibling beside
     if out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(f"--out {out_dir} is a file; give a folder for the run")
+        raise ConfigError(f"{named} {out_dir} is a file; give a folder for the run")
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
-        raise ConfigError(f"--out {out_dir}: {out_dir.parent} is a file, not a folder; choose another --out") from None
+        raise ConfigError(
+            f"{named} {out_dir}: {out_dir.parent} is a file, not a folder; choose another {named}"
+        ) from None
     folder = RunFolder(final=out_dir, path=out_dir)
-    folder.lock_fd, stale_owner = _lock(out_dir)
+    folder.lock_fd, stale_owner = _lock(out_dir, named)
     if stale_owner:
         folder.notes.append(
             f"note: took over the lock of {out_dir} left by process {stale_owner}, which is no longer running"
@@ -84,7 +87,7 @@ def claim(out_dir: Path, overwrite: bool, resume: bool, resumable: bool = True) 
         if resume and out_dir.is_dir():
             remove_temp_files(out_dir)  # of checkpoint writes a kill interrupted
         if not resume:
-            _check_replaceable(out_dir, overwrite, resumable)
+            _check_replaceable(out_dir, overwrite, resumable, named)
             folder.path = _sibling(out_dir, "staging")
             folder.path.mkdir()
     except BaseException:
@@ -105,19 +108,19 @@ def _recover(out_dir: Path) -> None:
         os.replace(replaced, out_dir)
 
 
-def _check_replaceable(out_dir: Path, overwrite: bool, resumable: bool) -> None:
+def _check_replaceable(out_dir: Path, overwrite: bool, resumable: bool, named: str) -> None:
     if not out_dir.is_dir() or not any(out_dir.iterdir()):
         return
     if not overwrite:
         continued = "--resume to continue it, " if resumable else ""
         raise ConfigError(
             f"run folder {out_dir} already exists and is not empty; pass --overwrite to replace it, "
-            f"{continued}or choose another --out"
+            f"{continued}or choose another {named}"
         )
     if not any((out_dir / marker).exists() for marker in RUN_MARKERS):
         raise ConfigError(
             f"{out_dir} is not a tsformer run folder (it has no {', '.join(RUN_MARKERS)}), so --overwrite "
-            "will not replace it; choose another --out"
+            f"will not replace it; choose another {named}"
         )
 
 
@@ -125,7 +128,7 @@ def _sibling(out_dir: Path, kind: str) -> Path:
     return out_dir.parent / f".{out_dir.name}.{kind}"
 
 
-def _lock(out_dir: Path) -> tuple[int, int]:
+def _lock(out_dir: Path, named: str) -> tuple[int, int]:
     """An exclusive flock on `.NAME.lock`, holding our pid; returns (fd, pid of a killed previous owner or 0).
 
     The owner unlinks the file before unlocking, so a waiter may lock an unlinked file: it checks
@@ -141,7 +144,7 @@ def _lock(out_dir: Path) -> tuple[int, int]:
             os.close(fd)
             raise ConfigError(
                 f"run folder {out_dir} is being written by another tsformer (process {owner or 'unknown'}); "
-                "wait for it to finish, or choose another --out"
+                f"wait for it to finish, or choose another {named}"
             ) from None
         try:
             same = os.fstat(fd).st_ino == os.stat(path).st_ino
