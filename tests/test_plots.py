@@ -45,6 +45,8 @@ def test_each_series_of_a_long_forecast_plot_has_its_own_dates(tmp_path, figures
     plots.plot_forecast(panels, title, tmp_path / "fan.png")
     axes = figures[-1].axes
     assert len(axes) == 3 and axes[2].get_xlim()[0] > axes[0].get_xlim()[1]  # no shared axis: C's dates are later
+    made_by = forecast.frame.groupby("unique_id", sort=False)["forecaster"].first().tolist()  # each series' own
+    assert [ax.get_title(loc="right") for ax in axes] == [f"forecast by {name}" for name in made_by]
 
 
 def test_test_window_titles_give_dates_and_the_axis_the_column(tmp_path, monkeypatch):

@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from tsformer.files import atomic_open  # noqa: E402
 
@@ -35,6 +36,7 @@ def plot_history(history: pd.DataFrame, path: Path) -> None:
         best = history["val_loss"].idxmin()
         ax.axvline(history["epoch"][best], color="grey", linestyle=":", label="best epoch")
     ax.set_xlabel("epoch")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # whole epochs
     ax.set_ylabel("loss (scaled units)")
     ax.set_title("Training history")
     ax.legend()
@@ -50,7 +52,7 @@ def plot_windows(
         L, H = context.shape[1], truth.shape[1]
         ax.plot(range(-L, 0), context[i], color="black", linewidth=0.8, label="history")
         ax.plot(range(H), truth[i], color="tab:green", label="truth")
-        ax.plot(range(H), forecast[i], color="tab:red", label="forecast")
+        ax.plot(range(H), forecast[i], color="tab:red", label="forecast (as shipped)")
         ax.set_title(title, fontsize=9)
         ax.set_ylabel(column, fontsize=8)
     axes[0, 0].legend(fontsize=8)
@@ -60,8 +62,8 @@ def plot_windows(
 
 def plot_forecast(panels: list[tuple[str, pd.Series, pd.DataFrame]], title: str, path: Path | BinaryIO) -> None:
     """One panel per (label, recent history, forecast): the history, the forecast and its intervals (the
-    forecast's columns lower_L / upper_L) as a fan, each panel on its own time axis (series of a long file
-    cover their own dates)."""
+    forecast's columns lower_L / upper_L) as a fan, and what made it (its column forecaster), each panel on
+    its own time axis (series of a long file cover their own dates)."""
     fig, axes = plt.subplots(len(panels), 1, figsize=(9, 2.4 * len(panels)), squeeze=False, constrained_layout=True)
     for ax, (label, history, forecast) in zip(axes[:, 0], panels, strict=True):
         ax.plot(history.index, history.to_numpy(), color="black", linewidth=0.8, label="history")
@@ -72,10 +74,11 @@ def plot_forecast(panels: list[tuple[str, pd.Series, pd.DataFrame]], title: str,
                 linewidth=0, label=f"{level} %",
             )  # fmt: skip
         ax.plot(forecast.index, forecast["forecast"], color="tab:red", label="forecast")
+        ax.set_title(f"forecast by {forecast['forecaster'].iloc[0]}", fontsize=8, loc="right")
         ax.set_ylabel(label, fontsize=8)
         ax.tick_params(axis="x", labelsize=7)
     axes[0, 0].legend(fontsize=8)
-    axes[0, 0].set_title(title, fontsize=9)
+    fig.suptitle(title, fontsize=9)
     _save(fig, path)
 
 

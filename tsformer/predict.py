@@ -225,7 +225,8 @@ def _plotted(
 ) -> tuple[list[tuple[str, pd.Series, pd.DataFrame]], str]:
     """The panels of the forecast plot and its title: every target of a wide file, or the first target of
     the first PLOTTED_SERIES series of a long one, each with its last 4 horizons of history (its own dates)
-    and its forecast with the interval bounds (columns forecast, lower_80, upper_80, ...)."""
+    and its forecast with the interval bounds and what made it (columns forecast, lower_80, upper_80, ...,
+    forecaster)."""
     horizon, time_col, targets = predictor.horizon, predictor.time_col, predictor.layout.targets
     picked = [(j, 0) for j in range(len(targets))] if not predictor.id_cols else [
         (0, i) for i in range(min(PLOTTED_SERIES, frame.n_ids))
@@ -240,7 +241,8 @@ def _plotted(
         bounds = {
             c: c.removeprefix(f"{name}_") for c in part.columns if c.startswith((f"{name}_lower_", f"{name}_upper_"))
         }
-        ahead = part[[name, *bounds]].rename(columns={name: "forecast", **bounds})
+        made_by = f"{name}_forecaster" if f"{name}_forecaster" in part else "forecaster"
+        ahead = part[[name, *bounds, made_by]].rename(columns={name: "forecast", made_by: "forecaster", **bounds})
         panels.append((f"{name} of {frame.names[i]}" if predictor.id_cols else name, history, ahead))
     if not predictor.id_cols:
         return panels, f"the next {horizon} steps of each target"
