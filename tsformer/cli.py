@@ -153,7 +153,9 @@ def train(
     ),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its last checkpoint."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing run folder."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="No progress lines (epochs); the notes on what was chosen stay."
+    ),
     interval: list[float] = typer.Option(
         [], "--interval", help="Prediction interval level (repeatable; default 0.8 and 0.95), calibrated on validation."
     ),
@@ -276,6 +278,11 @@ def predict(
 ) -> None:
     """Forecast the next horizon steps after the CSV's last row, in original units.
 
+    One row per future time step (and series, for a long file) at the series' own future timestamps: each
+    target's forecast, its interval bounds (<target>_lower_80 ... _upper_95), its quantiles (<target>_q0.1 ...,
+    when trained with --quantiles) and the forecaster that made it (forecaster, or <target>_forecaster). Notes
+    on what was used go to stderr.
+
     Example: tsformer predict runs/demo data/sample.csv --out forecast.csv --plot forecast.png
     """
     _check_inputs(run, csv, future, static)
@@ -307,7 +314,7 @@ def backtest(
         min=1,
         help="How many origins (default: every one that fits after the run's validation; with --refit, 5).",
     ),
-    step: int = typer.Option(0, "--step", min=0, help="Steps between origins (default: the horizon)."),
+    step: int = typer.Option(0, "--step", min=0, help="Steps between origins; 0: the horizon.", show_default=False),
     start: str | None = typer.Option(None, "--start", help="First origin at or after this date (default: the end)."),
     refit: bool = typer.Option(False, "--refit", help="Train a new model at each origin on the data before it."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write every forecast and its truth (long CSV)."),
@@ -386,7 +393,9 @@ def bench(
         "--reference",
         help="CSV of published results for the table; when absent the table says so and omits them.",
     ),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="No progress lines (epochs); the notes on what was chosen stay."
+    ),
 ) -> None:
     """Train, evaluate and check each config; write <results>/<name>.json and regenerate <dataset>.md.
 
