@@ -3,7 +3,8 @@
     torchrun --standalone --nproc_per_node 2 tests/ddp_probe.py DUMP_DIR train CSV --out RUN ...
 
 Writes DUMP_DIR/rank<RANK>.pt: {"contexts": every training context this rank saw, in step order,
-(N, context_len, C); "state": the model's state_dict after the last step; "exit_code": the CLI's}.
+(N, context_len, C); "batches": how many of them each step took; "state": the model's state_dict after the
+last step; "exit_code": the CLI's}.
 Only the library's own `Forecaster.forward` is wrapped; nothing in tsformer knows about this script.
 
 PROBE_STOP_AT_STEP=n raises KeyboardInterrupt (what Ctrl-C raises) at this rank's n-th training step;
@@ -51,6 +52,7 @@ def main() -> None:
     torch.save(
         {
             "contexts": torch.cat(seen["contexts"]) if seen["contexts"] else torch.empty(0),
+            "batches": [len(c) for c in seen["contexts"]],  # each training step's windows on this rank
             "state": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()} if model else {},
             "exit_code": code,
         },

@@ -194,7 +194,11 @@ def test_check_without_the_data_says_which_checks_it_skipped(trained, tmp_path):
     result = runner.invoke(app, ["check", str(tmp_path / "run")])
     assert result.exit_code == 0, result.output
     skips = [line for line in result.output.splitlines() if line.startswith("SKIP  ")]
-    assert len(skips) >= 4 and "forecasters/future" in "".join(skips) and "choices/validation" in "".join(skips)
+    assert len(skips) >= 5 and "forecasters/future" in "".join(skips) and "choices/validation" in "".join(skips)
+    assert any(line.startswith("SKIP  data/*") for line in skips)  # the data checks, absent before
+    lines = result.output.splitlines()
+    forward, origin = next(x for x in lines if "model/forward" in x), next(x for x in skips if "backtest/origin" in x)
+    assert forward.index("outputs at or before") == origin.index("no data") == 6 + 16 + 1 + 18 + 2  # one column
     assert not any(line.startswith("PASS") and "no data" in line for line in result.output.splitlines())
     n_passed = sum(line.startswith("PASS  ") for line in result.output.splitlines())
     assert result.output.splitlines()[-1] == (
@@ -266,9 +270,10 @@ def test_training_loss_is_the_mse_of_the_forecasts_the_setting_names(all_positio
     assert val_mse[1] < 0.9 * val_mse[0]  # and each trains: validation MSE well below the starting weights'
 
 
-def test_only_rank_0_of_a_torchrun_prints_the_error(tiny_csv, monkeypatch):
+def test_another_rank_of_a_torchrun_says_which_it_is_in_its_error(tiny_csv, monkeypatch):
     result = runner.invoke(app, ["train", str(tiny_csv), "--target", "nope"])
     assert result.exit_code == 2 and result.output.startswith("Error: target column 'nope' not in")
-    monkeypatch.setenv("RANK", "1")  # another rank fails alike: rank 0 alone says so
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
     result = runner.invoke(app, ["train", str(tiny_csv), "--target", "nope"])
-    assert result.exit_code == 2 and result.output == ""
+    assert result.exit_code == 2 and result.output.startswith("Error (rank 1 of 2): target column 'nope' not in")

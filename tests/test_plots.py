@@ -82,3 +82,14 @@ def test_a_forecaster_that_some_backtest_folds_lack_is_drawn_at_its_own_origins(
     plots.plot_backtest(summary, "unused.png")
     weekly = next(line for line in figures[-1].axes[0].get_lines() if line.get_label() == "weekly_naive")
     np.testing.assert_array_equal(weekly.get_xdata(), [1])  # o2, not o1
+
+
+def test_each_target_of_a_wide_forecast_plot_names_its_own_forecaster(tmp_path, figures):
+    frame = make_frame(n_rows=240)  # targets a and b: predict writes a_forecaster and b_forecaster
+    predictor = train(tiny_config(), source=frame, show_progress=False)
+    forecast = forecast_after(predictor, frame).frame
+    panels, title = _plotted(predictor, predictor.data.frame, forecast)
+    assert [label for label, _, _ in panels] == ["a", "b"] and title == "the next 4 steps of each target"
+    plots.plot_forecast(panels, title, tmp_path / "fan.png")
+    titles = [ax.get_title(loc="right") for ax in figures[-1].axes]
+    assert titles == [f"forecast by {forecast[f'{name}_forecaster'].iloc[0]}" for name in "ab"]

@@ -363,3 +363,18 @@ def test_a_reader_that_goes_away_stops_the_display_not_training(series_csv, tmp_
     assert trainer.wait(timeout=300) == 0 and reader.wait(timeout=60) == 0
     finished = load_predictor(run / "model.pt")
     assert finished.summary is not None and finished.calibration is not None  # fallback, intervals: all made
+
+
+def test_a_run_whose_epochs_took_other_steps_is_not_resumed(series_csv, tmp_path, monkeypatch, restore_threads):
+    cfg = _tiny_config(series_csv)
+    run = tmp_path / "run"
+    _nan_from(monkeypatch, "forward", call=_n_batches(cfg, "train", cfg.train.batch_size) + 3)  # epoch 1 saved
+    with pytest.raises(TrainingError):
+        train(cfg, run, show_progress=False)
+    monkeypatch.undo()
+    steps = train_module._steps_per_epoch
+    monkeypatch.setattr(train_module, "_steps_per_epoch", lambda n, batch: steps(n, batch) + 1)  # another batching
+    with pytest.raises(
+        CheckpointError, match=r"took \d+ optimiser steps to the end of epoch 1, where this version takes"
+    ):
+        train(cfg, run, resume=True, show_progress=False)

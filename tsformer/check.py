@@ -55,6 +55,8 @@ def check_predictor(
         add(check(predictor, data))
     if data is not None:
         add(*check_data(data, predictor.config))
+    else:
+        add(CheckResult.skip("data/*", "no data: its fills, scaler, scaled inputs, windows and splits"))
     return results
 
 
@@ -271,7 +273,7 @@ def check_forecasters(predictor: Predictor, data: Prepared | None) -> CheckResul
         return CheckResult.skip("forecasters/future", "no data: no windows to probe")
     windows = data.split_windows("val")
     if not len(windows):
-        return CheckResult("forecasters/future", True, 0.0, "no validation window to probe")
+        return CheckResult.skip("forecasters/future", "no validation window to probe")
     probed = _probe_windows(windows)
     picked = probed.all()
     context_len = predictor.context_len

@@ -29,8 +29,9 @@ _debug = {"on": False}
 
 
 def fail(message: str, code: int = 2) -> None:
-    if os.environ.get("RANK", "0") == "0":  # torchrun's ranks fail alike: rank 0 says so (as is_main_process)
-        typer.echo(f"Error: {message}", err=True)
+    rank, world = os.environ.get("RANK", "0"), os.environ.get("WORLD_SIZE", "1")
+    where = f" (rank {rank} of {world})" if rank != "0" else ""  # under torchrun: which process, as each may fail
+    typer.echo(f"Error{where}: {message}", err=True)
     raise typer.Exit(code)
 
 
@@ -401,7 +402,7 @@ def bench(
 
     Example: tsformer bench configs/etth1_96.yaml --data-dir ../shared/data
     """
-    from tsformer.bench import read_bench_configs, run_benchmark
+    from tsformer.bench import checks_verdict, read_bench_configs, run_benchmark
 
     if not reference.is_file():
         typer.echo(f"note: {reference} not found; the table gets no published rows (see --reference)", err=True)
@@ -412,7 +413,7 @@ def bench(
             f"(repeat-last {r['test']['repeat_last']['mse']:.4f}, "
             f"seasonal-naive {r['test']['seasonal_naive']['mse']:.4f}) "
             f"on {r['n_test_windows']} windows; trained {r['train_wall_seconds']:.0f} s, {r['epochs_run']} epochs, "
-            f"peak RSS {r['peak_rss_mib']:.0f} MiB; leakage checks {'pass' if r['leakage_checks_passed'] else 'FAIL'}"
+            f"peak RSS {r['peak_rss_mib']:.0f} MiB; leakage checks {checks_verdict(r)}"
         )
 
 

@@ -39,6 +39,6 @@ class Interrupted(TsformerError):
     """The user or a scheduler stopped a run (Ctrl-C, SIGTERM); what was saved and how to resume is in the
     message."""
 
-    def __init__(self, message: str, stop: KeyboardInterrupt):
-        super().__init__(message)
-        self.exit_code = stop_code(stop)
+    def __init__(self, message: str, stop: KeyboardInterrupt | None = None):
+        super().__init__(message)  # args (message,), so it copies and pickles (exit_code with its state)
+        self.exit_code = stop_code(stop or KeyboardInterrupt())

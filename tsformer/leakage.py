@@ -41,7 +41,7 @@ class CheckResult:
 
     def line(self) -> str:
         if self.skipped:
-            return f"SKIP  {self.name:<16} {'':<20}  {self.detail}"
+            return f"SKIP  {self.name:<16} {'':<18}  {self.detail}"  # the detail below PASS's
         status = "PASS" if self.passed else "FAIL"
         return f"{status}  {self.name:<16} max change {self.max_change:.1e}  {self.detail}"
 

@@ -356,7 +356,9 @@ class Predictor:
     @in_python_terms
     def check(self, data: Source | None = None) -> pd.DataFrame:
         """Every leakage check on this predictor and its data: one row per check (name, passed, max_change,
-        detail). The model checks probe the assembled model; the data checks rerun the pipeline on the data."""
+        detail, skipped). The model checks probe the assembled model; the data checks rerun the pipeline on the
+        data. A skipped check (it could not run) has passed True and proves nothing: `passed.all()` with no
+        `skipped` is the whole proof."""
         results = check_predictor(self, self.read(data))
         return pd.DataFrame([dataclasses.asdict(r) for r in results])
 

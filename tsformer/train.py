@@ -335,7 +335,7 @@ def _final_fit(
     model = build_forecaster(cfg.model, data.layout, cfg.train.loss, cfg.train.quantiles).to(ctx.device)
     started = time.monotonic()
     runner = _Runner(cfg, all_rows, model, build_optimizer(model, cfg.train), None, None, ctx, show_progress, deadline)
-    steps_per_epoch = _steps_per_epoch(_epoch_size(n_held_out_windows, cfg), ctx.world_size, cfg.train.batch_size)
+    steps_per_epoch = _steps_per_epoch(_epoch_size(n_held_out_windows, cfg), cfg.train.batch_size)
     try:
         steps = runner.fit_steps(windows, best_epoch, steps_per_epoch, cfg.train.epochs * steps_per_epoch)
     except KeyboardInterrupt as stop:
@@ -355,15 +355,10 @@ def _epoch_size(n_windows: int, cfg: Config) -> int:
     return min(n_windows, budget) if budget else n_windows
 
 
-def _steps_per_epoch(n_windows: int, world_size: int, batch_size: int) -> int:
-    """Optimiser steps in an epoch over `n_windows` windows: each rank's share (padded alike) in its share of
-    each step's batch (`_rank_batch`); one process's count wherever world_size divides batch_size."""
-    return math.ceil(math.ceil(n_windows / world_size) / _rank_batch(batch_size, world_size))
-
-
-def _rank_batch(batch_size: int, world_size: int) -> int:
-    """Windows each rank takes of a step's batch of train.batch_size windows."""
-    return math.ceil(batch_size / world_size)
+def _steps_per_epoch(n_windows: int, batch_size: int) -> int:
+    """Optimiser steps in an epoch over `n_windows` windows in batches of train.batch_size, on any number of
+    ranks (each takes its share of every batch)."""
+    return math.ceil(n_windows / batch_size)
 
 
 def _final_line(final: FinalFit, best_epoch: int) -> str:
@@ -520,7 +515,14 @@ class _Runner:
     def loop(self, state: LoopState, train_windows: WindowIndex, val_windows: WindowIndex) -> None:
         tc = self.cfg.train
         n_windows = len(train_windows)
-        steps_per_epoch = _steps_per_epoch(_epoch_size(n_windows, self.cfg), self.ctx.world_size, tc.batch_size)
+        steps_per_epoch = _steps_per_epoch(_epoch_size(n_windows, self.cfg), tc.batch_size)
+        if state.step != state.epoch * steps_per_epoch and not state.finished:
+            raise CheckpointError(
+                f"{self.out_dir} took {state.step} optimiser steps to the end of epoch {state.epoch}, where this "
+                f"version takes {steps_per_epoch} an epoch (it batches windows differently), so it cannot be resumed "
+                "exactly; "
+                "train it again with --overwrite"
+            )
         total_steps = tc.epochs * steps_per_epoch
         progress = Progress(tc.epochs, steps_per_epoch, enabled=self.show_progress)
         started = time.monotonic() - state.train_seconds
@@ -565,12 +567,12 @@ class _Runner:
         (seed, epoch).
 
         train.batch_size is a step's batch over every rank: under torchrun each step's batch of the one order
-        is dealt out among the ranks (each takes every world_size-th window of it, ceil(batch_size /
-        world_size) of them), so the steps an epoch, the schedule and the automatic settings that count them
-        are those of one process, and the all-reduced gradient is the mean over the step's batch. The order is
-        padded by wrapping around (as torch's DistributedSampler does), so every rank takes the same number of
-        windows and their gradient all-reduces pair up; each rank's dropout is seeded from (seed, epoch, rank),
-        so a resumed run repeats it exactly.
+        is dealt out among the ranks (each takes every world_size-th window of it), so the steps an epoch, the
+        schedule and the automatic settings that count them are those of one process, and each rank's loss is
+        weighed by its share, so the all-reduced gradient is the batch's. Where the last batch would leave a
+        rank without a window, the order is padded by wrapping around (as torch's DistributedSampler does),
+        so every rank takes every step and their all-reduces pair up; each rank's dropout is seeded from
+        (seed, epoch, rank), so a resumed run repeats it exactly.
         """
         tc = self.cfg.train
         epoch = state.epoch + 1
@@ -579,17 +581,18 @@ class _Runner:
         order = train_windows.epoch_draw(_epoch_size(len(train_windows), self.cfg), generator)
         world, rank = self.ctx.world_size, self.ctx.rank
         if world > 1:
-            order = torch.cat([order, order[: -len(order) % world]])
+            last = len(order) % tc.batch_size  # the last batch's windows (0: a whole one)
+            order = torch.cat([order, order[: world - last if 0 < last < world else 0]])
             torch.manual_seed((epoch_seed * 1_009 + rank) % MAX_SEED)
-        step_windows = _rank_batch(tc.batch_size, world) * world  # train.batch_size, rounded up to equal shares
         self.model.train()
         losses, lr = [], tc.learning_rate
-        for i, start in enumerate(range(0, len(order), step_windows), start=1):
+        for i, start in enumerate(range(0, len(order), tc.batch_size), start=1):
             if max_steps and i > max_steps:
                 break
-            batch = train_windows.take(order[start : start + step_windows][rank::world], self.ctx.device)
+            shared = order[start : start + tc.batch_size]  # this step's batch, over every rank
+            batch = train_windows.take(shared[rank::world], self.ctx.device)
             lr = lr_at(state.step, total_steps, tc.learning_rate, tc.warmup_frac, tc.min_lr_ratio)
-            losses.append(self._step(batch, lr, epoch, i))
+            losses.append(self._step(batch, lr, epoch, i, share=len(batch) * world / len(shared)))
             state.step += 1
             progress.step(epoch, i, losses[-1])
             now = time.monotonic()
@@ -642,8 +645,9 @@ class _Runner:
             return f"no epoch was saved and {self.out_dir} was left as it was, so start again"
         return f"epoch {self.saved_epoch} is saved in {self.out_dir / LAST_FILE}"
 
-    def _step(self, batch: Windows, lr: float, epoch: int, step: int) -> float:
-        """One optimiser step on a batch of windows (B, L + H, C) and their observed mask (or None)."""
+    def _step(self, batch: Windows, lr: float, epoch: int, step: int, share: float = 1.0) -> float:
+        """One optimiser step on a batch of windows (B, L + H, C) and their observed mask (or None); `share`: the
+        rank's windows over the step's mean share (1 on one process), which its loss is weighed by."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         windows = batch.split(self.cfg.model.context_len)  # the last token's target
@@ -665,7 +669,7 @@ class _Runner:
                 "Lower the learning rate (--set train.lr=...) or check the data"
             )
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss if share == 1.0 else loss * share).backward()
         if self.cfg.train.grad_clip:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.grad_clip)
         self.optimizer.step()
