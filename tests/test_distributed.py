@@ -153,18 +153,19 @@ def test_long_format_shards_windows_of_every_series_across_the_ranks(tmp_path):
     assert load_predictor(tmp_path / "run" / MODEL_FILE).series == (("A",), ("B",), ("C",))
 
 
-def test_the_final_fit_on_two_ranks_takes_the_held_out_runs_steps_with_synchronised_gradients(tiny_csv, tmp_path):
+def test_the_final_fit_on_two_ranks_takes_the_held_out_runs_epochs_with_synchronised_gradients(tiny_csv, tmp_path):
     """With train.final_fit the last model trained is the final one: both ranks hold its weights, the run saves
-    them, and it took the held-out run's steps up to its best epoch (after the held-out run's own)."""
+    them, and it took the held-out run's epochs up to its best over every row (after the held-out run's own)."""
     run = tmp_path / "run"
     _, (rank0, rank1) = _probe(tiny_csv, run, tmp_path / "dump", flags=("--set", "train.final_fit=true"))
     final = load_predictor(run / MODEL_FILE).final
     held_out = [[16, 16, 16, 16, 11] * 2, [16, 16, 16, 16, 10] * 2]  # 2 epochs of 149 windows in batches of 32
-    # the final fit: per epoch up to its best, the held-out run's 5 steps, now full batches of 32 windows (from
-    # every row's 221), 16 a rank
+    # the final fit: epochs up to the held-out run's best over every row's 221 windows, 7 batches of 32 (the
+    # last 29: 15 and 14)
     best_epoch = load_predictor(run / MODEL_FILE).summary.best_epoch
-    assert final is not None and final.steps == best_epoch * 5 and final.n_windows == 240 - 16 - 4 + 1
-    assert [r["batches"] for r in (rank0, rank1)] == [b + [16] * 5 * best_epoch for b in held_out]
+    assert final is not None and final.steps == best_epoch * 7 and final.n_windows == 240 - 16 - 4 + 1
+    finals = [[16] * 6 + [15], [16] * 6 + [14]]
+    assert [r["batches"] for r in (rank0, rank1)] == [b + f * best_epoch for b, f in zip(held_out, finals, strict=True)]
     assert all(torch.equal(tensor, rank1["state"][key]) for key, tensor in rank0["state"].items())
     saved = final.model.state_dict()
     assert all(torch.equal(saved[key], tensor) for key, tensor in rank0["state"].items())

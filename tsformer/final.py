@@ -2,8 +2,8 @@
 
 Everything is chosen on the held-out model, which trains on each series' training rows and is scored on
 validation: the epochs, the fallback per series and column, the intervals. The final model then repeats
-the held-out run's optimiser steps up to its best epoch (the same learning rate at each step, the same
-number of windows seen) on windows drawn from every row, and the linear candidate is fitted again on them,
+the held-out run's epochs up to its best (the same schedule over as many epochs, each epoch as many windows
+as every row gives) on windows drawn from every row, and the linear candidate is fitted again on them,
 so their forecasts after the data's end start where their training data end, as the validation forecasts
 started where the held-out model's did.
 
@@ -29,7 +29,7 @@ class FinalFit:
 
     model: ForecasterBase  # in eval mode
     until: np.ndarray  # (n_series,) int64: each trained series' last timestamp it read, as ns since the epoch (UTC)
-    steps: int  # optimiser steps it took: the held-out model's up to its best epoch
+    steps: int  # optimiser steps it took: the held-out run's epochs up to its best, over every row's windows
     n_windows: int  # training windows it drew them from
     seconds: float = 0.0  # its training's wall time
     linear: ForecasterBase | None = None  # the linear candidate fitted on the same windows; None: the run has none

@@ -209,13 +209,19 @@ def variants(given: Config, data: Prepared) -> list[Variant | str]:
 
 
 def search(
-    given: Config, data: Prepared, budget_end: float, calibration_seconds: float, train: TrainHeldOut
+    given: Config,
+    data: Prepared,
+    budget_end: float,
+    calibration_seconds: float,
+    train: TrainHeldOut,
+    final_share: float = 1.0,
 ) -> Searched:
     """The members chosen on validation by training the space's candidates while `budget_end` (time.monotonic())
-    allows; `calibration_seconds` is kept free for the fallback and calibration after the search."""
+    allows; `calibration_seconds` is kept free for the fallback and calibration after the search. `final_share`:
+    a final fit's time against its held-out run's (it trains the same epochs over every row's windows)."""
     run = _Search(budget_end, calibration_seconds, train, validation_targets(data))
-    start = time.monotonic()  # the default recipe: half of what is left for its run, half for its final fit
-    default = train(Candidate("default", data.config, data), start + (run.deadline(0.0) - start) / 2)
+    start = time.monotonic()  # the default recipe: what is left, shared between its run and its final fit
+    default = train(Candidate("default", data.config, data), start + (run.deadline(0.0) - start) / (1 + final_share))
     default_row = run.record("default", default, "chosen")
     best, best_loss = run.best_recipe(default, default_row, variants(given, data))
     members, members_loss = run.members(best, best_loss)

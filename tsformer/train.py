@@ -167,7 +167,7 @@ def _train(
     )
     final = None
     if cfg.train.final_fit:
-        final = _final_fit(cfg, data, ctx, len(train_windows), state.best_epoch, out_dir, show_progress)
+        final = _final_fit(cfg, data, ctx, state.best_epoch, out_dir, show_progress)
         final = _with_final_linear(final, predictor, data)
     summary = TrainSummary(
         state.best_epoch,
@@ -222,12 +222,13 @@ def _searched(
         model.load_state_dict(runner.best_state)
         model.eval()
         to_best = state.history[state.best_epoch - 1]["seconds"] if state.best_epoch else 0.0
+        to_best *= _final_share(cfg, prepared)  # its final fit: those epochs over every row's windows
         return HeldOut(
             candidate, model, runner.best_val_outputs, len(train_windows), state.best_epoch, state.epoch,
             state.train_seconds, to_best, state.stopped_by, state.history,
         )  # fmt: skip
 
-    searched = search(given, data, budget_end, _calibration_seconds(data), held_out)
+    searched = search(given, data, budget_end, _calibration_seconds(data), held_out, _final_share(data.config, data))
     cfg, chosen = searched.config, searched.data
     members = [m.model for m in searched.members]
     model = members[0] if len(members) == 1 else Ensemble(members)
@@ -239,9 +240,7 @@ def _searched(
     final = None
     if cfg.train.final_fit:
         fits = [
-            _final_fit(
-                m.candidate.config, chosen, ctx, m.n_train_windows, m.best_epoch, out_dir, show_progress, budget_end
-            )
+            _final_fit(m.candidate.config, chosen, ctx, m.best_epoch, out_dir, show_progress, budget_end)
             for m in searched.members
         ]
         final = fits[0] if len(fits) == 1 else FinalFit(
@@ -321,21 +320,22 @@ def _final_fit(
     cfg: Config,
     data: Prepared,
     ctx: distributed.Dist,
-    n_held_out_windows: int,
     best_epoch: int,
     out_dir: Path | None,
     show_progress: bool,
     deadline: float = math.inf,
 ) -> FinalFit:
-    """The final model: from the held-out model's initial weights and recipe, its optimiser steps up to its best
-    epoch (the same learning rate at each step, as many windows per epoch) on windows drawn from every row."""
+    """The final model: from the held-out model's initial weights and recipe, its epochs up to its best over
+    windows drawn from every row (an epoch as many windows as every row gives, under train.epoch_windows; the
+    schedule of train.epochs such epochs, so each step's learning rate is where the held-out run's was at the
+    same share of its epochs)."""
     all_rows = every_row(data)
     windows = all_rows.split_windows("train", cfg.train.train_stride)
     torch.manual_seed(cfg.train.seed)  # the held-out model's initial weights
     model = build_forecaster(cfg.model, data.layout, cfg.train.loss, cfg.train.quantiles).to(ctx.device)
     started = time.monotonic()
     runner = _Runner(cfg, all_rows, model, build_optimizer(model, cfg.train), None, None, ctx, show_progress, deadline)
-    steps_per_epoch = _steps_per_epoch(_epoch_size(n_held_out_windows, cfg), cfg.train.batch_size)
+    steps_per_epoch = _steps_per_epoch(_epoch_size(len(windows), cfg), cfg.train.batch_size)
     try:
         steps = runner.fit_steps(windows, best_epoch, steps_per_epoch, cfg.train.epochs * steps_per_epoch)
     except KeyboardInterrupt as stop:
@@ -347,6 +347,13 @@ def _final_fit(
         raise Interrupted(f"training stopped during the final fit on every row ({kept})", stop) from None
     model.eval()
     return FinalFit(model, last_timestamps(data.frame), steps, len(windows), time.monotonic() - started)
+
+
+def _final_share(cfg: Config, data: Prepared) -> float:
+    """The final fit's epochs against the held-out run's: every row's windows an epoch over the training rows'."""
+    stride = cfg.train.train_stride
+    every, held_out = every_row(data).split_windows("train", stride), data.split_windows("train", stride)
+    return _epoch_size(len(every), cfg) / max(1, _epoch_size(len(held_out), cfg))
 
 
 def _epoch_size(n_windows: int, cfg: Config) -> int:
@@ -364,7 +371,7 @@ def _steps_per_epoch(n_windows: int, batch_size: int) -> int:
 def _final_line(final: FinalFit, best_epoch: int) -> str:
     linear = " and the linear candidate fitted again on them" if final.linear is not None else ""
     return (
-        f"final model: the held-out run's {final.steps} optimiser steps (to its best epoch, {best_epoch}) on "
+        f"final model: the held-out run's {best_epoch} epochs (to its best) in {final.steps} optimiser steps on "
         f"{final.n_windows} windows from every row, validation and test included,{linear} in {final.seconds:.0f} s; "
         "predict forecasts with it, evaluate, backtest and check score the held-out model (train.final_fit=false "
         "skips it)"
@@ -544,7 +551,7 @@ class _Runner:
 
     def fit_steps(self, windows: WindowIndex, epochs: int, steps_per_epoch: int, total_steps: int) -> int:
         """`epochs` epochs of `steps_per_epoch` steps each, no validation, on the schedule of `total_steps` (the
-        final fit: the held-out run's steps, its windows drawn from every row); returns the steps taken (fewer
+        final fit: the held-out run's epochs, its windows drawn from every row); returns the steps taken (fewer
         when train.max_minutes ends it)."""
         progress = Progress(epochs, steps_per_epoch, enabled=self.show_progress, label="final fit: ")
         state, started = LoopState(), time.monotonic()
