@@ -52,12 +52,14 @@ def data_files(given: str | None) -> tuple[Path, Path]:
 
 
 def daily_forecasts(predictor, data: pd.DataFrame) -> pd.DataFrame:
-    """One forecast per test day, from midnight, with the next 24 h of covariates from the data."""
+    """One forecast per test day, from midnight, with the next 24 h of covariates from the data where the model
+    reads known-future ones."""
     rows = []
     for day in range(TEST_DAYS, 0, -1):
         history = data.groupby("unique_id", sort=False).head(-day * HORIZON)
         ahead = data.groupby("unique_id", sort=False).tail(day * HORIZON).groupby("unique_id", sort=False).head(HORIZON)
-        forecast = predictor.predict(history, future=ahead.drop(columns=["y"]))
+        future = ahead.drop(columns=["y"]) if predictor.layout.future else None  # only a model that reads them
+        forecast = predictor.predict(history, future=future)
         forecast["ds"] = forecast["ds"].dt.strftime("%Y-%m-%d %H:%M:%S")
         truth = ahead[["unique_id", "ds", "y"]].rename(columns={"y": "truth"})
         joined = truth.merge(forecast[["unique_id", "ds", "y"]], on=["unique_id", "ds"], how="left")
