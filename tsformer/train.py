@@ -527,8 +527,7 @@ class _Runner:
             raise CheckpointError(
                 f"{self.out_dir} took {state.step} optimiser steps to the end of epoch {state.epoch}, where this "
                 f"version takes {steps_per_epoch} an epoch (it batches windows differently), so it cannot be resumed "
-                "exactly; "
-                "train it again with --overwrite"
+                "exactly; train it again with --overwrite"
             )
         total_steps = tc.epochs * steps_per_epoch
         progress = Progress(tc.epochs, steps_per_epoch, enabled=self.show_progress)
