@@ -17,6 +17,7 @@ from tsformer.config import AUTO_MAX_EPOCHS, AUTO_MIN_EPOCHS, AUTO_MIN_STEPS, LO
 from tsformer.errors import TsformerError, stop_code
 
 DEFAULTS = Config()  # what a flag left out gives, for --help
+QUIET_HELP = "No progress lines (epochs); the notes on what was chosen stay."
 
 app = typer.Typer(
     add_completion=False,
@@ -154,9 +155,7 @@ def train(
     ),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its last checkpoint."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing run folder."),
-    quiet: bool = typer.Option(
-        False, "--quiet", "-q", help="No progress lines (epochs); the notes on what was chosen stay."
-    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
     interval: list[float] = typer.Option(
         [], "--interval", help="Prediction interval level (repeatable; default 0.8 and 0.95), calibrated on validation."
     ),
@@ -394,9 +393,7 @@ def bench(
         "--reference",
         help="CSV of published results for the table; when absent the table says so and omits them.",
     ),
-    quiet: bool = typer.Option(
-        False, "--quiet", "-q", help="No progress lines (epochs); the notes on what was chosen stay."
-    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Train, evaluate and check each config; write <results>/<name>.json and regenerate <dataset>.md.
 

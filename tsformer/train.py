@@ -555,7 +555,7 @@ class _Runner:
         progress = Progress(epochs, steps_per_epoch, enabled=self.show_progress, label="final fit: ")
         state, started = LoopState(), time.monotonic()
         while state.epoch < epochs and not state.finished:
-            train_loss, lr = self._train_epoch(state, windows, total_steps, started, progress, steps_per_epoch)
+            train_loss, lr = self._train_epoch(state, windows, total_steps, started, progress)
             state.epoch += 1
             progress.epoch(state.epoch, train_loss, None, lr)
         return state.step
@@ -567,10 +567,8 @@ class _Runner:
         total_steps: int,
         started: float,
         progress: Progress,
-        max_steps: int = 0,
     ) -> tuple[float, float]:
-        """One pass over this rank's share of the windows (or its first `max_steps` batches), in an order fixed by
-        (seed, epoch).
+        """One pass over this rank's share of the windows, in an order fixed by (seed, epoch).
 
         train.batch_size is a step's batch over every rank: under torchrun each step's batch of the one order
         is dealt out among the ranks (each takes every world_size-th window of it), so the steps an epoch, the
@@ -593,8 +591,6 @@ class _Runner:
         self.model.train()
         losses, lr = [], tc.learning_rate
         for i, start in enumerate(range(0, len(order), tc.batch_size), start=1):
-            if max_steps and i > max_steps:
-                break
             shared = order[start : start + tc.batch_size]  # this step's batch, over every rank
             batch = train_windows.take(shared[rank::world], self.ctx.device)
             lr = lr_at(state.step, total_steps, tc.learning_rate, tc.warmup_frac, tc.min_lr_ratio)
