@@ -211,6 +211,24 @@ def test_the_rule_weighs_every_series_alike_not_by_the_size_of_its_errors():
     assert "of the model alone's on the last third of validation origins" in decision.lines()[0]
 
 
+def test_a_series_a_candidate_forecasts_exactly_does_not_decide_the_rule():
+    # the previous test's panel plus a constant series, which repeat-last forecasts exactly and the model nearly:
+    # both are as good as solved there (the panel score's floor), so the rule and its scores stay the previous
+    # test's; an unfloored ratio of 0 would send best's and weighted's geometric means to 0 and ship them
+    truth = torch.zeros(24, 3, 1)
+    ids = np.repeat([0, 1, 2, 3], 6)
+    late = torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0, 1.0]).view(6, 1, 1).expand(6, 3, 1)
+    off = {
+        "model": torch.cat([truth[:12] + 1.0, truth[12:18] + 5.0, truth[18:] + 1e-3]),
+        "repeat_last": torch.cat([truth[:12] + 0.1, truth[12:18] + 40 * late, truth[18:]]),
+        "seasonal_naive": torch.cat([truth[:12] + 3.0, truth[12:18] + 30.0, truth[18:] + 2.0]),
+    }
+    decision = decide(off, truth, None, ("y",), ids=ids, n_ids=4)
+    assert decision.nested["model"] == 1.0
+    assert decision.nested["best"] == pytest.approx((0.01 * 0.01 * 64 * 1.0) ** (1 / 4))
+    assert decision.rule == "best" and decision.choice[3] == ("repeat_last",)
+
+
 def test_the_gram_matrix_gives_each_blend_its_own_squared_error():
     from tsformer.fallback import WindowErrors
 

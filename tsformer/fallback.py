@@ -32,6 +32,7 @@ import torch
 
 from tsformer.candidates import CANDIDATES
 from tsformer.candidates import LABELS as CANDIDATE_LABELS
+from tsformer.metrics import PANEL_SCORE_FLOOR
 
 BLENDS = {f"blend_{name}": name for name in CANDIDATES}  # the blend -> its candidate, blended with the model
 FORECASTERS = ("model", *CANDIDATES, *BLENDS)  # the library, in order of preference on a tie
@@ -392,7 +393,8 @@ def _nested_rule(
 ) -> tuple[str, dict[str, float] | None]:
     """The rule whose weights, set on the first NESTED_SHARE of each series' validation origins, score the lowest
     MSE on the rest relative to the model alone's, as a geometric mean over the series and columns scored (RULES
-    order breaks ties); "best" where no series has origins on both sides or the model is exact on every one."""
+    order breaks ties, so "best" wins where every forecaster is exact); "best" where no series has origins on both
+    sides."""
     ids_np, late = ids.numpy(), errors.late
     if late.all() or not late.any():
         return "best", None
@@ -402,11 +404,14 @@ def _nested_rule(
         weights = choose(errors, columns, True, ids_np, n_ids, "mse", include=~late, rule=rule).weights
         total = _combined(errors.late_gram, torch.from_numpy(weights.values))  # (n_ids, C)
         late_mse[rule] = (total / steps.clamp(min=1.0)).numpy()
-    scored = (steps > 0).numpy() & (late_mse["model"] > 0)  # a cell the model forecasts exactly has no ratio
+    scored = (steps > 0).numpy()
     if not scored.any():
         return "best", None
+    # each MSE floored as the epoch's panel score floors it: a series some forecaster gets exactly (a constant one)
+    # is solved by either, and its ratio's logarithm must not outweigh every other series
+    model = np.maximum(late_mse["model"][scored], PANEL_SCORE_FLOOR)
     scores = {
-        rule: float(np.exp(np.log(np.maximum(mse[scored], 1e-300) / late_mse["model"][scored]).mean()))
+        rule: float(np.exp(np.log(np.maximum(mse[scored], PANEL_SCORE_FLOOR) / model).mean()))
         for rule, mse in late_mse.items()
     }
     return min(RULES, key=lambda rule: (scores[rule], RULES.index(rule))), scores
