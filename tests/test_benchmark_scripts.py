@@ -24,7 +24,11 @@ def _hourly_panel(ids: list[str], n_rows: int, seed: int, start: str = "2016-10-
     hour = np.asarray(ds.hour)
     frames = [
         pd.DataFrame(
-            {"unique_id": uid, "ds": ds, "y": 50 + 10 * i + 8 * np.sin(2 * np.pi * hour / 24) + rng.normal(0, 1, n_rows)}
+            {
+                "unique_id": uid,
+                "ds": ds,
+                "y": 50 + 10 * i + 8 * np.sin(2 * np.pi * hour / 24) + rng.normal(0, 1, n_rows),
+            }
         )
         for i, uid in enumerate(ids)
     ]

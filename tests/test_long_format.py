@@ -181,6 +181,18 @@ def test_predict_writes_long_format_that_joins_back_onto_the_data(long_run, long
         assert values.min() - values.std() < part["y_forecast"].mean() < values.max() + values.std()
 
 
+def test_predict_starts_each_series_after_its_last_value_not_after_blank_rows(long_run, long_csv, tmp_path):
+    full = pd.read_csv(long_csv)
+    expected = predict_run(long_run, long_csv).frame
+    ahead = full.groupby("unique_id", sort=False).tail(1).assign(y=np.nan)  # as in the Nixtla habit of covariates ahead
+    ahead = pd.concat([ahead.assign(ds=pd.to_datetime(ahead["ds"]) + pd.Timedelta(hours=h)) for h in (1, 2)])
+    with_blanks = pd.concat([full, ahead[ahead["unique_id"] != "B"]])
+    with_blanks.to_csv(tmp_path / "blanks.csv", index=False)
+    forecast = predict_run(long_run, tmp_path / "blanks.csv")
+    pd.testing.assert_frame_equal(forecast.frame, expected)
+    assert "the last rows of 2 series hold no target value (2 of 'A')" in " ".join(forecast.notes)
+
+
 def test_predict_equals_the_scored_test_window_of_each_series(long_run, long_csv, tmp_path, monkeypatch):
     """Cut each series at its test origin: predict gives what evaluate scored, in the CSV's units."""
     import tsformer.evaluate as evaluate_module

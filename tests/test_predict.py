@@ -32,6 +32,19 @@ def test_forecast_continues_the_timestamps(run, tmp_path):
     assert (forecast["date"].diff().dropna() == pd.Timedelta("1h")).all()
 
 
+def test_blank_rows_at_the_end_are_left_out_and_the_forecast_starts_after_the_last_value(run, tmp_path):
+    history = make_frame(100)
+    expected = predict_run(run, write_csv(tmp_path / "h.csv", history)).frame
+    blank = pd.DataFrame({"date": pd.date_range(history["date"].iloc[-1], periods=13, freq="h")[1:]})
+    for n in (12, 1):  # a day of rows with a time and no value, then one such row
+        forecast = predict_run(run, write_csv(tmp_path / f"blank{n}.csv", pd.concat([history, blank.head(n)])))
+        pd.testing.assert_frame_equal(forecast.frame, expected)
+        assert f"the last {n} rows hold no target value" in " ".join(forecast.notes)
+    one_column = history.assign(b=np.where(np.arange(100) >= 98, np.nan, history["b"]))  # a gap in one column
+    kept = predict_run(run, write_csv(tmp_path / "gap.csv", one_column))
+    assert kept.frame["date"].iloc[0] == expected["date"].iloc[0] and "no target value" not in " ".join(kept.notes)
+
+
 def test_history_shorter_than_the_context_is_padded(run, tmp_path):
     forecast = predict_run(run, write_csv(tmp_path / "short.csv", make_frame(5))).frame
     values = forecast.select_dtypes("number").to_numpy()

@@ -37,6 +37,7 @@ class Forecast:
     notes: tuple[str, ...]  # how the data was read (date order, frequency, new series), for the user
     time_col: str = ""
     time_notation: TimeNotation = TimeNotation()  # how the data wrote its times: the CSV writes them alike
+    history: SeriesFrame | None = None  # the rows forecast from (`to_last_value`): the plot shows them
 
     def to_csv(self) -> str:
         """The table as CSV, its times in the data's notation (2023-05 stays 2023-05, epochs stay epochs)."""
@@ -54,9 +55,41 @@ def forecast_after(
     a history shorter than context_len is left-padded and masked. A model with known-future covariates reads
     their next `horizon` values of each series from `future`; `static` gives the static covariates of series
     it was not trained on."""
-    frame = source if isinstance(source, SeriesFrame) else predictor.read_frame(source, static)
+    read = source if isinstance(source, SeriesFrame) else predictor.read_frame(source, static)
+    frame = to_last_value(read, predictor.config.data.fill)
     shipped, timestamps, notes = shipped_after(predictor, frame, read_future(predictor, frame, future))
-    return Forecast(_table(predictor, frame, shipped, timestamps), notes, predictor.time_col, frame.time_notation)
+    table = _table(predictor, frame, shipped, timestamps)
+    return Forecast(table, notes, predictor.time_col, frame.time_notation, frame)
+
+
+def to_last_value(frame: SeriesFrame, fill: str) -> SeriesFrame:
+    """`frame` without each series' rows after its last row with a target value (timestamps with blank targets at
+    the end, such as rows of covariates to come), with a note: the forecast starts after the last value, never
+    after rows nothing was observed in. With --fill a missing value means what it says, and no row is left out."""
+    seen = frame.observed.any(axis=1)  # (n_rows,) a row with any target value
+    if fill or seen[frame.bounds[1:] - 1].all():
+        return frame
+    ends = np.array(
+        [start + (np.flatnonzero(seen[start:end])[-1] + 1 if seen[start:end].any() else 0)
+         for start, end in zip(frame.bounds[:-1], frame.bounds[1:], strict=True)]
+    )  # fmt: skip
+    lengths = ends - frame.bounds[:-1]
+    dropped = frame.lengths - lengths  # (n_ids,)
+    rows = np.concatenate([np.arange(start, end) for start, end in zip(frame.bounds[:-1], ends, strict=True)])
+    if frame.is_panel:
+        first = int(np.flatnonzero(dropped)[0])
+        note = (
+            f"the last rows of {int((dropped > 0).sum())} series hold no target value ({dropped[first]} of "
+            f"{frame.names[first]!r}), so each forecast starts after its series' last row with one"
+        )
+    else:
+        note = (
+            f"the last {dropped[0]} rows hold no target value, so the forecast starts after the last row with one "
+            f"({frame.timestamps[ends[0] - 1]})"
+        )
+    if frame.future is not None:
+        note += "; the known-future covariates of the steps ahead go in --future"
+    return frame.with_rows(rows, lengths, notes=(*frame.notes, note))
 
 
 def shipped_after(

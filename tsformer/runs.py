@@ -56,7 +56,7 @@ def predict_run(
     predictor = _load(run)
     frame = predictor.read_frame(csv, static)
     forecast = forecast_after(predictor, frame, future)
-    write_forecast(forecast, predictor, frame, out, plot)
+    write_forecast(forecast, predictor, forecast.history, out, plot)
     return forecast
 
 
