@@ -156,6 +156,19 @@ def test_evaluate_backtest_and_check_return_dataframes(wide_fit):
     assert checks["passed"].all() and "data/window" in set(checks["name"]) and "model/forward" in set(checks["name"])
 
 
+def test_evaluate_says_which_rows_it_did_not_score_and_refuses_a_split_it_has_none_of(wide_fit):
+    frame, predictor = wide_fit
+    later = pd.concat([frame, make_frame(len(frame) + 30).iloc[len(frame) :]])  # the same rows, and 30 hours more
+    report = predictor.evaluate(later)
+    pd.testing.assert_frame_equal(report, predictor.evaluate(), check_like=True)  # the run's own test split
+    assert report.attrs["notes"] == [
+        "30 rows after the test split are not scored (evaluate scores the run's own split; backtest on this data "
+        "forecasts over them)"
+    ]
+    with pytest.raises(ConfigError, match="split must be test or val, got 'bogus'"):
+        predictor.evaluate(split="bogus")
+
+
 def test_long_format_with_covariates_quantiles_and_intervals_from_python():
     data = panel(n_series=20)  # 20 validation windows: enough for a 95 % interval
     history = data.groupby("unique_id", sort=False).head(-HORIZON)

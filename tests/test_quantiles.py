@@ -81,6 +81,27 @@ def test_conformal_shifts_reach_each_level_on_new_draws():
     assert torch.allclose(shifts[2, :, 0, 0], normal - torch.tensor([0.25, 0.3, 0.35]), atol=0.08)  # half
 
 
+def test_shifts_per_unit_of_each_windows_scale_follow_a_calmer_stretch():
+    """Noise whose spread is each window's scale (as a context's seasonal change tracks it): calibrated on volatile
+    'validation' windows (scale 3) and applied to calm ones (scale 1), shifts in scaled units give a band three
+    times too wide (the pair covers almost everything), shifts per unit of the scale cover 80 % again."""
+    rng = np.random.default_rng(2)
+    shape = (4000, 2, 1)
+    zero = torch.zeros(*shape, 3)  # quantiles 0.1, 0.5, 0.9 at the point: a head that learned nothing
+    levels, weight = torch.tensor([0.1, 0.5, 0.9]), torch.ones(4000, 1)
+    volatile, calm = torch.full((4000, 1), 3.0), torch.ones(4000, 1)
+    truth = torch.from_numpy(3 * rng.standard_normal(shape))
+    fresh = torch.from_numpy(rng.standard_normal(shape)).float()
+    absolute = calibrate_quantiles(torch.zeros(shape), zero, weight, truth, None, levels)
+    per_unit = calibrate_quantiles(torch.zeros(shape), zero, weight, truth, None, levels, volatile)
+    assert torch.allclose(per_unit, absolute / 3, atol=1e-6)
+    groups = weight_groups(weight)
+    for shifts, scale, expected in ((absolute, None, 0.9973), (per_unit, calm, 0.8)):  # P(|Z| < 3 x 1.2816)
+        adjusted = adjust_quantiles(zero, shifts, groups, scale)
+        covered = ((adjusted[..., 0] <= fresh) & (fresh <= adjusted[..., 2])).float().mean()
+        assert abs(covered - expected) < 0.03, (expected, covered)
+
+
 def test_a_panels_fallen_back_series_get_quantiles_from_their_own_errors():
     """A tenth of the windows ship a candidate alone (weight 0: no model offsets, their point plus shifts), the
     rest the model with offsets that fit N(0, 1): calibrated per group, each group's pair covers 80 % of fresh
@@ -142,6 +163,7 @@ def test_train_predict_evaluate_with_quantiles(tiny_csv, tmp_path):
     assert result.exit_code == 0, result.output
     ckpt = load_predictor(run / "model.pt")
     assert ckpt.config.train.quantiles == (0.1, 0.5, 0.9) and ckpt.calibration.quantile_adjust.shape == (3, 3, 4, 2)
+    assert ckpt.calibration.quantile_method == "scaled"  # per unit of each window's scale, as the widths are
     out = tmp_path / "forecast.csv"
     assert invoke("predict", run, tiny_csv, "--out", out).exit_code == 0
     forecast = pd.read_csv(out)
@@ -152,7 +174,17 @@ def test_train_predict_evaluate_with_quantiles(tiny_csv, tmp_path):
     assert "conformally adjusted on validation" in evaluated.stdout and "quantiles 0.1-0.9: cover" in evaluated.stdout
     check = invoke("check", run)
     assert check.exit_code == 0, check.output
-    payload = torch.load(run / "model.pt", weights_only=True)  # as format 13 stored it: one widening per pair
+    payload = torch.load(run / "model.pt", weights_only=True)
+    scaled = load_predictor(run / "model.pt").predict(tiny_csv)
+    torch.save(payload | {"format_version": 15, "calibration": payload["calibration"] | {"quantile_method": "groups"}},
+               run / "model.pt")  # fmt: skip
+    format_15 = load_predictor(run / "model.pt")
+    assert format_15.calibration.quantile_method == "groups"  # format 15's shifts: in scaled units
+    unscaled = format_15.predict(tiny_csv)
+    assert unscaled["a"].equals(scaled["a"]) and not unscaled["a_q0.9"].equals(scaled["a_q0.9"])
+    check = invoke("check", run)
+    assert check.exit_code == 0 and "calibrated by an earlier format, not remade" in check.stdout, check.output
+    # as format 13 stored it: one widening per pair
     payload["format_version"] = 13
     del payload["calibration"]["quantile_method"]
     payload["calibration"]["quantile_adjust"] = torch.full((1, 4, 2), 0.25)

@@ -149,17 +149,20 @@ def choose_and_calibrate(
     chosen = predictor.replace(fallback=decision.weights, calibration=None)
     table, rows = _cross_fitted(errors, ids, decision, data)  # whose errors calibrate
     point = torch.cat([apply(table, each_of(i), rows[b]) for i, b in enumerate(blocks)])
-    adjust = None
-    if model_quantiles is not None:  # grouped by what ships for each window's series, around its cross-fitted point
-        weight = model_weight(decision.weights, ids, len(point), point.shape[-1])  # (N, C)
-        offsets = model_quantiles - model_point.unsqueeze(-1)  # (N, H, C, Q)
-        targets, observed_targets = windows.target, windows.target_observed
-        adjust = calibrate_quantiles(point, offsets, weight, targets, observed_targets, predictor.model.quantile_levels)
     season = predictor.season
     n_errors = error_counts(windows.target_observed, tuple(windows.target.shape))
     levels = tuple(level for level in cfg.train.intervals if errors_needed(level) <= n_errors)
     unsupported = tuple((level, errors_needed(level)) for level in cfg.train.intervals if level not in levels)
     scale, typical = calibration_scale(cfg.train.interval_scale, windows.context, windows.context_observed, season)
+    adjust, per_scale = None, scale is not None and bool(levels)  # quantile shifts in the widths' units, where kept
+    if model_quantiles is not None:  # grouped by what ships for each window's series, around its cross-fitted point
+        weight = model_weight(decision.weights, ids, len(point), point.shape[-1])  # (N, C)
+        offsets = model_quantiles - model_point.unsqueeze(-1)  # (N, H, C, Q)
+        targets, observed_targets = windows.target, windows.target_observed
+        adjust = calibrate_quantiles(
+            point, offsets, weight, targets, observed_targets, predictor.model.quantile_levels,
+            scale if per_scale else None,
+        )  # fmt: skip
     if scale is not None:  # no half-width below a tenth of its window's scale
         floor = SCALE_FLOOR
     else:  # fixed widths: none below a tenth of the typical validation window's seasonal change
@@ -171,6 +174,7 @@ def choose_and_calibrate(
         typical=typical if levels else None,
         season=season,
         quantile_adjust=adjust,
+        quantile_method="scaled" if per_scale else "groups",
         n_errors=n_errors,
         unsupported=unsupported,
     )

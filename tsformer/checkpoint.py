@@ -39,7 +39,7 @@ from tsformer.results import TrainSummary
 from tsformer.runfolder import CONFIG_FILE, MODEL_FILE
 
 FORMAT_NAME = "tsformer-checkpoint"
-FORMAT_VERSION = 15  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
+FORMAT_VERSION = 16  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
 # 5: interval widths per unit of each window's scale. 6: a Predictor: the layout by name, static covariates,
 # the calibration (with the refit model's borders) and the training summary. 7: the calibration's error count
 # and the interval levels it left out; what stopped training. 8: the fallback may name the classical candidates
@@ -56,7 +56,9 @@ FORMAT_VERSION = 15  # 2: data fingerprint, renamed weights. 3: many series, cov
 # 14: each quantile's own conformal shift (an earlier file's widening of each pair reads as the same shifts).
 # 15: those shifts per group of windows, around the model's offsets by its weight (a format 13 or 14 file's
 # shifts read as the same for every group, around the model's whole offsets, as they were calibrated).
-READS_FORMATS = (7, 8, 9, 10, 11, 12, 13, 14, 15)
+# 16: the quantile shifts per unit of each window's scale where the intervals' widths are ("scaled"; a format 15
+# file's are in scaled units, "groups").
+READS_FORMATS = (7, 8, 9, 10, 11, 12, 13, 14, 15, 16)
 
 
 def save_predictor(predictor, path: str | Path, train_state: dict[str, Any] | None = None) -> None:
@@ -371,6 +373,8 @@ def _validate_calibration(calibration: Calibration | None, config, n_columns: in
         raise ValueError(f"quantile shifts must be (groups, quantiles, horizon, columns) for {n_quantiles} quantiles")
     if calibration.quantile_method not in QUANTILE_METHODS:
         raise ValueError(f"unknown quantile calibration {calibration.quantile_method!r}")
+    if calibration.quantile_method == "scaled" and adjust is not None and typical is None:
+        raise ValueError("quantile shifts per unit of a window's scale need the typical interval scale")
 
 
 def _calibration_to_dict(c: Calibration) -> dict[str, Any]:

@@ -175,8 +175,9 @@ def train(
     candidates: str | None = typer.Option(
         None,
         "--candidates",
-        help="The classical candidates the fallback scores, e.g. seasonal_naive,seasonal_drift (default: all of "
-        "repeat_last, seasonal_naive, drift, seasonal_drift, weekly_naive, weekly_drift the data have).",
+        help="The candidates the fallback scores beside the model, e.g. seasonal_naive,seasonal_drift (default: "
+        "those of repeat_last, seasonal_naive, drift, seasonal_drift, weekly_naive, weekly_drift the data have, the "
+        "linear one where the model has a context skip, and ets and theta where their fits cost little).",
     ),
 ) -> None:
     """Train a model on a CSV into a run folder.
@@ -245,17 +246,19 @@ def train(
 @domain_errors
 def evaluate(
     run: Path = typer.Argument(..., help="Run folder (or its model.pt)."),
-    csv: Path | None = typer.Option(None, "--csv", help="Evaluate on this CSV instead of the training CSV."),
+    csv: Path | None = typer.Option(
+        None, "--csv", help="Read the run's data from this CSV instead of the training CSV (its test split is scored)."
+    ),
     split: str = typer.Option("test", "--split", help="test, or val to compare runs on validation (writes nothing)."),
 ) -> None:
     """Score the model on every test window, beside repeat-last and seasonal-naive baselines.
 
     Example: tsformer evaluate runs/demo
     """
-    if split not in ("test", "val"):
-        fail(f"--split must be test or val, got {split!r}")
+    from tsformer.evaluate import check_split, format_report
+
+    check_split(split)
     _check_inputs(run, csv)
-    from tsformer.evaluate import format_report
     from tsformer.runs import evaluate_run
 
     report = evaluate_run(run, csv, split=split)

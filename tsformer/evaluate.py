@@ -18,6 +18,7 @@ import torch
 
 from tsformer.data import Prepared, SeriesFrame
 from tsformer.data.timestamps import as_text
+from tsformer.errors import ConfigError
 from tsformer.files import atomic_write_text
 from tsformer.intervals import (
     coverage,
@@ -62,6 +63,7 @@ class EvalReport:
     worst_series: list[dict] = dataclasses.field(default_factory=list)  # long format: the ten with the highest MASE
     intervals_note: str = ""  # the interval levels left out for want of calibration windows ("" when none)
     mase_note: str = ""  # the series left out of MASE and MSIS for want of a scale ("" when none)
+    after_note: str = ""  # the rows after the test split, which no split scores ("" when none)
     by_series: pd.DataFrame | None = dataclasses.field(default=None, repr=False)  # long format: every series
     windows: ScoredWindows | None = dataclasses.field(default=None, repr=False)  # for the plot
 
@@ -86,6 +88,7 @@ class EvalReport:
 def evaluate(predictor: Predictor, data: Prepared, split: str = "test") -> EvalReport:
     """Score the predictor's shipped forecast on every stride-1 window of `split` (test, or val to compare runs
     on validation) of `data` (read by `Predictor.read`), beside the naive forecasters and their intervals."""
+    check_split(split)
     context_len, horizon = predictor.context_len, predictor.horizon
     windows = data.split_windows(split)
     cut = windows.split(context_len)  # masks None: all observed
@@ -128,6 +131,25 @@ def evaluate(predictor: Predictor, data: Prepared, split: str = "test") -> EvalR
         windows=ScoredWindows(cut.context, truth, shipped.point, ids),
         intervals_note="" if predictor.calibration is None else predictor.calibration.note(),
         mase_note=_mase_note(scales, np.unique(ids), data.frame),
+        after_note=_after_note(data) if split == "test" else "",
+    )
+
+
+def check_split(split: str) -> None:
+    """Refuse a split evaluate does not score."""
+    if split not in ("test", "val"):
+        raise ConfigError(f"--split must be test or val, got {split!r}")
+
+
+def _after_note(data: Prepared) -> str:
+    """One line on the rows after each series' test split, which evaluate does not score ("" when none)."""
+    after = data.frame.lengths - data.borders.test_end  # (n_ids,)
+    if not (after > 0).any():
+        return ""
+    where = f" in {int((after > 0).sum())} series" if data.frame.is_panel else ""
+    return (
+        f"{int(after.sum()):,} rows after the test split{where} are not scored (evaluate scores the run's own split; "
+        "backtest on this data forecasts over them)"
     )
 
 
@@ -367,6 +389,8 @@ def format_report(report: EvalReport) -> str:
         lines.append(report.intervals_note)
     if report.mase_note:
         lines.append(report.mase_note)
+    if report.after_note:
+        lines.append(report.after_note)
     for tag, interval in report.intervals.items():
         lines.append(
             f"{tag} % interval (conformal, calibrated on validation): "

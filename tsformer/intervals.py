@@ -29,8 +29,9 @@ from tsformer.metrics import mean_defined
 # forward-filled contexts, float64 copies and sums stay small
 CHUNK_WINDOWS = 16_384
 QUANTILE_GROUPS = 3  # quantiles are calibrated per group of windows: a candidate alone, the model alone, a mix
-# how quantile shifts were made: per group of windows (format 15), one per level (14), each pair widened (to 13)
-QUANTILE_METHODS = ("groups", "levels", "pairs")
+# how quantile shifts were made: per group of windows in units of each window's scale (format 16), per group in
+# scaled units (15), one per level (14), each pair widened (to 13)
+QUANTILE_METHODS = ("scaled", "groups", "levels", "pairs")
 GROUP_WEIGHTS = (0.0, 1.0, 0.5)  # each group's weight on the model's offsets where it has too few windows of its own
 SCALE_FLOOR = 0.1  # no window's scale is below this share of the typical validation window's
 
@@ -44,11 +45,13 @@ class Calibration:
     widths: torch.Tensor  # (n_levels, H, C) half-widths: scaled units, or units of each window's scale
     typical: torch.Tensor | None  # (C,) the median validation window's scale; None: fixed widths (one per step)
     season: int  # the lag of each window's scale (its context's mean seasonal change)
-    # (QUANTILE_GROUPS, Q, H, C) shift of each quantile per group of windows (`calibrate_quantiles`); None: none
+    # (QUANTILE_GROUPS, Q, H, C) shift of each quantile per group of windows (`calibrate_quantiles`), per unit of
+    # each window's scale where the widths are ("scaled"); None: none
     quantile_adjust: torch.Tensor | None = None
-    # how quantile_adjust was made (QUANTILE_METHODS): "groups" (`calibrate_quantiles`), or an earlier format's,
-    # stored as the same shifts for every group around the model's whole offsets (its check cannot remake it)
-    quantile_method: str = "groups"
+    # how quantile_adjust was made (QUANTILE_METHODS): "scaled" or "groups" (`calibrate_quantiles` with and without
+    # the windows' scales), or an earlier format's, stored as the same shifts for every group around the model's
+    # whole offsets (its check cannot remake it)
+    quantile_method: str = "scaled"
     n_errors: int = 0  # calibration errors per step and column (the fewest over steps and columns)
     unsupported: tuple[tuple[float, int], ...] = ()  # (level, errors it needs): asked for, left out
 
@@ -65,6 +68,13 @@ class Calibration:
             f"windows ({needs}), and this run has {self.n_errors}; give more validation rows (data.split_ratios, "
             f"or longer series){lower}"
         )
+
+    def quantile_scale(self, windows) -> torch.Tensor | None:
+        """The scales (N, C) the quantile shifts are in units of, for `windows` (as `half_widths` reads them);
+        None where the shifts are in scaled units."""
+        if self.quantile_method != "scaled":
+            return None
+        return forecast_scale(self.typical, windows.context, windows.context_observed, self.season)
 
     def half_widths(self, windows) -> np.ndarray | None:
         """The half-widths (n_levels, N, H, C) of `windows` (a `data.Split`: each reads its context (N, L, C)
@@ -299,6 +309,7 @@ def calibrate_quantiles(
     truth: torch.Tensor,
     observed: torch.Tensor | None,
     levels,
+    scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Split conformal, one quantile at a time and per group of windows (`weight_groups` of `weight` (N, C), the
     model's weight in each window's shipped forecast): per group, quantile, step and column, the shift that puts
@@ -310,7 +321,10 @@ def calibrate_quantiles(
     A shifted quantile at level q is the residual's (truth - quantile) order statistic of rank ceil((n + 1) q) for
     q >= 0.5 and floor((n + 1) q) below it, of the n residuals. Each level stands on its own, so a quantile head
     whose offsets sit on the wrong side of the point (a short training) is moved back to where the truth fell,
-    and a pair (q, 1 - q) holds about 1 - 2q of it."""
+    and a pair (q, 1 - q) holds about 1 - 2q of it. With `scale` (N, C), each window's scale (as the intervals'
+    widths are normalised), the residuals are divided by it and the shifts are per unit of a window's scale
+    (`adjust_quantiles` multiplies them back by the forecast window's): a band from volatile validation months
+    narrows after a calm stretch, as the intervals do."""
     seen = torch.ones(truth.shape, dtype=torch.bool) if observed is None else observed
     groups = weight_groups(weight)  # (N, C)
     needed = max((errors_needed(max(float(q), 1 - float(q))) for q in levels), default=1)
@@ -318,10 +332,10 @@ def calibrate_quantiles(
     shifts = []
     for group, stand_in in enumerate(GROUP_WEIGHTS):
         members = seen & (groups == group)[:, None, :]  # (N, H, C)
-        own, counts = _level_shifts(shipped, truth, members, levels)
+        own, counts = _level_shifts(shipped, truth, members, levels, scale)
         if (counts < needed).any():  # decided once per step and column
             at_stand_in = _quantiles_at(point, offsets, torch.full_like(weight, stand_in))
-            own = torch.where(counts >= needed, own, _level_shifts(at_stand_in, truth, seen, levels)[0])
+            own = torch.where(counts >= needed, own, _level_shifts(at_stand_in, truth, seen, levels, scale)[0])
         shifts.append(own)
     return torch.stack(shifts)
 
@@ -332,13 +346,15 @@ def _quantiles_at(point: torch.Tensor, offsets: torch.Tensor, weight: torch.Tens
 
 
 def _level_shifts(
-    quantiles: torch.Tensor, truth: torch.Tensor, members: torch.Tensor, levels
+    quantiles: torch.Tensor, truth: torch.Tensor, members: torch.Tensor, levels, scale: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each level's shift (Q, H, C) over the residuals `members` (N, H, C) marks, and their counts (Q, H, C)."""
+    """Each level's shift (Q, H, C) over the residuals `members` (N, H, C) marks, each divided by its window's
+    `scale` (N, C) when given, and their counts (Q, H, C)."""
     y = truth.double()
+    per = 1.0 if scale is None else scale.double()[:, None, :]  # (N, 1, C)
     shifts, counts = [], []
     for k, level in enumerate(float(q) for q in levels):
-        residual = np.where(members.numpy(), (y - quantiles[..., k].double()).numpy(), np.nan)  # (N, H, C)
+        residual = np.where(members.numpy(), ((y - quantiles[..., k].double()) / per).numpy(), np.nan)  # (N, H, C)
         n = (~np.isnan(residual)).sum(axis=0)  # (H, C)
         ordered = np.sort(residual, axis=0)  # NaN last
         ranks = np.ceil((n + 1) * level) if level >= 0.5 else np.floor((n + 1) * level)
@@ -359,9 +375,11 @@ def pair_shifts(widening: torch.Tensor, pairs: list[tuple[int, int]], n_quantile
     return shifts.expand(QUANTILE_GROUPS, *shifts.shape).clone()
 
 
-def adjust_quantiles(quantiles: torch.Tensor, shifts: torch.Tensor | None, groups: torch.Tensor) -> torch.Tensor:
+def adjust_quantiles(
+    quantiles: torch.Tensor, shifts: torch.Tensor | None, groups: torch.Tensor, scale: torch.Tensor | None = None
+) -> torch.Tensor:
     """Each quantile (N, H, C, Q) moved by its group's shift (shifts (QUANTILE_GROUPS, Q, H, C), groups (N, C)),
-    then sorted so that none cross."""
+    times its window's `scale` (N, C) where the shifts are per unit of it, then sorted so that none cross."""
     if shifts is None:
         return quantiles
     n, h, c, _ = quantiles.shape
@@ -369,4 +387,6 @@ def adjust_quantiles(quantiles: torch.Tensor, shifts: torch.Tensor | None, group
     picked = by_group[
         groups[:, None, :], torch.arange(h)[None, :, None], torch.arange(c)[None, None, :]
     ]  # (N, H, C, Q)
+    if scale is not None:
+        picked = picked * scale[:, None, :, None]
     return (quantiles + picked).sort(dim=-1).values

@@ -198,11 +198,14 @@ class Predictor:
         quantiles = None
         if model_quantiles is not None:  # around the shipped point: the model's offsets by its weight in it
             weight = model_weight(self.fallback, ids, len(point), self.layout.n_targets)
-            if self.calibration is not None and self.calibration.quantile_method != "groups":
+            if self.calibration is not None and self.calibration.quantile_method not in ("scaled", "groups"):
                 weight = torch.ones_like(weight)  # calibrated before format 15, on the model's whole offsets
             quantiles = shipped_quantiles(model_quantiles, each["model"], point, weight)
             if self.calibration is not None:
-                quantiles = adjust_quantiles(quantiles, self.calibration.quantile_adjust, weight_groups(weight))
+                c = self.calibration
+                quantiles = adjust_quantiles(
+                    quantiles, c.quantile_adjust, weight_groups(weight), c.quantile_scale(windows)
+                )
             quantiles = torch.maximum(quantiles, floor.unsqueeze(-1))
         half_widths = None
         if self.calibration is not None:
@@ -337,7 +340,7 @@ class Predictor:
         `tsformer.evaluate.evaluate` gives the whole report; `.attrs["notes"]` what it left out."""
         report = evaluation.evaluate(self, self.read(data), split)
         table = report.table()
-        table.attrs["notes"] = python_notes((report.intervals_note, report.mase_note))
+        table.attrs["notes"] = python_notes((report.intervals_note, report.mase_note, report.after_note))
         return table
 
     @in_python_terms
