@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from helpers import tiny_config
@@ -87,6 +88,22 @@ def test_data_ending_before_the_final_models_rows_are_forecast_by_the_held_out_m
     held_out = forecast_after(predictor.replace(final=None), shorter)
     assert forecast.frame.equals(held_out.frame)
     assert any("end before the rows the final model trained on" in note for note in forecast.notes)
+
+
+def test_blank_rows_at_the_end_of_the_training_data_leave_predict_on_the_final_model(tmp_path):
+    frame = long_frame({"A": 160, "B": 140})
+    last = frame.groupby("unique_id", sort=False).tail(1)
+    blank = pd.concat(  # 3 hours a series with no value yet, as rows of covariates to come
+        [last.assign(ds=(pd.to_datetime(last["ds"]) + pd.Timedelta(hours=k)).astype(str), y=np.nan) for k in (1, 2, 3)]
+    )
+    predictor = train(config(fallback=False), tmp_path / "run", show_progress=False, source=pd.concat([frame, blank]))
+    data = predictor.read()
+    assert np.array_equal(predictor.final.until, last_timestamps(training_data(config(), frame).frame))
+    forecast = forecast_after(predictor, data.frame)  # the data it trained on, blank rows included
+    assert not any("end before the rows the final model trained on" in note for note in forecast.notes)
+    as_final = forecast_after(predictor.replace(model=predictor.final.model, final=None), frame).frame
+    assert forecast.frame.equals(as_final)
+    assert check_final(predictor, data).passed
 
 
 def test_check_fails_when_the_scoring_path_uses_the_final_model(run, monkeypatch):

@@ -84,9 +84,14 @@ def check_choices(predictor: Predictor, data: Prepared | None) -> CheckResult:
         change = float("inf")
     elif stored is not None:
         pairs = [(stored.widths, fresh.calibration.widths), (stored.typical, fresh.calibration.typical)]
-        remade = stored.quantile_method == fresh.calibration.quantile_method  # an earlier format's: not remade
-        if remade:
-            pairs.append((stored.quantile_adjust, fresh.calibration.quantile_adjust))
+        # an earlier format's shifts (another method) are not remade, but whether there are any is still checked
+        remade = stored.quantile_adjust is None or stored.quantile_method == fresh.calibration.quantile_method
+        new_adjust = fresh.calibration.quantile_adjust
+        pairs.append(
+            (stored.quantile_adjust, new_adjust)
+            if remade
+            else (stored.quantile_adjust[:0], None if new_adjust is None else new_adjust[:0])
+        )
         for old, new in pairs:
             if (old is None) != (new is None) or (old is not None and old.shape != new.shape):
                 change = float("inf")
@@ -318,7 +323,7 @@ def check_final(predictor: Predictor, data: Prepared | None) -> CheckResult:
 
     change = float((scored - own(predictor.model)).abs().max())
     distinct = bool((own(final.model) - own(predictor.model)).abs().max() > 0)
-    until_ok = bool(np.array_equal(final.until, last_timestamps(data.frame)))
+    until_ok = bool(np.array_equal(final.until, last_timestamps(data.frame.through_last_value(data.config.data.fill))))
     predicts_final = predictor.for_origins(data.frame)[0].model is final.model
     passed = change == 0.0 and distinct and until_ok and predicts_final
     return CheckResult(

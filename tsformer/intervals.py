@@ -51,7 +51,7 @@ class Calibration:
     # how quantile_adjust was made (QUANTILE_METHODS): "scaled" or "groups" (`calibrate_quantiles` with and without
     # the windows' scales), or an earlier format's, stored as the same shifts for every group around the model's
     # whole offsets (its check cannot remake it)
-    quantile_method: str = "scaled"
+    quantile_method: str = "groups"
     n_errors: int = 0  # calibration errors per step and column (the fewest over steps and columns)
     unsupported: tuple[tuple[float, int], ...] = ()  # (level, errors it needs): asked for, left out
 

@@ -1,4 +1,4 @@
-"""`forecast_after(predictor, data)`: the next `horizon` steps after each series' last row, in the data's units."""
+"""`forecast_after(predictor, data)`: the next `horizon` steps after each series' last value, in the data's units."""
 
 from __future__ import annotations
 
@@ -51,7 +51,8 @@ def forecast_after(
     future: Source | None = None,
     static: Source | None = None,
 ) -> Forecast:
-    """Forecast after the last row of each series of `source` (a path, a DataFrame, or a frame already read);
+    """Forecast after the last row with a target value of each series of `source` (a path, a DataFrame, or a frame
+    already read; `to_last_value`);
     a history shorter than context_len is left-padded and masked. A model with known-future covariates reads
     their next `horizon` values of each series from `future`; `static` gives the static covariates of series
     it was not trained on."""
@@ -63,19 +64,12 @@ def forecast_after(
 
 
 def to_last_value(frame: SeriesFrame, fill: str) -> SeriesFrame:
-    """`frame` without each series' rows after its last row with a target value (timestamps with blank targets at
-    the end, such as rows of covariates to come), with a note: the forecast starts after the last value, never
-    after rows nothing was observed in. With --fill a missing value means what it says, and no row is left out."""
-    seen = frame.observed.any(axis=1)  # (n_rows,) a row with any target value
-    if fill or seen[frame.bounds[1:] - 1].all():
+    """`frame` through each series' last row with a target value (`SeriesFrame.through_last_value`), with a note
+    where rows were left out: the forecast starts after the last value, never after rows nothing was observed in."""
+    kept = frame.through_last_value(fill)
+    dropped = frame.lengths - kept.lengths  # (n_ids,)
+    if not dropped.any():
         return frame
-    ends = np.array(
-        [start + (np.flatnonzero(seen[start:end])[-1] + 1 if seen[start:end].any() else 0)
-         for start, end in zip(frame.bounds[:-1], frame.bounds[1:], strict=True)]
-    )  # fmt: skip
-    lengths = ends - frame.bounds[:-1]
-    dropped = frame.lengths - lengths  # (n_ids,)
-    rows = np.concatenate([np.arange(start, end) for start, end in zip(frame.bounds[:-1], ends, strict=True)])
     if frame.is_panel:
         first = int(np.flatnonzero(dropped)[0])
         note = (
@@ -83,13 +77,12 @@ def to_last_value(frame: SeriesFrame, fill: str) -> SeriesFrame:
             f"{frame.names[first]!r}), so each forecast starts after its series' last row with one"
         )
     else:
-        note = (
-            f"the last {dropped[0]} rows hold no target value, so the forecast starts after the last row with one "
-            f"({frame.timestamps[ends[0] - 1]})"
-        )
+        last = frame.time_notation.write(kept.timestamps[-1:])[0]
+        note = f"the last {dropped[0]} rows hold no target value, so the forecast starts after the last row with one"
+        note += f" ({last})"
     if frame.future is not None:
         note += "; the known-future covariates of the steps ahead go in --future"
-    return frame.with_rows(rows, lengths, notes=(*frame.notes, note))
+    return dataclasses.replace(kept, notes=(*frame.notes, note))
 
 
 def shipped_after(
@@ -197,7 +190,7 @@ def read_future(predictor: Predictor, history: SeriesFrame, future: Source | Non
         if first + horizon > span.stop or frame.timestamps[first] != expected:
             raise DataError(
                 f"{where} has {span.stop - span.start} rows from {frame.timestamps[span.start]} for {series}, "
-                f"but needs the {horizon} steps from {expected} (after the history's last row)"
+                f"but needs the {horizon} steps from {expected} (after the history's last row with a target value)"
             )
         span = slice(first, first + horizon)  # the forecast's steps; later rows are not read
         missing = ~frame.observed[span]

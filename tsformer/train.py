@@ -346,7 +346,8 @@ def _final_fit(
         )
         raise Interrupted(f"training stopped during the final fit on every row ({kept})", stop) from None
     model.eval()
-    return FinalFit(model, last_timestamps(data.frame), steps, len(windows), time.monotonic() - started)
+    until = last_timestamps(data.frame.through_last_value(cfg.data.fill))  # blank rows at the end taught nothing
+    return FinalFit(model, until, steps, len(windows), time.monotonic() - started)
 
 
 def _final_share(cfg: Config, data: Prepared) -> float:

@@ -137,6 +137,21 @@ class SeriesFrame:
             **changes,
         )
 
+    def through_last_value(self, fill: str) -> SeriesFrame:
+        """The frame without each series' rows after its last row with a target value (timestamps with blank
+        targets at the end, such as rows of covariates to come): what a forecast after the data starts from. With
+        a --fill rule a blank means what the rule says, and every row stays."""
+        seen = self.observed.any(axis=1)  # (n_rows,) a row with any target value
+        if fill or seen[self.bounds[1:] - 1].all():
+            return self
+        starts = self.bounds[:-1]
+        ends = np.array(
+            [start + (np.flatnonzero(seen[start:end])[-1] + 1 if seen[start:end].any() else 0)
+             for start, end in zip(starts, self.bounds[1:], strict=True)]
+        )  # fmt: skip
+        rows = np.concatenate([np.arange(start, end) for start, end in zip(starts, ends, strict=True)])
+        return self.with_rows(rows, ends - starts)
+
     def in_series_order(self, keys: tuple[tuple[str, ...], ...]) -> SeriesFrame:
         """The same series in the order `keys` (a permutation of this frame's), as a run holds them: a long file
         sorted another way (by time, say) lists its series in another order of first appearance."""
