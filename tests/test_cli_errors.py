@@ -567,7 +567,7 @@ def edit_payload(path, key, change):
         (scramble, ("not a loadable tsformer checkpoint", "retrain")),
         (lambda p: p.write_text("hello"), ("not a loadable tsformer checkpoint",)),
         (foreign, ("is not a tsformer checkpoint", "model.pt of a tsformer run")),
-        (newer_format, ("checkpoint format 99", f"reads format 7, 8, 9, 10, 11, 12, 13, 14 or {FORMAT_VERSION}")),
+        (newer_format, ("checkpoint format 99", f"reads format 7, 8, 9, 10, 11, 12, 13, 14, 15 or {FORMAT_VERSION}")),
         (lambda p: p.unlink(), ("has no model.pt", "tsformer train")),
         (lambda p: edit_payload(p, "scaler", lambda s: {**s, "mean": [[*s["mean"][0], 0.0]]}), ("(1, 3) means",)),
         (

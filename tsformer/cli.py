@@ -255,10 +255,11 @@ def evaluate(
 
     Example: tsformer evaluate runs/demo
     """
-    from tsformer.evaluate import check_split, format_report
+    from tsformer.config import check_split
 
     check_split(split)
     _check_inputs(run, csv)
+    from tsformer.evaluate import format_report
     from tsformer.runs import evaluate_run
 
     report = evaluate_run(run, csv, split=split)

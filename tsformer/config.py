@@ -82,6 +82,12 @@ AUTO_DROPOUT = 0.3
 AUTO_LR = 1e-3
 
 
+def check_split(split: str) -> None:
+    """Refuse a split evaluate does not score (here, where the command line checks it before torch loads)."""
+    if split not in ("test", "val"):
+        raise ConfigError(f"--split must be test or val, got {split!r}")
+
+
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise ConfigError(message)

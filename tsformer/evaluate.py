@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from tsformer.config import check_split
 from tsformer.data import Prepared, SeriesFrame
 from tsformer.data.timestamps import as_text
-from tsformer.errors import ConfigError
 from tsformer.files import atomic_write_text
 from tsformer.intervals import (
     coverage,
@@ -133,12 +133,6 @@ def evaluate(predictor: Predictor, data: Prepared, split: str = "test") -> EvalR
         mase_note=_mase_note(scales, np.unique(ids), data.frame),
         after_note=_after_note(data) if split == "test" else "",
     )
-
-
-def check_split(split: str) -> None:
-    """Refuse a split evaluate does not score."""
-    if split not in ("test", "val"):
-        raise ConfigError(f"--split must be test or val, got {split!r}")
 
 
 def _after_note(data: Prepared) -> str:
