@@ -84,14 +84,12 @@ def check_choices(predictor: Predictor, data: Prepared | None) -> CheckResult:
         change = float("inf")
     elif stored is not None:
         pairs = [(stored.widths, fresh.calibration.widths), (stored.typical, fresh.calibration.typical)]
-        # an earlier format's shifts (another method) are not remade, but whether there are any is still checked
-        remade = stored.quantile_adjust is None or stored.quantile_method == fresh.calibration.quantile_method
-        new_adjust = fresh.calibration.quantile_adjust
-        pairs.append(
-            (stored.quantile_adjust, new_adjust)
-            if remade
-            else (stored.quantile_adjust[:0], None if new_adjust is None else new_adjust[:0])
-        )
+        old_adjust, new_adjust = stored.quantile_adjust, fresh.calibration.quantile_adjust
+        remade = old_adjust is None or stored.quantile_method == fresh.calibration.quantile_method
+        if remade:
+            pairs.append((old_adjust, new_adjust))
+        elif new_adjust is None or new_adjust.shape != old_adjust.shape:  # an earlier format's: only that they exist
+            change = float("inf")
         for old, new in pairs:
             if (old is None) != (new is None) or (old is not None and old.shape != new.shape):
                 change = float("inf")

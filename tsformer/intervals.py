@@ -69,20 +69,19 @@ class Calibration:
             f"or longer series){lower}"
         )
 
-    def quantile_scale(self, windows) -> torch.Tensor | None:
-        """The scales (N, C) the quantile shifts are in units of, for `windows` (as `half_widths` reads them);
-        None where the shifts are in scaled units."""
-        if self.quantile_method != "scaled":
-            return None
+    def window_scales(self, windows) -> torch.Tensor | None:
+        """Each window's scale (N, C) that the widths, and "scaled" quantile shifts, are per unit of, from
+        `windows` (a `data.Split`: each reads its context (N, L, C) and its observed mask only); None: fixed
+        widths."""
         return forecast_scale(self.typical, windows.context, windows.context_observed, self.season)
 
-    def half_widths(self, windows) -> np.ndarray | None:
-        """The half-widths (n_levels, N, H, C) of `windows` (a `data.Split`: each reads its context (N, L, C)
-        and its observed mask only), scaled units, or (n_levels, 1, H, C) when they do not depend on the window
-        (fixed widths); None without levels."""
+    def half_widths(self, windows, scale: torch.Tensor | None = None) -> np.ndarray | None:
+        """The half-widths (n_levels, N, H, C) of `windows`, scaled units, or (n_levels, 1, H, C) when they do
+        not depend on the window (fixed widths); None without levels. `scale`: their `window_scales`, when
+        already made."""
         if not self.levels:
             return None
-        scale = forecast_scale(self.typical, windows.context, windows.context_observed, self.season)
+        scale = self.window_scales(windows) if scale is None else scale
         return half_widths(self.widths, scale).numpy()
 
 

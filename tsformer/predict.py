@@ -51,11 +51,10 @@ def forecast_after(
     future: Source | None = None,
     static: Source | None = None,
 ) -> Forecast:
-    """Forecast after the last row with a target value of each series of `source` (a path, a DataFrame, or a frame
-    already read; `to_last_value`);
-    a history shorter than context_len is left-padded and masked. A model with known-future covariates reads
-    their next `horizon` values of each series from `future`; `static` gives the static covariates of series
-    it was not trained on."""
+    """Forecast after each series' last row with a target value (`to_last_value`) of `source` (a path, a
+    DataFrame, or a frame already read); a history shorter than context_len is left-padded and masked. A model
+    with known-future covariates reads their next `horizon` values of each series from `future`; `static` gives
+    the static covariates of series it was not trained on."""
     read = source if isinstance(source, SeriesFrame) else predictor.read_frame(source, static)
     frame = to_last_value(read, predictor.config.data.fill)
     shipped, timestamps, notes = shipped_after(predictor, frame, read_future(predictor, frame, future))

@@ -195,21 +195,19 @@ class Predictor:
         choices; `targets`: each window's target statistics (`window_targets`)."""
         each, model_quantiles = forecasts
         point = apply(self.fallback, each, ids)
+        c = self.calibration
+        scale = None if c is None else c.window_scales(windows)  # (N, C): the widths' and scaled shifts' unit
         quantiles = None
         if model_quantiles is not None:  # around the shipped point: the model's offsets by its weight in it
             weight = model_weight(self.fallback, ids, len(point), self.layout.n_targets)
-            if self.calibration is not None and self.calibration.quantile_method not in ("scaled", "groups"):
+            if c is not None and c.quantile_method not in ("scaled", "groups"):
                 weight = torch.ones_like(weight)  # calibrated before format 15, on the model's whole offsets
             quantiles = shipped_quantiles(model_quantiles, each["model"], point, weight)
-            if self.calibration is not None:
-                c = self.calibration
-                quantiles = adjust_quantiles(
-                    quantiles, c.quantile_adjust, weight_groups(weight), c.quantile_scale(windows)
-                )
+            if c is not None:
+                per = scale if c.quantile_method == "scaled" else None
+                quantiles = adjust_quantiles(quantiles, c.quantile_adjust, weight_groups(weight), per)
             quantiles = torch.maximum(quantiles, floor.unsqueeze(-1))
-        half_widths = None
-        if self.calibration is not None:
-            half_widths = self.calibration.half_widths(windows)
+        half_widths = None if c is None else c.half_widths(windows, scale)
         n_targets = self.layout.n_targets
         return Forecasts(
             each=each,
