@@ -245,6 +245,19 @@ def test_weekday_only_data_with_holidays_are_business_days(tmp_path):
     assert daily.freq == "D"
 
 
+def test_business_days_with_one_saturday_are_daily_with_a_note_naming_it(tmp_path):
+    days = pd.bdate_range("2023-01-02", periods=300).append(pd.DatetimeIndex(["2023-03-04"])).sort_values()
+    frame = pd.DataFrame({"Date": days.strftime("%Y-%m-%d"), "Close": 100 + np.arange(301) * 0.1})
+    series = read_series(write_csv(tmp_path / "stock.csv", frame), DataConfig())
+    assert series.freq == "D" and series.observed.sum() == 301
+    assert series.notes[0].startswith("read as daily (D): the rows fall on weekdays but for 1 on a weekend (first "
+                                      "2023-03-04 00:00:00 at line 47)")  # fmt: skip
+    weekly = pd.date_range("2023-01-01", periods=300, freq="D")[::2]  # every other day, weekends too: no note
+    other = read_series(write_csv(tmp_path / "d.csv", pd.DataFrame({"d": weekly, "y": 1.0 * np.arange(150)})),
+                        DataConfig())  # fmt: skip
+    assert not any(note.startswith("read as daily") for note in other.notes)
+
+
 @pytest.mark.parametrize("label", ["{y}Q{q}", "{y} Q{q}", "{y}-Q{q}"])
 def test_quarter_labels_are_quarters(tmp_path, label):
     labels = [label.format(y=1998 + i // 4, q=i % 4 + 1) for i in range(40)]

@@ -112,10 +112,13 @@ def test_business_days_in_training_with_a_saturday_later_is_refused_naming_the_f
     stamps = weekdays(100).append(pd.DatetimeIndex(["2024-05-25"]))  # a Saturday after the last weekday
     table = pd.DataFrame({"date": stamps.strftime("%Y-%m-%d"), "close": np.linspace(1, 2, 101)})
     assert read_series(table, DataConfig()).freq == "D"  # the whole file: one weekend row makes it daily
-    refused = r"the training rows \(to 2024-04-11 00:00:00\) are B steps but later rows .*--freq B"
+    refused = (
+        r"the training rows \(to 2024-04-11 00:00:00\) are B steps but later rows make the file D \(the first that "
+    )
+    refused += r"does not fit B steps: 2024-05-25 00:00:00 at line 102\).*--freq B"
     with pytest.raises(DataError, match=refused):
         checked(table, reading_config())
-    with pytest.raises(DataError, match=r"later rows \(from row 74\)"):  # a DataFrame's rows, as df.iloc has them
+    with pytest.raises(DataError, match=r"B steps: 2024-05-25 00:00:00 at row 100\)"):  # a DataFrame's, as df.iloc
         training_data(reading_config(), table)
     assert checked(table, reading_config(freq="D")).freq == "D"  # stated: nothing was decided
     assert checked(table.iloc[:100], reading_config()).freq == "B"  # conforming rows

@@ -60,12 +60,33 @@ def _check_freq(frame: SeriesFrame, train_last: pd.Timestamp) -> None:
     except DataError:  # too few or irregular training rows: training refuses them with its own message
         return
     if freq != frame.freq:
-        first_later = int(lines[~training][0]) if (~training).any() else None
+        k = _first_misfit(stamps, lines, int(training.sum()), freq)
         raise DataError(
-            f"the training rows (to {train_last}) are {freq} steps but later rows (from line {first_later}) make "
-            f"the file {frame.freq}: how a file is read is decided from its training rows, so state it with "
-            f"--freq {freq} (the later rows must then fit it) or --freq {frame.freq}"
+            f"the training rows (to {train_last}) are {freq} steps but later rows make the file {frame.freq} (the "
+            f"first that does not fit {freq} steps: {stamps[k]} at line {lines[k]}): how a file is read is decided "
+            f"from its training rows, so state it with --freq {freq} (the later rows must then fit it) or --freq "
+            f"{frame.freq}"
         )
+
+
+def _first_misfit(stamps: pd.DatetimeIndex, lines: np.ndarray, n_training: int, freq: str) -> int:
+    """The first row after the training rows whose prefix no longer reads as `freq` steps (a binary search:
+    once a row breaks a frequency, a longer prefix does not mend it)."""
+
+    def fits(end: int) -> bool:
+        try:
+            return resolve_freq(stamps[:end], "", "", lines[:end])[0] == freq
+        except DataError:
+            return False
+
+    low, high = n_training, len(stamps) - 1  # the prefix through `low - 1` fits; through `high` it does not
+    while low < high:
+        middle = (low + high) // 2
+        if fits(middle + 1):
+            low = middle + 1
+        else:
+            high = middle
+    return low
 
 
 def _check_date_order(frame: SeriesFrame, cfg: Config, train_last: pd.Timestamp) -> None:

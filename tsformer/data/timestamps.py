@@ -26,6 +26,7 @@ NOTATION_SAMPLE = 10_000  # rows, spread over the file, whose text the output no
 QUARTER = re.compile(r"^(\d{4})(\s*-?\s*)[Qq]([1-4])$")  # 1998Q1, 1998 Q1, 1998-Q1
 ISO_WEEK = re.compile(r"^\d{4}-W\d{2}$")  # 2015-W02: the ISO week, read as its Monday and written back alike
 ISO_WEEK_FORMAT = "%G-W%V"
+STRAY_WEEKENDS = 0.01  # daily rows: a weekend share at most this, the rest business days, earns a note
 WHOLE_YEAR = r"\d{4}(?:\.0*)?"  # 1935, or 1935.0 as a float column's export writes it
 MONTH = r"\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\b"
 MONTH_AND_YEAR = re.compile(rf"(?i)^(?=.*{MONTH})(?=.*\b\d{{4}}\b)")  # a month's name and a year: Jan 2000
@@ -486,7 +487,7 @@ def resolve_freq(
                 "states it)",
             )
         if _mostly_on_grid(timestamps, step):  # gaps: the missing timestamps become unobserved steps
-            return step.freqstr, ()
+            return step.freqstr, _stray_weekend_note(timestamps, step, lines) if offset is None else ()
         if stated:
             return offset.freqstr, ()
         raise _irregular(timestamps, lines, expected)
@@ -503,6 +504,21 @@ def _business_days(timestamps: pd.DatetimeIndex, step: pd.DateOffset) -> bool:
     if not daily or len(timestamps) < 10 or (timestamps.day_of_week >= 5).any():
         return False
     return (timestamps == timestamps.normalize()).all() and _mostly_on_grid(timestamps, to_offset("B"))
+
+
+def _stray_weekend_note(timestamps: pd.DatetimeIndex, step: pd.DateOffset, lines: np.ndarray) -> tuple[str, ...]:
+    """A note when daily data would be business days but for a few weekend rows (at most STRAY_WEEKENDS of them)."""
+    weekend = np.flatnonzero(timestamps.day_of_week >= 5)
+    if not len(weekend) or len(weekend) > STRAY_WEEKENDS * len(timestamps):
+        return ()
+    if not _business_days(timestamps.delete(weekend), step):
+        return ()
+    first = int(weekend[0])
+    return (
+        f"read as daily (D): the rows fall on weekdays but for {len(weekend)} on a weekend (first "
+        f"{timestamps[first]} at line {lines[first]}), so every weekend is a step, unobserved where no row has it; "
+        "if the data are business days, drop the weekend rows (the forecast then skips weekends)",
+    )
 
 
 def parse_freq(freq: str, what: str) -> pd.DateOffset:
