@@ -187,6 +187,14 @@ def test_a_column_named_year_is_the_time_column_even_written_as_floats(tmp_path)
     assert series.time_notation.write(series.timestamps[:2]).tolist() == ["1935", "1936"]
 
 
+def test_iso_utc_times_written_with_z_are_written_back_with_z(tmp_path):
+    hours = pd.date_range("2024-01-01", periods=50, freq="h", tz="UTC")
+    frame = pd.DataFrame({"ts": hours.strftime("%Y-%m-%dT%H:%M:%SZ"), "y": np.arange(50.0)})
+    series = read_series(write_csv(tmp_path / "z.csv", frame), DataConfig())
+    assert series.freq == "h" and str(series.timestamps.tz) == "UTC"
+    assert series.time_notation.write(series.timestamps[-1:] + pd.Timedelta("1h")).tolist() == ["2024-01-03T02:00:00Z"]
+
+
 @pytest.mark.parametrize("part, n, freq, first", [("quarter", 4, "QS", "1959Q1"), ("Month", 12, "MS", "1959-01")])
 def test_a_year_column_beside_a_quarter_or_month_column_is_one_time_column(tmp_path, part, n, freq, first):
     """statsmodels' macrodata writes year, quarter, realgdp, ... (as floats): both make the time, and the part

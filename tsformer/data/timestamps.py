@@ -326,6 +326,8 @@ def _notation(timestamps: pd.DatetimeIndex, text: pd.Series, dayfirst: bool) -> 
     rows = np.unique(np.linspace(0, len(text) - 1, min(len(text), NOTATION_SAMPLE)).astype(np.int64))
     written = text.to_numpy()[rows]
     tried = (fmt,) if fmt else MONTH_NAME_FORMATS if MONTH_AND_YEAR.match(text.iloc[0]) else ()
+    if fmt and fmt.endswith("%z") and text.iloc[0].endswith("Z"):  # ISO's Z for UTC, which %z writes as +0000
+        tried = (fmt[:-2] + "Z", fmt)
     for fmt in tried:  # only output depends on it
         if (timestamps[rows].strftime(fmt) == written).all():
             return TimeNotation("datetime", fmt)
