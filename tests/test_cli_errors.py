@@ -754,7 +754,9 @@ def test_a_utc_offset_is_kept_in_the_forecast(tmp_path):
 def test_resume_refuses_options_it_would_ignore(tmp_path, run):
     for extra in (["--sort"], ["--data-dir", str(tmp_path)], ["--dayfirst"], ["--overwrite"]):
         result = invoke("train", "--resume", "--out", run, *extra)
-        assert_error(result, f"--resume continues {run} with its saved config and data; drop")
+        assert_error(result, f"--resume continues {run} with its saved config and data; drop {extra[0]} (keep --out)")
+    result = invoke("train", "--resume", "--out", run, "--horizon", "6", "--id-col", "store", "--no-calendar")
+    assert_error(result, "; drop --id-col, --no-calendar, --horizon (keep --out)")  # the flags typed, not config keys
 
 
 def test_dayfirst_leaves_iso_dates_alone(tmp_path):

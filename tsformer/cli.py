@@ -80,6 +80,25 @@ def main_options(
     _debug["on"] = debug
 
 
+FLAG_SPELLINGS = {  # config keys (within a section) whose train flag is not "--" + the key with dashes
+    "path": "the CSV",
+    "id_cols": "--id-col",
+    "future_covs": "--future-cov",
+    "past_covs": "--past-cov",
+    "static_path": "--static",
+    "static_covs": "--static-cov",
+    "calendar": "--no-calendar",
+    "targets": "--target",
+    "fallback": "--no-fallback",
+    "intervals": "--interval",
+}
+
+
+def _flag_of(key: str) -> str:
+    """The train flag that sets config key `key` (within its section)."""
+    return FLAG_SPELLINGS.get(key, "--" + key.replace("_", "-"))
+
+
 @app.command()
 @domain_errors
 def train(
@@ -217,7 +236,7 @@ def train(
         },
     }
     if resume:
-        given = [f"{s}.{k}" for s, values in given_flags(flags).items() for k in values]
+        given = [_flag_of(key) for values in given_flags(flags).values() for key in values]
         given += (
             ["--config"] * (config is not None) + ["--set"] * bool(overrides) + ["--data-dir"] * (data_dir is not None)
         )
