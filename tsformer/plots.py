@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.dates import AutoDateLocator, ConciseDateFormatter  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from tsformer.files import atomic_open  # noqa: E402
@@ -77,6 +78,10 @@ def plot_forecast(panels: list[tuple[str, pd.Series, pd.DataFrame]], title: str,
         ax.set_title(f"forecast by {forecast['forecaster'].iloc[0]}", fontsize=8, loc="right")
         ax.set_ylabel(label, fontsize=8)
         ax.tick_params(axis="x", labelsize=7)
+        if isinstance(forecast.index, pd.DatetimeIndex):  # short labels that never overlap: 12:00, Oct 01, 2024
+            locator = AutoDateLocator(maxticks=9)
+            ax.xaxis.set_major_locator(locator)
+            ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))
     axes[0, 0].legend(fontsize=8)
     fig.suptitle(title, fontsize=9)
     _save(fig, path)
