@@ -325,3 +325,34 @@ def test_fit_keeps_the_callers_torch_threads():
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(threads)
+
+
+def test_ids_keep_their_dtype_and_backtest_times_are_timestamps():
+    data = panel(n_series=3)[["unique_id", "ds", "y"]]
+    data["unique_id"] = data["unique_id"].str[1:].astype(np.int64) * 10  # 0, 10, 20
+    predictor = tsformer.fit(data, horizon=HORIZON, config=TINY)
+    forecast = predictor.predict()
+    assert forecast["unique_id"].dtype == np.int64 and forecast["unique_id"].unique().tolist() == [0, 10, 20]
+    assert len(forecast.merge(data[["unique_id"]].drop_duplicates(), on="unique_id")) == len(forecast)
+    back = predictor.backtest(windows=1)
+    assert back["unique_id"].dtype == np.int64 and back["unique_id"].unique().tolist() == [0, 10, 20]
+    assert back["ds"].dtype.kind == "M" and back["origin"].dtype.kind == "M"  # timestamps, as predict gives
+    assert (back["ds"] > back["origin"]).all()
+    categorical = data.assign(unique_id=data["unique_id"].astype("category"))
+    again = predictor.predict(categorical)["unique_id"]
+    assert isinstance(again.dtype, pd.CategoricalDtype) and again.unique().tolist() == [0, 10, 20]
+
+
+def test_backtest_from_python_checks_its_options_reads_a_plain_start_in_the_datas_zone_and_refits(wide_fit):
+    frame, predictor = wide_fit
+    with pytest.raises(ConfigError, match=r"^windows= must be at least 1, got 0$"):
+        predictor.backtest(windows=0)
+    with pytest.raises(ConfigError, match=r"^step= must be 0 \(the horizon\) or more, got -1$"):
+        predictor.backtest(step=-1)
+    berlin = frame.assign(date=pd.to_datetime(frame["date"]).dt.tz_localize("Europe/Berlin"))
+    zoned = tsformer.fit(berlin, horizon=HORIZON, config=TINY)
+    back = zoned.backtest(start="2024-01-10 12:00", windows=2)  # a plain time, read in Berlin's
+    assert back["date"].iloc[0] == pd.Timestamp("2024-01-10 12:00", tz="Europe/Berlin")
+    refit = predictor.backtest(windows=2, step=8, refit=True)  # a model trained at each origin
+    assert refit["origin"].nunique() == 2 and len(refit) == 2 * HORIZON * 2
+    assert refit.attrs["notes"][0].startswith("fold 1: trained on rows 0..")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -148,7 +150,10 @@ def test_refit_cuts_series_of_different_lengths_at_the_same_dates(tmp_path):
             np.testing.assert_allclose(ckpt.scaler.mean[i, 0], y[: origin - 4].mean(), rtol=1e-5)
             np.testing.assert_allclose(ckpt.scaler.std[i, 0], y[: origin - 4].std(), rtol=1e-5)
     assert result.forecasts.groupby("unique_id").size().to_dict() == {"A": 8, "B": 8}
-    origins = {str(a_stamps.iloc[107]): 8, str(a_stamps.iloc[115]): 8}  # the last steps before A's origins
+    origins = {
+        pd.Timestamp(a_stamps.iloc[107]): 8,
+        pd.Timestamp(a_stamps.iloc[115]): 8,
+    }  # the last steps before A's origins
     assert result.forecasts.groupby("origin").size().to_dict() == origins
     assert result.notes[0].startswith("fold 1: trained on the steps before ")
 
@@ -186,7 +191,9 @@ def test_daily_origins_and_steps_are_dates(tmp_path):
     train(tiny_config(csv), tmp_path / "run", show_progress=False)
     result = backtest_run(tmp_path / "run", windows=2, step=4)
     assert result.summary["origin"].iloc[0] == "2024-08-19" and set(result.summary["origin"]) >= {"all"}
-    assert result.forecasts["date"].iloc[0] == "2024-08-20" and "00:00:00" not in result.forecasts["origin"].iloc[0]
+    assert result.forecasts["date"].iloc[0] == pd.Timestamp("2024-08-20")  # timestamps in the table, notation in CSV
+    written = pd.read_csv(io.StringIO(result.to_csv()), dtype=str)
+    assert written["date"].iloc[0] == "2024-08-20" and written["origin"].iloc[0] == "2024-08-19"
 
 
 def test_rows_appended_after_the_last_origin_leave_every_refit_fold_as_it_was(tmp_path):

@@ -152,3 +152,19 @@ def test_predict_from_a_cut_history_matches_the_backtest_path_and_fails_when_it_
     monkeypatch.setattr(Predictor, "for_origins", always_final)
     broken = check_predict_origins(predictor, data)
     assert not broken.passed and broken.max_change > 1e-3
+
+
+def test_check_compares_the_held_out_model_at_the_datas_floor(tmp_path):
+    """Counts floored at zero: evaluate scores the model's forecast at the floor, and check_final compares the
+    held-out model's own output at the same floor (it compared it raw, and failed where the model went negative)."""
+    counts = long_frame({"A": 160, "B": 140, "C": 120}).assign(
+        y=lambda f: np.random.default_rng(1).poisson(0.3, len(f)).astype(float)
+    )
+    cfg = config(fallback=False)
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, floor="zero"))
+    predictor = train(cfg, None, show_progress=False, source=counts)
+    data = predictor.read()
+    cut = data.split_windows("test").split(predictor.context_len)
+    raw = torch.cat(list(predictor.model.predict_batches(cut.context, cut.context_observed, cut.covariates)))
+    assert (raw < predictor.floors(data.split_windows("test").series())).any()  # the floor binds somewhere
+    assert check_final(predictor, data).passed

@@ -23,7 +23,7 @@ import torch
 
 from tsformer.data import Prepared, SeriesFrame, WindowIndex
 from tsformer.data.timestamps import TimeNotation
-from tsformer.errors import DataError
+from tsformer.errors import ConfigError, DataError
 from tsformer.fallback import not_the_model
 from tsformer.files import atomic_open
 from tsformer.intervals import label
@@ -39,10 +39,19 @@ class BacktestResult:
     forecasts: pd.DataFrame  # one row per (origin, series, step, target column): forecasts, intervals and truth
     summary: pd.DataFrame  # one row per (origin, forecaster) and per forecaster over every origin ("all")
     notes: tuple[str, ...] = ()
+    time_col: str = ""  # the forecasts' time column, beside "origin" (the last step each forecast read)
+    time_notation: TimeNotation = TimeNotation()  # how the data wrote its times, which the CSV writes both in
+
+    def to_csv(self) -> str:
+        """The forecasts as CSV, their origin and time in the data's time notation."""
+        columns = ("origin", self.time_col)
+        times = {col: self.time_notation.write(pd.DatetimeIndex(self.forecasts[col])) for col in columns}
+        return self.forecasts.assign(**times).to_csv(index=False)
 
 
-def first_rows(frame: SeriesFrame, start: str | None) -> np.ndarray | None:
-    """(n_ids,) the row of each series' first step at or after `start` (None without one)."""
+def first_rows(frame: SeriesFrame, start: str | pd.Timestamp | None) -> np.ndarray | None:
+    """(n_ids,) the row of each series' first step at or after `start` (None without one; a time without an
+    offset is read in the data's zone)."""
     if start is None:
         return None
     try:
@@ -51,7 +60,9 @@ def first_rows(frame: SeriesFrame, start: str | None) -> np.ndarray | None:
         raise DataError(
             f"--start {start!r} is not a date; write it like the timestamps, e.g. {frame.timestamps[0]}"
         ) from None
-    if (when.tz is None) != (frame.timestamps.tz is None):
+    if when.tz is None and frame.timestamps.tz is not None:  # a plain date: in the data's own zone
+        when = when.tz_localize(frame.timestamps.tz)
+    if when.tz is not None and frame.timestamps.tz is None:
         raise DataError(
             f"--start {start!r} and the timestamps differ in having a UTC offset; write it like them, e.g. "
             f"{frame.timestamps[0]}"
@@ -149,6 +160,7 @@ def backtest(
     and intervals) on `data` (read by `Predictor.read`), and score each. Every origin must come after the run's
     validation (which chose the epoch, the fallback and the intervals); `windows` None takes all that fit."""
     horizon, frame = predictor.horizon, data.frame
+    check_origins(windows, step)
     step = step or horizon
     each, series = _origin_counts(frame, data.borders.val_end, horizon, step, start)
     fit = int(each[series].min())
@@ -181,6 +193,14 @@ def backtest(
         raise ValueError("a backtest origin lies inside the data the model was trained or selected on")
     result = score_origins(predictor, data, rows, series)
     return dataclasses.replace(result, notes=notes + result.notes)
+
+
+def check_origins(windows: int | None, step: int) -> None:
+    """A ConfigError unless `windows` (None: all that fit) is at least 1 and `step` at least 0 (0: the horizon)."""
+    if windows is not None and windows < 1:
+        raise ConfigError(f"--windows must be at least 1, got {windows}")
+    if step < 0:
+        raise ConfigError(f"--step must be 0 (the horizon) or more, got {step}")
 
 
 def origin_windows(data: Prepared, rows: np.ndarray, series: np.ndarray | None = None) -> WindowIndex:
@@ -233,7 +253,8 @@ def score_origins(
     table = _long_table(predictor, frame, shipped, truth, observed, starts, ids, cutoffs)
     per_series = shipped.chosen[::n_origins]  # (n_series, C): a series' origins share its forecaster
     shipped_by = not_the_model(per_series, predictor.layout.targets, per_series=bool(predictor.id_cols))
-    return BacktestResult(table, pd.DataFrame(summary), (shipped_by,) if shipped_by else ())
+    notes = (shipped_by,) if shipped_by else ()
+    return BacktestResult(table, pd.DataFrame(summary), notes, predictor.time_col, frame.time_notation)
 
 
 def _origin_label(cutoffs: pd.DatetimeIndex, notation: TimeNotation) -> str:
@@ -247,14 +268,13 @@ def _long_table(predictor, frame, shipped: Forecasts, truth, observed, starts, i
     """One row per origin, series, step and target column, in the data's units."""
     horizon, n_targets = truth.shape[1], truth.shape[2]
     n = len(starts)
-    columns: dict[str, np.ndarray] = {
-        "origin": np.repeat(frame.time_notation.write(cutoffs), horizon * n_targets),
-    }
-    key_rows = np.repeat(ids, horizon * n_targets)  # each row's series
-    for j, name in enumerate(predictor.id_cols):
-        columns[name] = np.array([key[j] for key in frame.keys], dtype=object)[key_rows]
+    columns: dict[str, np.ndarray] = {"origin": cutoffs.repeat(horizon * n_targets)}  # timestamps: write_backtest
+    # writes them in the data's notation
+    if predictor.id_cols:
+        typed = frame.ids_table(np.repeat(ids, horizon * n_targets))  # each row's series' ids, as the data typed them
+        columns |= {name: typed[name] for name in predictor.id_cols}
     steps = (starts[:, None] + np.arange(horizon)[None, :]).reshape(-1)  # (N * H,)
-    columns[predictor.time_col] = np.repeat(frame.time_notation.write(frame.timestamps[steps]), n_targets)
+    columns[predictor.time_col] = frame.timestamps[steps].repeat(n_targets)
     columns["target"] = np.tile(np.array(frame.columns, dtype=object), n * horizon)
     columns["forecast"] = shipped.units(shipped.point).reshape(-1)
     # what made each row's forecast: its series and column's forecaster, (N, C) -> every step's (N * H * C,)
@@ -276,7 +296,7 @@ def write_backtest(result: BacktestResult, out: Path | None, plot: Path | None) 
     """The long CSV and the error-by-origin plot, each renamed into place only when both were written."""
     with contextlib.ExitStack() as stack:
         if out is not None:
-            stack.enter_context(atomic_open(out)).write(result.forecasts.to_csv(index=False).encode("utf-8"))
+            stack.enter_context(atomic_open(out)).write(result.to_csv().encode("utf-8"))
         if plot is not None:
             from tsformer.plots import plot_backtest
 

@@ -314,10 +314,12 @@ def check_final(predictor: Predictor, data: Prepared | None) -> CheckResult:
         return CheckResult("final/rows", False, float("inf"), "no test window to probe the scoring path on")
     picked = _probe_windows(windows)
     cut, ids = picked.split(predictor.context_len), picked.series()
-    scored = predictor.forecast(cut, ids).each["model"]  # what evaluate and backtest score
+    scored = predictor.forecast(cut, ids).each["model"]  # what evaluate and backtest score, at the data's floor
+    floor = predictor.floors(ids)  # (N, 1, C): a count's zero, say (-inf where none)
 
     def own(model) -> torch.Tensor:
-        return torch.cat(list(model.predict_batches(cut.context, cut.context_observed, cut.covariates))).cpu()
+        raw = torch.cat(list(model.predict_batches(cut.context, cut.context_observed, cut.covariates))).cpu()
+        return torch.maximum(raw, floor)
 
     change = float((scored - own(predictor.model)).abs().max())
     distinct = bool((own(final.model) - own(predictor.model)).abs().max() > 0)

@@ -679,6 +679,7 @@ def _series_rows(frame: SeriesFrame, i: int, first: int, end: int) -> SeriesFram
         slice(first, end),
         np.array([end - first]),
         keys=(frame.keys[i],),
+        id_values=None if frame.id_values is None else frame.id_values.iloc[[i]].reset_index(drop=True),
         static=None if frame.static is None else frame.static.iloc[[i]].reset_index(drop=True),
     )
 

@@ -241,8 +241,8 @@ def _table(predictor: Predictor, frame: SeriesFrame, shipped: Forecasts, timesta
     time = pd.DataFrame({predictor.time_col: timestamps})
     if not predictor.id_cols:
         return pd.concat([time, pd.DataFrame(columns)], axis=1)
-    ids = np.repeat(np.array(frame.keys, dtype=object), predictor.horizon, axis=0)
-    return pd.concat([pd.DataFrame(ids, columns=list(predictor.id_cols)), time, pd.DataFrame(columns)], axis=1)
+    ids = frame.ids_table(np.repeat(np.arange(frame.n_ids), predictor.horizon))  # typed as the data's
+    return pd.concat([ids, time, pd.DataFrame(columns)], axis=1)
 
 
 def _plotted(

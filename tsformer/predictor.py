@@ -343,13 +343,27 @@ class Predictor:
 
     @in_python_terms
     def backtest(
-        self, data: Source | None = None, windows: int | None = None, step: int = 0, start: str | None = None
+        self,
+        data: Source | None = None,
+        windows: int | None = None,
+        step: int = 0,
+        start: str | pd.Timestamp | None = None,
+        refit: bool = False,
     ) -> pd.DataFrame:
         """Forecasts at `windows` rolling origins `step` apart (default: the horizon) after the run's validation
         (default: every origin that fits there), each scored against the truth: one row per origin, series,
         step and target, with the forecast, its interval bounds, the naive forecasts and the truth (as
-        `tsformer backtest --out` writes); `.attrs["notes"]` says how many origins and which series it left out."""
-        result = backtests.backtest(self, self.read(data), windows, step, start)
+        `tsformer backtest --out` writes, its times as timestamps); `.attrs["notes"]` says how many origins and
+        which series it left out. `refit=True` trains a new model at each origin (default 5 of them) on the
+        data before it, with this predictor's config, as `tsformer backtest --refit` does."""
+        if refit:
+            from tsformer.runs import refit_backtest
+
+            cfg = dataclasses.replace(self.config, train=dataclasses.replace(self.config.train, time_limit=0.0))
+            source = as_source(data) if data is not None else self.data.frame if self.data is not None else None
+            result = refit_backtest(cfg, None, 5 if windows is None else windows, step, start, source=source)
+        else:
+            result = backtests.backtest(self, self.read(data), windows, step, start)
         table = result.forecasts.copy()
         table.attrs["notes"] = python_notes(result.notes)
         return table

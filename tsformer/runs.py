@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 from pandas.tseries.frequencies import to_offset
 
-from tsformer.backtest import BacktestResult, backtest, origin_rows, score_origins, write_backtest
+from tsformer.backtest import BacktestResult, backtest, check_origins, origin_rows, score_origins, write_backtest
 from tsformer.check import check_predictor
 from tsformer.config import DEFAULT_SPLIT_RATIOS, Config
 from tsformer.data import Prepared, Source, training_data
@@ -99,6 +99,7 @@ def refit_backtest(
     series end together, or --start names the date), so no series trains on a time after another's
     origin; otherwise, and in a wide file, at the same rows when the series have equal lengths."""
     _check_outputs(out, plot)
+    check_origins(windows, step)
     cfg = resolve(cfg)
     data = training_data(cfg, source, static)  # the whole file, for the origins and each fold's size
     frame, horizon = data.frame, data.config.model.horizon
@@ -142,7 +143,7 @@ def refit_backtest(
         per_origin[per_origin.forecaster.isin(shared)].groupby("forecaster", sort=False).mean(numeric_only=True)
     ).reset_index()
     summary = pd.concat([per_origin, overall.assign(origin="all")], ignore_index=True)
-    result = BacktestResult(forecasts, summary, tuple(notes))
+    result = BacktestResult(forecasts, summary, tuple(notes), results[0].time_col, results[0].time_notation)
     write_backtest(result, out, plot)
     return result
 

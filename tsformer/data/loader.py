@@ -77,6 +77,8 @@ class SeriesFrame:
     time_notation: TimeNotation = TimeNotation()  # how the time column was written, to write output alike
     bounds: np.ndarray | None = None  # (n_ids + 1,) row where each series starts, then n_rows; None: one series
     reading: ReadEvidence | None = None  # what training's reading decisions rest on (`tsformer.data.reading`)
+    id_values: pd.DataFrame | None = None  # one row per series (`keys` order): its ids with the DataFrame's dtypes
+    # (int ids stay int, categories stay categories); None: read from a file, whose ids are text
 
     def __post_init__(self) -> None:
         if self.bounds is None:
@@ -118,6 +120,13 @@ class SeriesFrame:
         NaN where missing."""
         blocks = [b for b in (self.values, self.past, self.future) if b is not None]
         return blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=1)
+
+    def ids_table(self, series: np.ndarray) -> pd.DataFrame:
+        """The id columns of series `series` (an index array, one row each), typed as the data gave them."""
+        if self.id_values is not None:
+            return self.id_values.iloc[series].reset_index(drop=True)
+        text = np.array(self.keys, dtype=object).reshape(self.n_ids, len(self.id_cols))  # (n_ids, n_id_cols)
+        return pd.DataFrame(text[series], columns=list(self.id_cols))
 
     def id_of_rows(self) -> np.ndarray:
         """(n_rows,) the series index of every row."""
@@ -164,6 +173,7 @@ class SeriesFrame:
             rows,
             self.lengths[order],
             static=None if self.static is None else self.static.iloc[order].reset_index(drop=True),
+            id_values=None if self.id_values is None else self.id_values.iloc[order].reset_index(drop=True),
             keys=tuple(keys),
             reading=None,  # what training's reading decisions rest on is of the file's own order
         )
@@ -191,9 +201,11 @@ def read_series(
     """
     if isinstance(source, pd.DataFrame):
         try:
-            return _read(table_from_frame(source), "the DataFrame", "", cfg, expected_freq, expected_ids, static)
+            table = table_from_frame(source)
+            frame = _read(table, "the DataFrame", "", cfg, expected_freq, expected_ids, static)
         except DataError as exc:
             raise DataError(rows_not_lines(str(exc))) from None
+        return replace(frame, id_values=_typed_ids(table, frame)) if frame.id_cols else frame
     path = Path(source)
     table, delimiter, file_notes = read_table(path)
     return _read(table, path.name, delimiter, cfg, expected_freq, expected_ids, static, file_notes)
@@ -291,6 +303,15 @@ def _read(
 
 
 # --- series ids -----------------------------------------------------------------------------------
+
+
+def _typed_ids(table: pd.DataFrame, frame: SeriesFrame) -> pd.DataFrame:
+    """One row per series of `frame` (its `keys` order): its id values as `table` (a DataFrame's) holds them."""
+    codes, keys = _series_codes(table, frame.id_cols, check_unique=False)
+    first = np.unique(codes, return_index=True)[1]  # each series' first row, in order of first appearance
+    typed = table[list(frame.id_cols)].iloc[first].reset_index(drop=True)
+    position = {key: i for i, key in enumerate(keys)}
+    return typed.iloc[[position[key] for key in frame.keys]].reset_index(drop=True)
 
 
 def _find_id_cols(
