@@ -95,6 +95,9 @@ def test_a_series_is_fit_as_the_one_column_table_of_its_time_index():
             fitted.predict(wrong)
     with pytest.raises(DataError, match=r"^data must be a DataFrame, a Series or a CSV path, got int"):
         tsformer.fit(5, horizon=HORIZON, config=TINY)
+    unnamed = frame.set_index(pd.DatetimeIndex(frame["date"], name=None))[["a"]]  # an index without a name
+    forecast = tsformer.fit(unnamed, horizon=HORIZON, config=TINY).predict()
+    assert list(forecast.columns[:2]) == ["date", "a"] and not any("time column" in n for n in forecast.attrs["notes"])
 
 
 def test_fit_predict_save_load_equals_the_cli_forecast_of_the_same_run(wide_fit, tmp_path):
@@ -210,6 +213,11 @@ def test_static_covariates_numeric_and_categorical_from_a_table_or_the_data():
     other = static.assign(size=static["size"] + 3.0)
     moved = from_table.predict(data[["unique_id", "ds", "y"]], static_df=other)
     assert not np.allclose(moved["y"], from_table.predict()["y"])  # the forecast reads the static values
+    newcomer = data[data.unique_id == "S1"].assign(unique_id="W")[["unique_id", "ds", "y"]]
+    odd = pd.DataFrame({"unique_id": ["W"], "kind": ["sideways"], "size": [2.0]})
+    notes = from_table.predict(newcomer, static_df=odd).attrs["notes"]
+    assert "1 series hold a static category training never saw ('W' has kind 'sideways', not among training's " \
+           "down, up); the model reads it as an unknown category" in notes  # fmt: skip
 
 
 def test_static_covariates_are_refused_when_they_vary_or_are_missing():
@@ -317,12 +325,20 @@ def test_the_static_check_fails_on_a_model_that_ignores_them(monkeypatch):
     assert not {r.name: r.passed for r in check_model(model)}["model/static"]
 
 
-def test_fit_keeps_the_callers_torch_threads():
+def test_fit_keeps_the_callers_torch_threads_and_random_stream_and_prints_nothing_by_default(tmp_path, capfd):
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        tsformer.fit(make_frame(), horizon=HORIZON, config={**TINY, "train.num_threads": 1})  # for the run only
-        assert torch.get_num_threads() == 2
+        torch.manual_seed(7)
+        expected = torch.rand(3)
+        torch.manual_seed(7)
+        config = {**TINY, "train.num_threads": 1}  # for the run only
+        config = {key: value for key, value in config.items() if key not in ("model.context_len", "model.patch_len")}
+        tsformer.fit(make_frame(), horizon=HORIZON, config=config, out=tmp_path / "run")
+        assert torch.get_num_threads() == 2 and torch.equal(torch.rand(3), expected)
+        assert capfd.readouterr().err == ""  # progress=False: nothing printed, a run folder or not
+        tsformer.fit(make_frame(), horizon=HORIZON, config=config, notes=True)
+        assert capfd.readouterr().err.startswith("context_len 72 and patch_len 24 chosen for 168 training rows")
     finally:
         torch.set_num_threads(threads)
 

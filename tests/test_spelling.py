@@ -12,10 +12,17 @@ from tsformer.spelling import in_python_terms, python_terms
         ("name it with --time-col", "name it with time_col="),
         ("train with --set data.floor=zero", 'train with config={"data.floor": "zero"}'),
         ("lower the rate (--set train.lr=...) or", 'lower the rate (config={"train.lr": ...}) or'),
-        ("pass --fill ffill or zero", "pass config key data.fill ffill or zero"),
+        ("pass --fill ffill or zero", 'pass config={"data.fill": "ffill"} or config={"data.fill": "zero"}'),
+        ("train with --fill zero where", 'train with config={"data.fill": "zero"} where'),
+        ("several: --id-col store --id-col item)", 'several: id_col=["store", "item"])'),
+        ("pass --future CSV with their values", "pass future=(a DataFrame or a CSV path) with their values"),
+        ("--split must be test or val", "split= must be test or val"),
         ("sort the file or pass --sort", 'sort the file or pass config={"data.sort": True}'),
         ("name them with --static-cov, or drop --static", "name them with static_covs=, or drop static_df="),
-        ("retrain at each origin with --refit", "retrain at each origin with --refit"),  # the command line's alone
+        ("retrain at each origin with --refit", "retrain at each origin with refit=True"),
+        ("or --freq to state it", "or config key data.freq to state it"),  # no value: the key alone
+        ("state it with --freq B (the later", 'state it with config={"data.freq": "B"} (the later'),
+        ("(--fill zero fills them)", '(config={"data.fill": "zero"} fills them)'),
         ("ask for --windows 4 or fewer", "ask for windows=4 or fewer"),
         ("set --context-len N", 'set config={"model.context_len": N}'),
         ("--target to forecast them", "target= to forecast them"),  # prose after a flag is no value

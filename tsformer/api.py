@@ -35,6 +35,7 @@ def fit(
     overwrite: bool = False,
     resume: bool = False,
     progress: bool = False,
+    notes: bool | None = None,
 ) -> Predictor:
     """Train a forecaster and return its `Predictor` (`.predict`, `.evaluate`, `.backtest`, `.check`, `.save`).
 
@@ -57,7 +58,8 @@ def fit(
         (`tsformer.search`: a longer context, a weekly cycle, another loss, more members); default none, one recipe.
     out: a run folder to train into (checkpoints every epoch, resumable with resume=True; `tsformer evaluate
         OUT` and the other commands read it); None trains in memory and writes nothing.
-    progress: print progress and notes on how the data was read.
+    progress: print progress per epoch. notes: print how the data was read and what was chosen from it (default:
+        as progress; `.summary` and each choice's attributes hold them either way).
 
     The same data, settings and seed give the same predictor as `tsformer train` (bit for bit on CPU; with a
     time limit, what the search reaches depends on the machine's speed).
@@ -88,7 +90,8 @@ def fit(
         cfg = with_data_path(cfg, resolve_data_path(str(data)))
     if resume and out is None:
         raise ConfigError("resume=True continues a run folder: give it as out=")
-    return train(cfg, out, resume=resume, overwrite=overwrite, show_progress=progress, source=source, static=static_df)
+    shown = progress if notes is None else notes
+    return train(cfg, out, resume, overwrite, show_progress=progress, source=source, static=static_df, show_notes=shown)
 
 
 @in_python_terms

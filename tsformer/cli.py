@@ -253,7 +253,9 @@ def train(
     from tsformer.api import fit
 
     # fit as it is, without the Python API's respelling: its errors name this command's flags
-    predictor = fit.__wrapped__(frame, config=cfg, out=out, resume=resume, overwrite=overwrite, progress=not quiet)
+    predictor = fit.__wrapped__(
+        frame, config=cfg, out=out, resume=resume, overwrite=overwrite, progress=not quiet, notes=True
+    )
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
         return
     typer.echo(f"{predictor.summary.trained_line(predictor.data.frame.n_ids > 1)}\nrun folder: {out}")

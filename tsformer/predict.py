@@ -15,6 +15,7 @@ from pandas.tseries.frequencies import to_offset
 
 from tsformer.data import Scaler, SeriesFrame, Source, forecast_index, read_series
 from tsformer.data.prepare import scale_season
+from tsformer.data.static import unseen_note
 from tsformer.data.timestamps import TimeNotation
 from tsformer.errors import DataError
 from tsformer.fallback import not_the_model
@@ -93,6 +94,8 @@ def shipped_after(
     notes = frame.notes
     if new_series:
         notes += (f"{new_series} series not in training; the global model forecasts each, scaled with its own history",)
+    unseen = unseen_note(frame.static, predictor.layout.static_categorical, frame.names)
+    notes += (unseen,) if unseen else ()
     index, timestamps = forecast_index(
         frame, ahead, predictor.layout, scaler, predictor.static_scale, predictor.context_len, predictor.horizon
     )

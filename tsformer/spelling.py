@@ -33,6 +33,8 @@ KEYWORDS = {  # a flag -> the keyword argument of fit, predict, backtest or eval
     "--step": "step=",
     "--start": "start=",
     "--csv": "data=",
+    "--split": "split=",
+    "--refit": "refit=True",
 }
 CONFIG_KEYS = {  # a flag taking a value -> its config key
     "--context-len": "model.context_len",
@@ -55,6 +57,11 @@ COMMAND = re.compile(r"tsformer (?:train|evaluate|predict|backtest|check|bench)\
 SET = re.compile(r"--set ([a-z_]+\.[a-z_]+)=(\.\.\.|\S*[^\s.,;)])")
 FLAG = re.compile(r"--[a-z][a-z-]*(?![a-z-])")
 VALUED = re.compile(r"(--[a-z][a-z-]*) ([A-Z][A-Z0-9_]*|-?\d[\d.]*)\b")  # a flag and a placeholder or number
+REPEATED = re.compile(r"(--[a-z][a-z-]*) (\w+) \1 (\w+)")  # a repeatable flag given twice: --id-col a --id-col b
+WORDS = {"--fill": ("ffill", "zero"), "--time-unit": ("s", "ms", "us", "ns")}  # a flag's values written as words
+CHOICE = re.compile(rf"({'|'.join(WORDS)}) ([a-z]+)(?: or ([a-z]+))?\b")  # --fill ffill or zero
+FREQ = re.compile(r"--freq (\d*(?:min|ms|us|ns|h|s|D|B|W(?:-[A-Z]{3})?|MS|ME|QS(?:-[A-Z]{3})?|QE|YS|YE))(?![\w-])")
+FILE_PLACEHOLDER = "CSV"  # --future CSV: in Python a DataFrame or a path
 
 Params = ParamSpec("Params")
 Result = TypeVar("Result")
@@ -77,15 +84,36 @@ def python_notes(notes) -> list[str]:
 
 def _respelled(text: str) -> str:
     text = SET.sub(lambda m: f'config={{"{m.group(1)}": {_literal(m.group(2))}}}', text)
+    text = REPEATED.sub(_repeated, text)
+    text = FREQ.sub(lambda m: f'config={{"data.freq": "{m.group(1)}"}}', text)
     text = VALUED.sub(_valued, text)
+    text = CHOICE.sub(_choice, text)
     return FLAG.sub(lambda m: _keyword(m.group()), text)
+
+
+def _repeated(match: re.Match) -> str:
+    """`--id-col store --id-col item` as `id_col=["store", "item"]`."""
+    flag, first, second = match.groups()
+    if flag in KEYWORDS and KEYWORDS[flag].endswith("="):
+        return f'{KEYWORDS[flag]}["{first}", "{second}"]'
+    return match.group()
+
+
+def _choice(match: re.Match) -> str:
+    """A config flag's value words: `--fill ffill or zero` as `config={"data.fill": "ffill"} (or "zero")`."""
+    flag, first, second = match.groups()
+    if first not in WORDS[flag] or (second is not None and second not in WORDS[flag]):
+        return match.group()
+    key = CONFIG_KEYS[flag]
+    respelled = f'config={{"{key}": "{first}"}}'
+    return respelled if second is None else f'{respelled} or config={{"{key}": "{second}"}}'
 
 
 def _valued(match: re.Match) -> str:
     """`--windows 4` as `windows=4`, `--context-len N` as `config={"model.context_len": N}`."""
     flag, value = match.groups()
     if flag in KEYWORDS and KEYWORDS[flag].endswith("="):
-        return f"{KEYWORDS[flag]}{value}"
+        return f"{KEYWORDS[flag]}{'(a DataFrame or a CSV path)' if value == FILE_PLACEHOLDER else value}"
     if flag in CONFIG_KEYS:
         return f'config={{"{CONFIG_KEYS[flag]}": {value}}}'
     return match.group()

@@ -78,10 +78,12 @@ def train(
     show_progress: bool = True,
     source: Source | None = None,
     static: Source | None = None,
+    show_notes: bool | None = None,
 ) -> Predictor:
     """Train on `source` (a path or DataFrame; default cfg.data.path) and return the Predictor; into the run
     folder `out_dir` (a new run, replacing one only with `overwrite`, or continuing one with `resume`), or
-    in memory when it is None. `static`: a table of static covariates, one row per series.
+    in memory when it is None. `static`: a table of static covariates, one row per series. `show_notes`: print
+    how the data was read and what was chosen (None: where a folder is written or progress shown).
 
     The folder is claimed first: a second writer is refused, a new run is staged beside it and moved
     into place when its first epoch is saved, so a failure leaves the old run, a resumable run, or none.
@@ -93,13 +95,16 @@ def train(
     searched = bool(cfg.train.time_limit)  # written once at the end: nothing to resume
     folder = runfolder.claim(out_dir, overwrite, resume, resumable=not searched) if claim else None
     threads = torch.get_num_threads()  # train.num_threads holds for the run, not for the caller's process after it
+    random_state = torch.random.get_rng_state()  # the run seeds torch; the caller's random stream goes on after it
     try:
         with _terminate_as_interrupt():
-            predictor = _train(cfg, out_dir, folder, resume, show_progress, source, static)
+            notes = (out_dir is not None or show_progress) if show_notes is None else show_notes
+            predictor = _train(cfg, out_dir, folder, resume, show_progress, source, static, notes)
         distributed.teardown()  # every rank got here: leave the process group together
         return predictor
     finally:
         torch.set_num_threads(threads)
+        torch.random.set_rng_state(random_state)
         if folder is not None:
             folder.release()
         distributed.abandon()  # after a failure, without waiting for ranks that may never arrive
@@ -113,6 +118,7 @@ def _train(
     show_progress: bool,
     source: Source | None,
     static: Source | None,
+    show_notes: bool,
 ) -> Predictor:
     started = time.monotonic()
     if resume and (out_dir / SEARCH_FILE).exists():
@@ -132,7 +138,7 @@ def _train(
         raise ConfigError("train.time_limit searches on one process; run it without torchrun, or drop --time-limit")
     data = training_data(given, source, static)
     cfg = data.config  # every automatic setting chosen
-    if ctx.is_main and (folder is not None or show_progress):
+    if ctx.is_main and show_notes:
         for note in (folder.notes if folder is not None else []) + list(data.notes):
             print(note, file=sys.stderr)
     if previous is not None:
@@ -140,7 +146,8 @@ def _train(
     if saved is not None and saved.summary is not None:  # finished: its fallback and final model are made
         finished = saved.replace(data=data)
         if folder is not None:  # its history written again from last.pt (a kill may have cut history.csv short)
-            print(f"{out_dir} is a finished run: nothing to resume (--overwrite trains it again)", file=sys.stderr)
+            if show_notes:
+                print(f"{out_dir} is a finished run: nothing to resume (--overwrite trains it again)", file=sys.stderr)
             _write_history(folder, pd.DataFrame(train_state["loop"]["history"]))
         return finished
     if cfg.train.time_limit:

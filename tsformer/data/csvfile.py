@@ -20,6 +20,7 @@ from tsformer.files import require_file
 DELIMITERS = ",;\t|"
 SNIFF_BYTES = 64 * 1024
 NEWLINE = re.compile(r"\r\n|\r|\n")  # the line ends pandas splits on
+UNNAMED_TIME = "date"  # the time column a DataFrame's unnamed DatetimeIndex becomes
 
 
 def read_table(path: Path) -> tuple[pd.DataFrame, str, tuple[str, ...]]:
@@ -187,11 +188,14 @@ def names(columns) -> str:
 
 def table_from_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """A DataFrame as `read_table` gives a file: text column names, and an index numbering the rows as the lines
-    of the CSV the frame would write (the header is line 1). A named index, a DatetimeIndex or a MultiIndex
-    becomes columns first (so a time index is found like a time column); any other index is dropped."""
+    of the CSV the frame would write (the header is line 1). A named index, a DatetimeIndex (`date` when it has
+    no name) or a MultiIndex becomes columns first (so a time index is found like a time column); any other
+    index is dropped."""
     if not isinstance(frame, pd.DataFrame):
         raise DataError(f"expected a pandas DataFrame, got {type(frame).__name__}")
     index = frame.index
+    if isinstance(index, pd.DatetimeIndex) and index.name is None and UNNAMED_TIME not in frame.columns:
+        frame = frame.rename_axis(UNNAMED_TIME)  # found by its name, and the forecast's time column is called so
     if any(name is not None for name in index.names) or isinstance(index, pd.DatetimeIndex | pd.MultiIndex):
         frame = frame.reset_index()
     table = frame.copy()

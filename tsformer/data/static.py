@@ -162,6 +162,30 @@ def encode_static(
     return values, codes, int(unseen.sum())
 
 
+def unseen_note(table: pd.DataFrame | None, categorical: tuple[tuple[str, tuple[str, ...]], ...], names) -> str:
+    """A note naming the first series (of `names`, one per row of `table`) whose static category training never
+    saw, which the model reads as an unknown one (code 0), and how many such series; "" when none."""
+    if table is None or not categorical:
+        return ""
+    unseen = np.zeros(len(table), dtype=bool)
+    first = None
+    for name, categories in categorical:
+        known = set(categories)
+        values = _as_text(table[name])
+        new = np.array([value not in known for value in values])
+        if new.any() and first is None:
+            i = int(np.flatnonzero(new)[0])
+            shown = ", ".join(categories[:5]) + ", ..." * (len(categories) > 5)
+            first = f"{names[i]!r} has {name} {values[i]!r}, not among training's {shown}"
+        unseen |= new
+    if first is None:
+        return ""
+    return (
+        f"{int(unseen.sum())} series hold a static category training never saw ({first}); the model reads it as "
+        "an unknown category"
+    )
+
+
 def _as_text(column: pd.Series) -> list[str]:
     """A categorical column's values as text; one that came out all numbers (its rows happen to hold only
     numeric categories) is written as such numbers are written in text (3, not 3.0)."""

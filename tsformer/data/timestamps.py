@@ -467,7 +467,7 @@ def resolve_freq(
     wanted = stated or expected
     offset = parse_freq(wanted, "--freq" if stated else "the checkpoint's frequency") if wanted else None
     whose = "the model was trained on" if expected and not stated else "--freq says"
-    fix = "give a CSV with the training frequency" if expected and not stated else "fix --freq"
+    fix = "give data at the training frequency" if expected and not stated else "fix --freq"
     if len(timestamps) < 3:
         if offset is None:
             raise DataError(
