@@ -48,6 +48,9 @@ def test_truncated_and_foreign_files_are_refused(trained_run, tmp_path):
     torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
     with pytest.raises(CheckpointError, match="is not a tsformer checkpoint"):
         load_predictor(tmp_path / "other.pt")
+    (tmp_path / "data.csv").write_text("date,y\n2024-01-01,1\n")  # data where a run was meant: `evaluate data.csv`
+    with pytest.raises(CheckpointError, match=r"data.csv is a text file \(data\?\), not a trained run: give the run"):
+        load_predictor(tmp_path / "data.csv")
 
 
 def test_a_full_disk_while_saving_is_an_os_error_naming_the_checkpoint(trained_run, tmp_path, monkeypatch):

@@ -474,6 +474,12 @@ def test_predict_on_a_matching_csv_works(tmp_path, run):
     assert len(pd.read_csv(out)) == 4
 
 
+def test_every_numeric_column_given_as_a_covariate_is_refused_naming_them(tmp_path):
+    csv = write_csv(tmp_path / "two.csv", hourly_rows())
+    extra = ("--future-cov", "load", "--past-cov", "OT")
+    train_error(tmp_path, csv, "every numeric column of two.csv is given as a covariate ('load', 'OT')", extra=extra)
+
+
 def test_future_covariates_for_a_model_that_reads_none_are_refused(tmp_path, run):
     csv = write_csv(tmp_path / "ok.csv", hourly_rows())
     future = write_csv(tmp_path / "future.csv", hourly_rows(210)[200:])
@@ -565,7 +571,7 @@ def edit_payload(path, key, change):
     [
         (truncate, ("not a loadable tsformer checkpoint", "retrain")),
         (scramble, ("not a loadable tsformer checkpoint", "retrain")),
-        (lambda p: p.write_text("hello"), ("not a loadable tsformer checkpoint",)),
+        (lambda p: p.write_text("date,y\n2024-01-01,1\n"), ("is a text file (data?), not a trained run",)),
         (foreign, ("is not a tsformer checkpoint", "model.pt of a tsformer run")),
         (newer_format, ("checkpoint format 99", f"reads format 7, 8, 9, 10, 11, 12, 13, 14, 15 or {FORMAT_VERSION}")),
         (lambda p: p.unlink(), ("has no model.pt", "tsformer train")),

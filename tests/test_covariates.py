@@ -162,6 +162,10 @@ def test_predict_needs_the_future_rows_of_every_series(covariate_csv, tmp_path):
         "short": (future.iloc[1:], ("has 3 rows", "series 'A'", "needs the 4 steps from")),
         "missing-series": (future[future.unique_id == "A"], ("no rows for series 'B'",)),
         "missing-column": (future.drop(columns=["load"]), ("covariate 'load' not in",)),
+        "text-cell": (
+            future.assign(load=future["load"].astype(object).where(np.arange(len(future)) != 2, "yes")),
+            ("column 'load' is not numeric: 'yes' at line 4", "units, or correct it there"),
+        ),
         "empty-cell": (
             future.assign(load=future["load"].where(np.arange(len(future)) != 5)),  # series B's second step
             ("misses covariate values for series 'B', 1 of 4", f"load at {future['ds'].iloc[5]}"),

@@ -123,10 +123,28 @@ def read_train_state(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return _fields(payload, where), state
 
 
+def _is_text(path: Path) -> bool:
+    """Whether the file starts as text does (a CSV), not as a checkpoint (a zip archive, or a pickle's opcode)."""
+    with path.open("rb") as handle:
+        head = handle.read(512)
+    if not head or head.startswith((b"PK", b"\x80")):
+        return False
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start > 0 and exc.start >= len(head) - 3  # a multi-byte character cut at the end of the read
+    return True
+
+
 def _load(path: Path) -> tuple[dict[str, Any], Path]:
     """The payload of a checkpoint file, read without executing code from it, of this format version."""
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} not found; train a model first or check the run folder")
+    if _is_text(path):
+        raise CheckpointError(
+            f"{path} is a text file (data?), not a trained run: give the run folder `tsformer train --out` made "
+            "(the commands that read data take it with --csv)"
+        )
     try:
         with warnings.catch_warnings():  # torch warns about foreign pickle protocols before refusing them
             warnings.simplefilter("ignore")

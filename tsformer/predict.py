@@ -178,7 +178,11 @@ def read_future(predictor: Predictor, history: SeriesFrame, future: Source | Non
     try:
         frame = read_series(future, data_cfg, expected_freq=predictor.freq, expected_ids=predictor.id_cols)
     except DataError as exc:
-        raise DataError(f"{where}: {str(exc).replace('target column', 'covariate')}") from None
+        fixes = {"choose other --target columns": "correct it there", "choose numeric --target columns": "give numbers"}
+        message = str(exc)
+        for wrong, right in fixes.items():  # the reader speaks of targets; here its columns are covariates
+            message = message.replace(wrong, right)
+        raise DataError(f"{where}: {message.replace('target column', 'covariate')}") from None
     rows = {key: i for i, key in enumerate(frame.keys)}
     offset = to_offset(predictor.freq)
     out = np.empty((history.n_ids, horizon, len(names)), dtype=np.float32)

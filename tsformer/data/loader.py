@@ -444,6 +444,13 @@ def _pick_targets(
             f"forecast with --target, or give {LONG_TARGET!r} as the target and not as a covariate"
         )
     numeric = [c for c in candidates if _is_numeric_like(table[c])]
+    taken = [c for c in table.columns if c in covariates and _is_numeric_like(table[c])]  # in the file's order
+    if not numeric and taken:
+        raise DataError(
+            f"every numeric column of {source} is given as a covariate ({names(taken)}), so none is left to "
+            "forecast; a covariate is an input beside the target, not the target itself: drop it from the "
+            "covariates, or add the column to forecast"
+        )
     if not numeric:
         raise DataError(
             f"no numeric column in {source} besides the time column {time_col!r} ({_read_with(delimiter)}columns: "
