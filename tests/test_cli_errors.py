@@ -474,6 +474,14 @@ def test_predict_on_a_matching_csv_works(tmp_path, run):
     assert len(pd.read_csv(out)) == 4
 
 
+def test_an_hour_written_twice_when_daylight_saving_ends_is_named_as_such(tmp_path):
+    stamps = pd.date_range("2024-10-20", periods=240, freq="h", tz="Europe/Berlin").tz_localize(None)
+    rows = [f"{t:%Y-%m-%d %H:%M:%S},{i % 24},{i % 7}" for i, t in enumerate(stamps)]
+    csv = write_csv(tmp_path / "local.csv", rows)
+    train_error(tmp_path, csv, "duplicate timestamp 2024-10-27 02:00:00 at lines 172 and 173, a Sunday night's hour",
+                "UTC offset")  # fmt: skip
+
+
 def test_every_numeric_column_given_as_a_covariate_is_refused_naming_them(tmp_path):
     csv = write_csv(tmp_path / "two.csv", hourly_rows())
     extra = ("--future-cov", "load", "--past-cov", "OT")

@@ -187,6 +187,16 @@ def test_a_column_named_year_is_the_time_column_even_written_as_floats(tmp_path)
     assert series.time_notation.write(series.timestamps[:2]).tolist() == ["1935", "1936"]
 
 
+@pytest.mark.parametrize("fmt", ["%-m/%-d/%Y", "%-d/%-m/%Y", "%-m/%-d/%Y %-H:%M"])
+def test_dates_without_leading_zeros_are_written_back_without_them(tmp_path, fmt):
+    days = pd.date_range("2024-03-28", periods=40, freq="D")
+    frame = pd.DataFrame({"date": days.strftime(fmt), "y": np.arange(40.0)})
+    series = read_series(write_csv(tmp_path / "d.csv", frame), DataConfig(dayfirst=fmt.startswith("%-d")))
+    assert series.freq == "D" and series.timestamps[0] == days[0]
+    later = pd.DatetimeIndex(["2024-05-07", "2024-12-10"])
+    assert series.time_notation.write(later).tolist() == later.strftime(fmt).tolist()  # 5/7/2024, not 05/07/2024
+
+
 def test_iso_utc_times_written_with_z_are_written_back_with_z(tmp_path):
     hours = pd.date_range("2024-01-01", periods=50, freq="h", tz="UTC")
     frame = pd.DataFrame({"ts": hours.strftime("%Y-%m-%dT%H:%M:%SZ"), "y": np.arange(50.0)})

@@ -26,6 +26,7 @@ NOTATION_SAMPLE = 10_000  # rows, spread over the file, whose text the output no
 QUARTER = re.compile(r"^(\d{4})(\s*-?\s*)[Qq]([1-4])$")  # 1998Q1, 1998 Q1, 1998-Q1
 ISO_WEEK = re.compile(r"^\d{4}-W\d{2}$")  # 2015-W02: the ISO week, read as its Monday and written back alike
 ISO_WEEK_FORMAT = "%G-W%V"
+UNPADDED = {"%m": "%-m", "%d": "%-d", "%H": "%-H"}  # month, day and hour without a leading zero (glibc's strftime)
 STRAY_WEEKENDS = 0.01  # daily rows: a weekend share at most this, the rest business days, earns a note
 WHOLE_YEAR = r"\d{4}(?:\.0*)?"  # 1935, or 1935.0 as a float column's export writes it
 MONTH = r"\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\b"
@@ -171,9 +172,12 @@ def _reads_as_time(column: pd.Series, cfg: DataConfig) -> bool:
         return False
     head = text.iloc[: min(len(text), 50)]
     first = head.iloc[0]
-    if not (
-        QUARTER.match(first) or ISO_WEEK.match(first) or MONTH_AND_YEAR.match(first) or guess_datetime_format(first)
-    ) and not _epoch_unit(head, cfg.time_unit):
+    with warnings.catch_warnings():  # pandas warns of a day-first guess: the reading is chosen later
+        warnings.simplefilter("ignore")
+        guessed = guess_datetime_format(first, dayfirst=cfg.dayfirst)
+    if not (QUARTER.match(first) or ISO_WEEK.match(first) or MONTH_AND_YEAR.match(first) or guessed) and not (
+        _epoch_unit(head, cfg.time_unit)
+    ):
         return False
     try:
         stamps, _, _ = parse_timestamps(column.iloc[: len(head)], str(column.name), cfg)
@@ -328,6 +332,11 @@ def _notation(timestamps: pd.DatetimeIndex, text: pd.Series, dayfirst: bool) -> 
     tried = (fmt,) if fmt else MONTH_NAME_FORMATS if MONTH_AND_YEAR.match(text.iloc[0]) else ()
     if fmt and fmt.endswith("%z") and text.iloc[0].endswith("Z"):  # ISO's Z for UTC, which %z writes as +0000
         tried = (fmt[:-2] + "Z", fmt)
+    if fmt and any(code in fmt for code in UNPADDED):  # 4/9/2024 5:00, as spreadsheets write dates
+        unpadded = fmt
+        for code, bare in UNPADDED.items():
+            unpadded = unpadded.replace(code, bare)
+        tried = (*tried, unpadded)
     for fmt in tried:  # only output depends on it
         if (timestamps[rows].strftime(fmt) == written).all():
             return TimeNotation("datetime", fmt)
@@ -448,8 +457,15 @@ def _refuse_repeats(timestamps: pd.DatetimeIndex, lines: np.ndarray) -> None:
         return
     second = int(np.flatnonzero(repeated)[0])
     first = int(np.flatnonzero(timestamps == timestamps[second])[0])
+    when = timestamps[second]
+    if first == second - 1 and when.tz is None and when.day_of_week == 6 and when.hour < 4:
+        raise DataError(  # a clock hour written twice: local time on the night daylight saving time ends
+            f"duplicate timestamp {when} at lines {lines[first]} and {lines[second]}, a Sunday night's hour written "
+            "twice as local clocks do when daylight saving time ends; write each time with its UTC offset "
+            "(2024-10-27 02:00:00+02:00, then +01:00 in Central Europe) or in UTC, or merge the two rows"
+        )
     raise DataError(
-        f"duplicate timestamp {timestamps[second]} at lines {lines[first]} and {lines[second]}; keep one row per "
+        f"duplicate timestamp {when} at lines {lines[first]} and {lines[second]}; keep one row per "
         "timestamp, or name the column that tells several series apart with --id-col (repeated where it takes "
         "several: --id-col store --id-col item)"
     )
