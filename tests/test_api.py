@@ -168,7 +168,7 @@ def test_evaluate_says_which_rows_it_did_not_score_and_refuses_a_split_it_has_no
         "30 rows after the test split are not scored (evaluate scores the run's own split; backtest on this data "
         "forecasts over them)"
     ]
-    with pytest.raises(ConfigError, match="split must be test or val, got 'bogus'"):
+    with pytest.raises(ConfigError, match="^split= must be test or val, got 'bogus'"):
         predictor.evaluate(split="bogus")
 
 
