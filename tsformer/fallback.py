@@ -175,7 +175,9 @@ class Decision:
             if self.rule == "weighted":
                 mean = self.weights.values[:, j].mean(0)
                 shares = ", ".join(
-                    f"{LABELS[name]} {mean[k]:.2f}" for k, name in enumerate(self.weights.names) if mean[k] >= 0.01
+                    f"{LABELS[name]} {mean[k]:.2f}"
+                    for k, name in enumerate(self.weights.names)
+                    if mean[k] >= SHOWN_WEIGHT
                 )
                 where = " (mean over series)" if len(choice) > 1 else ""
                 out.append(f"{scores}{where}; {self._weighted_note()}; mean weights: {shares}")
