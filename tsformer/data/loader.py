@@ -202,10 +202,9 @@ def read_series(
     if isinstance(source, pd.DataFrame):
         try:
             table = table_from_frame(source)
-            frame = _read(table, "the DataFrame", "", cfg, expected_freq, expected_ids, static)
+            return _read(table, "the DataFrame", "", cfg, expected_freq, expected_ids, static, typed_ids=True)
         except DataError as exc:
             raise DataError(rows_not_lines(str(exc))) from None
-        return replace(frame, id_values=_typed_ids(table, frame)) if frame.id_cols else frame
     path = Path(source)
     table, delimiter, file_notes = read_table(path)
     return _read(table, path.name, delimiter, cfg, expected_freq, expected_ids, static, file_notes)
@@ -220,9 +219,10 @@ def _read(
     expected_ids: tuple[str, ...] | None,
     static: str | Path | pd.DataFrame | None,
     file_notes: tuple[str, ...] = (),
+    typed_ids: bool = False,
 ) -> SeriesFrame:
     """read_series on a table whose index is the line of the file holding each row (`file_notes`: how the file
-    was read into it)."""
+    was read into it; `typed_ids`: keep the id columns' values as the table types them, a DataFrame's)."""
     time_col, found_notes = find_time_col(table, cfg.time_col, name, cfg)
     found_notes = file_notes + found_notes
     table, joined_notes = join_year_and_part(table, time_col)
@@ -233,6 +233,9 @@ def _read(
     else:  # a trained model's (none for a wide file): exactly those, whatever the names of the columns
         id_cols = _find_id_cols(table, expected_ids, time_col, name)[0] if expected_ids else ()
     codes, keys = _series_codes(table, id_cols, check_unique=expected_ids is None)
+    id_values = None
+    if typed_ids and id_cols:  # each series' first row's ids, in order of first appearance (the keys' order)
+        id_values = table[list(id_cols)].iloc[np.unique(codes, return_index=True)[1]].reset_index(drop=True)
     raw_times, codes_in_file = table[time_col], codes
     timestamps, time_notes, notation = parse_timestamps(table[time_col], time_col, cfg, sample=codes == 0)
     time_notes = found_notes + time_notes
@@ -299,19 +302,11 @@ def _read(
         static_from="" if static_table is None else "data" if in_table else "table",
         time_notation=notation,
         reading=evidence,
+        id_values=id_values,
     )
 
 
 # --- series ids -----------------------------------------------------------------------------------
-
-
-def _typed_ids(table: pd.DataFrame, frame: SeriesFrame) -> pd.DataFrame:
-    """One row per series of `frame` (its `keys` order): its id values as `table` (a DataFrame's) holds them."""
-    codes, keys = _series_codes(table, frame.id_cols, check_unique=False)
-    first = np.unique(codes, return_index=True)[1]  # each series' first row, in order of first appearance
-    typed = table[list(frame.id_cols)].iloc[first].reset_index(drop=True)
-    position = {key: i for i, key in enumerate(keys)}
-    return typed.iloc[[position[key] for key in frame.keys]].reset_index(drop=True)
 
 
 def _find_id_cols(
