@@ -3,8 +3,8 @@
     torchrun --standalone --nproc_per_node 2 tests/ddp_probe.py DUMP_DIR train CSV --out RUN ...
 
 Writes DUMP_DIR/rank<RANK>.pt: {"contexts": every training context this rank saw, in step order,
-(N, context_len, C); "batches": how many of them each step took; "state": the model's state_dict after the
-last step; "exit_code": the CLI's}.
+(N, context_len, C); "batches": how many of them each step took; "losses": each step's loss; "state": the
+model's state_dict after the last step; "exit_code": the CLI's}.
 Only the library's own `Forecaster.forward` is wrapped; nothing in tsformer knows about this script.
 
 PROBE_STOP_AT_STEP=n raises KeyboardInterrupt (what Ctrl-C raises) at this rank's n-th training step;
@@ -29,7 +29,7 @@ from tsformer.model import Forecaster
 def main() -> None:
     dump_dir, argv = Path(sys.argv[1]), sys.argv[2:]
     stop_at = int(os.environ.get("PROBE_STOP_AT_STEP", "0"))
-    seen: dict = {"contexts": [], "model": None}
+    seen: dict = {"contexts": [], "model": None, "losses": []}
     forward = Forecaster.forward
 
     def recording_forward(self, x, observed=None, target=None, **kwargs):
@@ -38,7 +38,10 @@ def main() -> None:
             seen["model"] = self
             if len(seen["contexts"]) == stop_at:
                 raise KeyboardInterrupt
-        return forward(self, x, observed, target, **kwargs)
+        out = forward(self, x, observed, target, **kwargs)
+        if target is not None:
+            seen["losses"].append(float(out[1]))
+        return out
 
     Forecaster.forward = recording_forward
     if os.environ.get("PROBE_NO_DDP"):
@@ -53,6 +56,7 @@ def main() -> None:
         {
             "contexts": torch.cat(seen["contexts"]) if seen["contexts"] else torch.empty(0),
             "batches": [len(c) for c in seen["contexts"]],  # each training step's windows on this rank
+            "losses": seen["losses"],  # each training step's loss on this rank
             "state": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()} if model else {},
             "exit_code": code,
         },

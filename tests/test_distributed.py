@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 from helpers import TINY_FLAGS, make_frame, write_csv
@@ -86,6 +88,15 @@ def test_each_epoch_the_ranks_train_on_disjoint_shards_that_cover_the_data(two_r
         assert [len(r) for r in ranks] == [75, 74]  # no window twice within a rank's epoch
         assert not ranks[0] & ranks[1], f"epoch {epoch + 1}: a window on both ranks, with no padding needed"
         assert ranks[0] | ranks[1] == set(range(n_windows)), f"epoch {epoch + 1}: windows left out"
+
+
+def test_the_history_holds_each_epochs_training_loss_over_both_ranks(two_ranks):
+    _, run, _, records = two_ranks
+    history = pd.read_csv(run / "history.csv")
+    for epoch in range(2):  # 5 steps an epoch on each rank
+        per_rank = [np.mean(r["losses"][5 * epoch : 5 * (epoch + 1)]) for r in records]
+        assert per_rank[0] != per_rank[1]  # each rank's own shard
+        assert history["train_loss"][epoch] == pytest.approx(np.mean(per_rank), rel=1e-12)
 
 
 def test_gradients_are_synchronised_so_both_ranks_hold_the_same_weights(two_ranks):

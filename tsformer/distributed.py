@@ -55,6 +55,15 @@ def wrap(model: torch.nn.Module, ctx: Dist) -> torch.nn.Module:
     return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
 
 
+def mean_over_ranks(value: float, ctx: Dist) -> float:
+    """`value` averaged over every rank (each rank's own, as one process has it); every rank must call it."""
+    if ctx.world_size == 1:
+        return value
+    total = torch.tensor([value], dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(total)
+    return float(total.item()) / ctx.world_size
+
+
 def teardown() -> None:
     """Leave the process group, if one was joined, together, so no rank exits while another still uses it."""
     if dist.is_initialized():

@@ -609,7 +609,7 @@ class _Runner:
             if now > self.deadline or (tc.max_minutes and now - started > 60 * tc.max_minutes):
                 state.finished, state.stopped_by = True, "time"
                 break
-        return sum(losses) / len(losses), lr
+        return distributed.mean_over_ranks(sum(losses) / len(losses), self.ctx), lr  # the epoch's loss, every rank's
 
     def _end_epoch(
         self, state: LoopState, train_loss: float, lr: float, val: ValidationScore, started: float, progress: Progress
