@@ -158,6 +158,12 @@ def test_evaluate_with_csv_copy_gives_the_same_metrics_and_refuses_other_trainin
     assert result_copy.exit_code == 0, result_copy.output
     assert result_copy.output == result.output
     assert json.loads((run / "metrics.json").read_text()) == own
+    frame = pd.read_csv(csv)
+    later = frame.tail(5).assign(date=pd.to_datetime(frame["date"].iloc[-1]) + pd.to_timedelta(range(1, 6), "h"))
+    longer = tmp_path / "longer.csv"  # 5 more rows than the run's test split reaches: said second, before any figure
+    pd.concat([frame, later.assign(date=later["date"].astype(str))]).to_csv(longer, index=False)
+    result_longer = runner.invoke(app, ["evaluate", str(run), "--csv", str(longer)])
+    assert result_longer.output.splitlines()[1].startswith("5 rows after the test split are not scored")
 
     other = _changed_training_rows(csv, tmp_path / "other.csv")
     result = runner.invoke(app, ["evaluate", str(run), "--csv", str(other)])

@@ -350,6 +350,7 @@ def format_report(report: EvalReport) -> str:
     windows = f"{name} windows: {report.n_windows} (every window, stride 1){series}"
     lines = [
         f"{windows}   context_len {report.context_len}   horizon {report.horizon}   season {report.season}",
+        *([report.after_note] if report.after_note else []),  # first: the rows given that no figure below scores
         "",
         f"{'forecaster':<16}{'MSE':>9}{'MAE':>9}{'MAE orig':>12}{'RMSE orig':>12}{'sMAPE':>8}{'MASE':>8}"
         "   (MSE/MAE on scaled values)",
@@ -383,8 +384,6 @@ def format_report(report: EvalReport) -> str:
         lines.append(report.intervals_note)
     if report.mase_note:
         lines.append(report.mase_note)
-    if report.after_note:
-        lines.append(report.after_note)
     for tag, interval in report.intervals.items():
         lines.append(
             f"{tag} % interval (conformal, calibrated on validation): "
