@@ -95,9 +95,11 @@ def test_a_series_is_fit_as_the_one_column_table_of_its_time_index():
             fitted.predict(wrong)
     with pytest.raises(DataError, match=r"^data must be a DataFrame, a Series or a CSV path, got int"):
         tsformer.fit(5, horizon=HORIZON, config=TINY)
-    unnamed = frame.set_index(pd.DatetimeIndex(frame["date"], name=None))[["a"]]  # an index without a name
+    unnamed = frame.set_index(pd.DatetimeIndex(frame["date"]).rename(None))[["a"]]  # an index without a name
     forecast = tsformer.fit(unnamed, horizon=HORIZON, config=TINY).predict()
     assert list(forecast.columns[:2]) == ["date", "a"] and not any("time column" in n for n in forecast.attrs["notes"])
+    as_before = tsformer.fit(unnamed, horizon=HORIZON, config={**TINY, "data.time_col": "index"})  # as runs had it
+    assert as_before.time_col == "index" and list(as_before.predict(unnamed).columns[:2]) == ["index", "a"]
 
 
 def test_fit_predict_save_load_equals_the_cli_forecast_of_the_same_run(wide_fit, tmp_path):

@@ -478,8 +478,11 @@ def test_an_hour_written_twice_when_daylight_saving_ends_is_named_as_such(tmp_pa
     stamps = pd.date_range("2024-10-20", periods=240, freq="h", tz="Europe/Berlin").tz_localize(None)
     rows = [f"{t:%Y-%m-%d %H:%M:%S},{i % 24},{i % 7}" for i, t in enumerate(stamps)]
     csv = write_csv(tmp_path / "local.csv", rows)
-    train_error(tmp_path, csv, "duplicate timestamp 2024-10-27 02:00:00 at lines 172 and 173, a Sunday night's hour",
+    train_error(tmp_path, csv, "duplicate timestamp 2024-10-27 02:00:00 at lines 172 and 173, an early Sunday hour",
                 "UTC offset")  # fmt: skip
+    sundays = pd.date_range("2024-01-07", periods=50, freq="W").strftime("%Y-%m-%d")  # two series stacked: no hint
+    stacked = write_csv(tmp_path / "weekly.csv", [f"{day},{i},{i}" for i, day in enumerate([*sundays, *sundays])])
+    train_error(tmp_path, stacked, "duplicate timestamp 2024-01-07 00:00:00 at lines 2 and 52", "--id-col")
 
 
 def test_every_numeric_column_given_as_a_covariate_is_refused_naming_them(tmp_path):

@@ -15,6 +15,7 @@ from tsformer.spelling import in_python_terms, python_terms
         ("pass --fill ffill or zero", 'pass config={"data.fill": "ffill"} or config={"data.fill": "zero"}'),
         ("train with --fill zero where", 'train with config={"data.fill": "zero"} where'),
         ("several: --id-col store --id-col item)", 'several: id_col=["store", "item"])'),
+        ("--target a --target b --target c to", 'target=["a", "b", "c"] to'),
         ("pass --future CSV with their values", "pass future=(a DataFrame or a CSV path) with their values"),
         ("--split must be test or val", "split= must be test or val"),
         ("sort the file or pass --sort", 'sort the file or pass config={"data.sort": True}'),
@@ -22,6 +23,7 @@ from tsformer.spelling import in_python_terms, python_terms
         ("retrain at each origin with --refit", "retrain at each origin with refit=True"),
         ("or --freq to state it", "or config key data.freq to state it"),  # no value: the key alone
         ("state it with --freq B (the later", 'state it with config={"data.freq": "B"} (the later'),
+        ("--freq QE-DEC (x) or --freq 1h30min", 'config={"data.freq": "QE-DEC"} (x) or config={"data.freq": "1h30min"}'),
         ("(--fill zero fills them)", '(config={"data.fill": "zero"} fills them)'),
         ("ask for --windows 4 or fewer", "ask for windows=4 or fewer"),
         ("set --context-len N", 'set config={"model.context_len": N}'),

@@ -57,10 +57,10 @@ COMMAND = re.compile(r"tsformer (?:train|evaluate|predict|backtest|check|bench)\
 SET = re.compile(r"--set ([a-z_]+\.[a-z_]+)=(\.\.\.|\S*[^\s.,;)])")
 FLAG = re.compile(r"--[a-z][a-z-]*(?![a-z-])")
 VALUED = re.compile(r"(--[a-z][a-z-]*) ([A-Z][A-Z0-9_]*|-?\d[\d.]*)\b")  # a flag and a placeholder or number
-REPEATED = re.compile(r"(--[a-z][a-z-]*) (\w+) \1 (\w+)")  # a repeatable flag given twice: --id-col a --id-col b
+REPEATED = re.compile(r"(--[a-z][a-z-]*) \w+(?: \1 \w+)+")  # a repeatable flag given again: --id-col a --id-col b
 WORDS = {"--fill": ("ffill", "zero"), "--time-unit": ("s", "ms", "us", "ns")}  # a flag's values written as words
 CHOICE = re.compile(rf"({'|'.join(WORDS)}) ([a-z]+)(?: or ([a-z]+))?\b")  # --fill ffill or zero
-FREQ = re.compile(r"--freq (\d*(?:min|ms|us|ns|h|s|D|B|W(?:-[A-Z]{3})?|MS|ME|QS(?:-[A-Z]{3})?|QE|YS|YE))(?![\w-])")
+FREQ = re.compile(r"--freq ((?:\d*[A-Za-z]+)+(?:-[A-Z]{3})?)(?![\w-])")  # --freq h, B, QE-DEC, 1h30min: a word
 FILE_PLACEHOLDER = "CSV"  # --future CSV: in Python a DataFrame or a path
 
 Params = ParamSpec("Params")
@@ -85,22 +85,36 @@ def python_notes(notes) -> list[str]:
 def _respelled(text: str) -> str:
     text = SET.sub(lambda m: f'config={{"{m.group(1)}": {_literal(m.group(2))}}}', text)
     text = REPEATED.sub(_repeated, text)
-    text = FREQ.sub(lambda m: f'config={{"data.freq": "{m.group(1)}"}}', text)
+    text = FREQ.sub(_freq, text)
     text = VALUED.sub(_valued, text)
     text = CHOICE.sub(_choice, text)
     return FLAG.sub(lambda m: _keyword(m.group()), text)
 
 
+def _freq(match: re.Match) -> str:
+    """`--freq QE-DEC` as `config={"data.freq": "QE-DEC"}` when the word is a pandas frequency (else prose)."""
+    from pandas.tseries.frequencies import to_offset
+
+    try:
+        to_offset(match.group(1))
+    except ValueError:
+        return match.group()
+    return f'config={{"data.freq": "{match.group(1)}"}}'
+
+
 def _repeated(match: re.Match) -> str:
     """`--id-col store --id-col item` as `id_col=["store", "item"]`."""
-    flag, first, second = match.groups()
-    if flag in KEYWORDS and KEYWORDS[flag].endswith("="):
-        return f'{KEYWORDS[flag]}["{first}", "{second}"]'
-    return match.group()
+    flag = match.group(1)
+    if not (flag in KEYWORDS and KEYWORDS[flag].endswith("=")):
+        return match.group()
+    values = re.findall(rf"{flag} (\w+)", match.group())
+    quoted = ", ".join(f'"{value}"' for value in values)
+    return f"{KEYWORDS[flag]}[{quoted}]"
 
 
 def _choice(match: re.Match) -> str:
-    """A config flag's value words: `--fill ffill or zero` as `config={"data.fill": "ffill"} (or "zero")`."""
+    """A config flag's value words: `--fill ffill or zero` as `config={"data.fill": "ffill"} or config={"data.fill":
+    "zero"}`."""
     flag, first, second = match.groups()
     if first not in WORDS[flag] or (second is not None and second not in WORDS[flag]):
         return match.group()

@@ -186,16 +186,19 @@ def names(columns) -> str:
     return ", ".join(repr(str(name)) for name in columns)
 
 
-def table_from_frame(frame: pd.DataFrame) -> pd.DataFrame:
+def table_from_frame(frame: pd.DataFrame, time_col: str = "") -> pd.DataFrame:
     """A DataFrame as `read_table` gives a file: text column names, and an index numbering the rows as the lines
-    of the CSV the frame would write (the header is line 1). A named index, a DatetimeIndex (`date` when it has
-    no name) or a MultiIndex becomes columns first (so a time index is found like a time column); any other
-    index is dropped."""
+    of the CSV the frame would write (the header is line 1). A named index, a DatetimeIndex or a MultiIndex
+    becomes columns first (so a time index is found like a time column); any other index is dropped. An
+    unnamed DatetimeIndex is called `time_col` (the time column asked for, or a trained model's) where no
+    column has that name, else `date`."""
     if not isinstance(frame, pd.DataFrame):
         raise DataError(f"expected a pandas DataFrame, got {type(frame).__name__}")
     index = frame.index
-    if isinstance(index, pd.DatetimeIndex) and index.name is None and UNNAMED_TIME not in frame.columns:
-        frame = frame.rename_axis(UNNAMED_TIME)  # found by its name, and the forecast's time column is called so
+    if isinstance(index, pd.DatetimeIndex) and index.name is None:
+        name = time_col if time_col and time_col not in frame.columns else UNNAMED_TIME
+        if name not in frame.columns:  # found by its name, and the forecast's time column is called so
+            frame = frame.rename_axis(name)
     if any(name is not None for name in index.names) or isinstance(index, pd.DatetimeIndex | pd.MultiIndex):
         frame = frame.reset_index()
     table = frame.copy()

@@ -201,7 +201,7 @@ def read_series(
     """
     if isinstance(source, pd.DataFrame):
         try:
-            table = table_from_frame(source)
+            table = table_from_frame(source, cfg.time_col)
             return _read(table, "the DataFrame", "", cfg, expected_freq, expected_ids, static, typed_ids=True)
         except DataError as exc:
             raise DataError(rows_not_lines(str(exc))) from None

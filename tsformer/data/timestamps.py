@@ -27,6 +27,7 @@ QUARTER = re.compile(r"^(\d{4})(\s*-?\s*)[Qq]([1-4])$")  # 1998Q1, 1998 Q1, 1998
 ISO_WEEK = re.compile(r"^\d{4}-W\d{2}$")  # 2015-W02: the ISO week, read as its Monday and written back alike
 ISO_WEEK_FORMAT = "%G-W%V"
 UNPADDED = {"%m": "%-m", "%d": "%-d", "%H": "%-H"}  # month, day and hour without a leading zero (glibc's strftime)
+DAYLIGHT_SAVING_ENDS = (3, 4, 10, 11)  # the months daylight saving time ends in, south and north
 STRAY_WEEKENDS = 0.01  # daily rows: a weekend share at most this, the rest business days, earns a note
 WHOLE_YEAR = r"\d{4}(?:\.0*)?"  # 1935, or 1935.0 as a float column's export writes it
 MONTH = r"\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\b"
@@ -458,9 +459,10 @@ def _refuse_repeats(timestamps: pd.DatetimeIndex, lines: np.ndarray) -> None:
     second = int(np.flatnonzero(repeated)[0])
     first = int(np.flatnonzero(timestamps == timestamps[second])[0])
     when = timestamps[second]
-    if first == second - 1 and when.tz is None and when.day_of_week == 6 and when.hour < 4:
+    hour_before = first >= 1 and timestamps[first] - timestamps[first - 1] == pd.Timedelta(hours=1)
+    if first == second - 1 and hour_before and when.tz is None and _daylight_saving_end(when):
         raise DataError(  # a clock hour written twice: local time on the night daylight saving time ends
-            f"duplicate timestamp {when} at lines {lines[first]} and {lines[second]}, a Sunday night's hour written "
+            f"duplicate timestamp {when} at lines {lines[first]} and {lines[second]}, an early Sunday hour written "
             "twice as local clocks do when daylight saving time ends; write each time with its UTC offset "
             "(2024-10-27 02:00:00+02:00, then +01:00 in Central Europe) or in UTC, or merge the two rows"
         )
@@ -469,6 +471,12 @@ def _refuse_repeats(timestamps: pd.DatetimeIndex, lines: np.ndarray) -> None:
         "timestamp, or name the column that tells several series apart with --id-col (repeated where it takes "
         "several: --id-col store --id-col item)"
     )
+
+
+def _daylight_saving_end(when: pd.Timestamp) -> bool:
+    """Whether a local time could be the hour clocks repeat when daylight saving time ends: a Sunday between 1:00
+    and 3:00 in the months it ends in (October or November north of the equator, March or April south of it)."""
+    return when.day_of_week == 6 and 1 <= when.hour <= 3 and when.month in DAYLIGHT_SAVING_ENDS
 
 
 def resolve_freq(
