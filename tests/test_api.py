@@ -215,6 +215,12 @@ def test_static_covariates_numeric_and_categorical_from_a_table_or_the_data():
     other = static.assign(size=static["size"] + 3.0)
     moved = from_table.predict(data[["unique_id", "ds", "y"]], static_df=other)
     assert not np.allclose(moved["y"], from_table.predict()["y"])  # the forecast reads the static values
+    refit = from_table.backtest(data[["unique_id", "ds", "y"]], windows=1, refit=True)  # the stored table, per fold
+    swapped = static.assign(size=static["size"].to_numpy()[::-1])  # (a shift of all would standardise away)
+    refit_other = from_table.backtest(data[["unique_id", "ds", "y"]], windows=1, refit=True, static_df=swapped)
+    assert not np.allclose(refit["forecast"], refit_other["forecast"])  # each fold's model reads them
+    given = from_table.backtest(data[["unique_id", "ds", "y"]], windows=1, refit=True, static_df=static)
+    pd.testing.assert_frame_equal(refit, given)  # by default, the table it was fit with
     newcomer = data[data.unique_id == "S1"].assign(unique_id="W")[["unique_id", "ds", "y"]]
     odd = pd.DataFrame({"unique_id": ["W"], "kind": ["sideways"], "size": [2.0]})
     notes = from_table.predict(newcomer, static_df=odd).attrs["notes"]
@@ -371,6 +377,7 @@ def test_backtest_from_python_checks_its_options_reads_a_plain_start_in_the_data
     zoned = tsformer.fit(berlin, horizon=HORIZON, config=TINY)
     back = zoned.backtest(start="2024-01-10 12:00", windows=2)  # a plain time, read in Berlin's
     assert back["date"].iloc[0] == pd.Timestamp("2024-01-10 12:00", tz="Europe/Berlin")
+    assert zoned.backtest(start="2024-01-10 12:00", windows=2, step=None).equals(back)  # None: the horizon, as 0
     refit = predictor.backtest(windows=2, step=8, refit=True)  # a model trained at each origin
     assert refit["origin"].nunique() == 2 and len(refit) == 2 * HORIZON * 2
     assert refit.attrs["notes"][0].startswith("fold 1: trained on rows 0..")

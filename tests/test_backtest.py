@@ -240,3 +240,15 @@ def test_a_run_whose_candidates_leave_out_the_baselines_is_still_scored_against_
     assert {"repeat_last", "seasonal_naive"} <= set(result.summary["forecaster"])
     rows = format_summary(result).splitlines()[1:]
     assert len(rows) == 4 and rows[-1].startswith("all")  # three origins, then overall
+
+
+def test_a_start_the_clock_change_skips_is_refused_in_the_datas_terms():
+    from tsformer.backtest import first_rows
+    from tsformer.config import DataConfig
+    from tsformer.data import read_series
+
+    hours = pd.date_range("2024-03-28", periods=120, freq="h", tz="Europe/Berlin")
+    frame = read_series(pd.DataFrame({"date": hours, "y": np.arange(120.0)}), DataConfig())
+    assert first_rows(frame, "2024-03-29 05:00").tolist() == [29]  # a plain time, in the data's zone
+    with pytest.raises(DataError, match=r"--start '2024-03-31 02:30' is skipped or repeated by the clock change"):
+        first_rows(frame, "2024-03-31 02:30")

@@ -187,7 +187,7 @@ def test_a_column_named_year_is_the_time_column_even_written_as_floats(tmp_path)
     assert series.time_notation.write(series.timestamps[:2]).tolist() == ["1935", "1936"]
 
 
-@pytest.mark.parametrize("fmt", ["%-m/%-d/%Y", "%-d/%-m/%Y", "%-m/%-d/%Y %-H:%M"])
+@pytest.mark.parametrize("fmt", ["%-m/%-d/%Y", "%-d/%-m/%Y", "%-m/%-d/%Y %-H:%M", "%Y-%m-%d %-H:%M"])
 def test_dates_without_leading_zeros_are_written_back_without_them(tmp_path, fmt):
     days = pd.date_range("2024-03-28", periods=40, freq="D")
     frame = pd.DataFrame({"date": days.strftime(fmt), "y": np.arange(40.0)})
@@ -270,6 +270,7 @@ def test_business_days_with_one_saturday_are_daily_with_a_note_naming_it(tmp_pat
     assert series.freq == "D" and series.observed.sum() == 301
     assert series.notes[0].startswith("read as daily (D): the rows fall on weekdays but for 1 on a weekend (first "
                                       "2023-03-04 00:00:00 at line 47)")  # fmt: skip
+    assert "2023-03-04 00:00:00 at row 45)" in read_series(frame, DataConfig()).notes[0]  # a DataFrame's, as iloc
     weekly = pd.date_range("2023-01-01", periods=300, freq="D")[::2]  # every other day, weekends too: no note
     other = read_series(write_csv(tmp_path / "d.csv", pd.DataFrame({"d": weekly, "y": 1.0 * np.arange(150)})),
                         DataConfig())  # fmt: skip

@@ -23,7 +23,10 @@ from tsformer.spelling import in_python_terms, python_terms
         ("retrain at each origin with --refit", "retrain at each origin with refit=True"),
         ("or --freq to state it", "or config key data.freq to state it"),  # no value: the key alone
         ("state it with --freq B (the later", 'state it with config={"data.freq": "B"} (the later'),
-        ("--freq QE-DEC (x) or --freq 1h30min", 'config={"data.freq": "QE-DEC"} (x) or config={"data.freq": "1h30min"}'),
+        (
+            "--freq QE-DEC (x) or --freq 1h30min",
+            'config={"data.freq": "QE-DEC"} (x) or config={"data.freq": "1h30min"}',
+        ),
         ("(--fill zero fills them)", '(config={"data.fill": "zero"} fills them)'),
         ("ask for --windows 4 or fewer", "ask for windows=4 or fewer"),
         ("set --context-len N", 'set config={"model.context_len": N}'),

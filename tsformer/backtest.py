@@ -61,7 +61,13 @@ def first_rows(frame: SeriesFrame, start: str | pd.Timestamp | None) -> np.ndarr
             f"--start {start!r} is not a date; write it like the timestamps, e.g. {frame.timestamps[0]}"
         ) from None
     if when.tz is None and frame.timestamps.tz is not None:  # a plain date: in the data's own zone
-        when = when.tz_localize(frame.timestamps.tz)
+        try:
+            when = when.tz_localize(frame.timestamps.tz)
+        except ValueError:  # a local time daylight saving skips or repeats
+            raise DataError(
+                f"--start {start!r} is skipped or repeated by the clock change in {frame.timestamps.tz}; give it "
+                f"with its UTC offset, e.g. {frame.timestamps[0]}"
+            ) from None
     if when.tz is not None and frame.timestamps.tz is None:
         raise DataError(
             f"--start {start!r} and the timestamps differ in having a UTC offset; write it like them, e.g. "

@@ -318,11 +318,11 @@ def check_final(predictor: Predictor, data: Prepared | None) -> CheckResult:
     floor = predictor.floors(ids)  # (N, 1, C): a count's zero, say (-inf where none)
 
     def own(model) -> torch.Tensor:
-        raw = torch.cat(list(model.predict_batches(cut.context, cut.context_observed, cut.covariates))).cpu()
-        return torch.maximum(raw, floor)
+        return torch.cat(list(model.predict_batches(cut.context, cut.context_observed, cut.covariates))).cpu()
 
-    change = float((scored - own(predictor.model)).abs().max())
-    distinct = bool((own(final.model) - own(predictor.model)).abs().max() > 0)
+    held_out = own(predictor.model)
+    change = float((scored - torch.maximum(held_out, floor)).abs().max())  # both at the floor
+    distinct = bool((own(final.model) - held_out).abs().max() > 0)  # raw: below the floor both would read 0
     until_ok = bool(np.array_equal(final.until, last_timestamps(data.frame.through_last_value(data.config.data.fill))))
     predicts_final = predictor.for_origins(data.frame)[0].model is final.model
     passed = change == 0.0 and distinct and until_ok and predicts_final

@@ -124,16 +124,11 @@ def read_train_state(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _is_text(path: Path) -> bool:
-    """Whether the file starts as text does (a CSV), not as a checkpoint (a zip archive, or a pickle's opcode)."""
+    """Whether the file starts as text does (a CSV in any 8-bit encoding: no NUL byte), not as a checkpoint (a
+    zip archive, or a pickle's protocol opcode)."""
     with path.open("rb") as handle:
         head = handle.read(512)
-    if not head or head.startswith((b"PK", b"\x80")):
-        return False
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return exc.start > 0 and exc.start >= len(head) - 3  # a multi-byte character cut at the end of the read
-    return True
+    return bool(head) and not head.startswith((b"PK", b"\x80")) and b"\x00" not in head
 
 
 def _load(path: Path) -> tuple[dict[str, Any], Path]:

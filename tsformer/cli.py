@@ -367,7 +367,7 @@ def backtest(
             cfg = replace(cfg, train=replace(cfg.train, time_limit=0.0))
         if csv is not None:
             cfg = with_data_path(cfg, csv)
-        result = refit_backtest(cfg, folds, windows or 5, step, start, out=out, plot=plot)
+        result = refit_backtest(cfg, folds, windows, step, start, out=out, plot=plot)
     else:
         if run is None or config is not None:
             fail("give a trained run folder (tsformer backtest RUN), or --config with --refit")

@@ -55,6 +55,16 @@ def wrap(model: torch.nn.Module, ctx: Dist) -> torch.nn.Module:
     return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
 
 
+def any_rank(flag: bool, ctx: Dist) -> bool:
+    """Whether `flag` holds on any rank (each rank's own clock, say), so that all act alike; every rank must call
+    it."""
+    if ctx.world_size == 1:
+        return flag
+    held = torch.tensor([float(flag)], device=ctx.device)
+    dist.all_reduce(held, op=dist.ReduceOp.MAX)
+    return bool(held.item())
+
+
 def mean_over_ranks(value: float, ctx: Dist) -> float:
     """`value` averaged over every rank (each rank's own, as one process has it); every rank must call it."""
     if ctx.world_size == 1:

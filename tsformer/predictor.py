@@ -261,6 +261,14 @@ class Predictor:
             frame = dataclasses.replace(frame, static=self._stored_static(frame))
         return frame
 
+    def _static_table(self) -> pd.DataFrame | None:
+        """The static covariates it was fit with from a table, as that table: the id columns, then the
+        covariates, a row per trained series; None when they came from the data's own columns, or there are none."""
+        if self.static is None or self.static_from != "table":
+            return None
+        ids = pd.DataFrame(list(self.series), columns=list(self.id_cols))
+        return pd.concat([ids, self.static.reset_index(drop=True)], axis=1)
+
     def _stored_static(self, frame: SeriesFrame) -> pd.DataFrame:
         """The trained series' static covariates, for the frame's series; a series not trained on needs its own."""
         known = {key: i for i, key in enumerate(self.series)}
@@ -349,19 +357,23 @@ class Predictor:
         step: int = 0,
         start: str | pd.Timestamp | None = None,
         refit: bool = False,
+        static_df: Source | None = None,
     ) -> pd.DataFrame:
         """Forecasts at `windows` rolling origins `step` apart (default: the horizon) after the run's validation
         (default: every origin that fits there), each scored against the truth: one row per origin, series,
         step and target, with the forecast, its interval bounds, the naive forecasts and the truth (as
         `tsformer backtest --out` writes, its times as timestamps); `.attrs["notes"]` says how many origins and
-        which series it left out. `refit=True` trains a new model at each origin (default 5 of them) on the
-        data before it, with this predictor's config, as `tsformer backtest --refit` does."""
+        which series it left out. `refit=True` trains a new model at each origin (`runs.REFIT_WINDOWS` by
+        default) on the data before it, with this predictor's config, as `tsformer backtest --refit` does;
+        `static_df` then gives the series' static covariates (default: the table it was fit with)."""
+        step = 0 if step is None else step
         if refit:
-            from tsformer.runs import refit_backtest
+            from tsformer.runs import refit_backtest  # runs trains, and training makes predictors: imported here
 
             cfg = dataclasses.replace(self.config, train=dataclasses.replace(self.config.train, time_limit=0.0))
             source = as_source(data) if data is not None else self.data.frame if self.data is not None else None
-            result = refit_backtest(cfg, None, 5 if windows is None else windows, step, start, source=source)
+            static = as_source(static_df, "static_df") if static_df is not None else self._static_table()
+            result = refit_backtest(cfg, None, windows, step, start, source=source, static=static)
         else:
             result = backtests.backtest(self, self.read(data), windows, step, start)
         table = result.forecasts.copy()

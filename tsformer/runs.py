@@ -29,6 +29,8 @@ from tsformer.predictor import Predictor, load_finished
 from tsformer.runfolder import resolve_checkpoint
 from tsformer.train import resolve, train
 
+REFIT_WINDOWS = 5  # origins a refit backtest trains at when not told
+
 
 def evaluate_run(run: str | Path, csv: str | Path | None = None, split: str = "test", write: bool = True) -> EvalReport:
     """Score a saved run on its CSV (or `csv`); for the test split write metrics.json and a PNG (and, for many
@@ -81,7 +83,7 @@ def backtest_run(
 def refit_backtest(
     cfg: Config,
     out_dir: Path | None = None,
-    windows: int = 5,
+    windows: int | None = None,
     step: int = 0,
     start: str | None = None,
     out: Path | None = None,
@@ -97,8 +99,10 @@ def refit_backtest(
 
     A panel's folds cut every series at the same dates when its origins fall on the same timestamps (the
     series end together, or --start names the date), so no series trains on a time after another's
-    origin; otherwise, and in a wide file, at the same rows when the series have equal lengths."""
+    origin; otherwise, and in a wide file, at the same rows when the series have equal lengths. `windows`
+    None: REFIT_WINDOWS."""
     _check_outputs(out, plot)
+    windows = REFIT_WINDOWS if windows is None else windows
     check_origins(windows, step)
     cfg = resolve(cfg)
     data = training_data(cfg, source, static)  # the whole file, for the origins and each fold's size

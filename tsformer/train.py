@@ -95,16 +95,18 @@ def train(
     searched = bool(cfg.train.time_limit)  # written once at the end: nothing to resume
     folder = runfolder.claim(out_dir, overwrite, resume, resumable=not searched) if claim else None
     threads = torch.get_num_threads()  # train.num_threads holds for the run, not for the caller's process after it
-    random_state = torch.random.get_rng_state()  # the run seeds torch; the caller's random stream goes on after it
+    # the run seeds torch (each GPU's generator too); the caller's random streams go on after it as they were
+    caller_streams = torch.random.fork_rng(
+        devices=range(torch.cuda.device_count()) if torch.cuda.is_available() else []
+    )
     try:
-        with _terminate_as_interrupt():
+        with caller_streams, _terminate_as_interrupt():
             notes = (out_dir is not None or show_progress) if show_notes is None else show_notes
             predictor = _train(cfg, out_dir, folder, resume, show_progress, source, static, notes)
         distributed.teardown()  # every rank got here: leave the process group together
         return predictor
     finally:
         torch.set_num_threads(threads)
-        torch.random.set_rng_state(random_state)
         if folder is not None:
             folder.release()
         distributed.abandon()  # after a failure, without waiting for ranks that may never arrive
@@ -606,7 +608,8 @@ class _Runner:
             state.step += 1
             progress.step(epoch, i, losses[-1])
             now = time.monotonic()
-            if now > self.deadline or (tc.max_minutes and now - started > 60 * tc.max_minutes):
+            out_of_time = now > self.deadline or bool(tc.max_minutes and now - started > 60 * tc.max_minutes)
+            if distributed.any_rank(out_of_time, self.ctx):  # every rank stops at the same step, or none does
                 state.finished, state.stopped_by = True, "time"
                 break
         return distributed.mean_over_ranks(sum(losses) / len(losses), self.ctx), lr  # the epoch's loss, every rank's

@@ -202,9 +202,10 @@ def read_series(
     if isinstance(source, pd.DataFrame):
         try:
             table = table_from_frame(source, cfg.time_col)
-            return _read(table, "the DataFrame", "", cfg, expected_freq, expected_ids, static, typed_ids=True)
+            frame = _read(table, "the DataFrame", "", cfg, expected_freq, expected_ids, static, typed_ids=True)
         except DataError as exc:
             raise DataError(rows_not_lines(str(exc))) from None
+        return replace(frame, notes=tuple(rows_not_lines(note) for note in frame.notes))
     path = Path(source)
     table, delimiter, file_notes = read_table(path)
     return _read(table, path.name, delimiter, cfg, expected_freq, expected_ids, static, file_notes)

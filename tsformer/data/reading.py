@@ -70,8 +70,9 @@ def _check_freq(frame: SeriesFrame, train_last: pd.Timestamp) -> None:
 
 
 def _first_misfit(stamps: pd.DatetimeIndex, lines: np.ndarray, n_training: int, freq: str) -> int:
-    """The first row after the training rows whose prefix no longer reads as `freq` steps (a binary search:
-    once a row breaks a frequency, a longer prefix does not mend it)."""
+    """A row after the training rows at which the prefix stops reading as `freq` steps, by binary search: the
+    first such row where, as usually, a longer prefix does not mend a broken frequency (a prefix that fails just
+    after a long gap can fit again later: then a later breaking row)."""
 
     def fits(end: int) -> bool:
         try:

@@ -7,6 +7,8 @@ file (or the row of a DataFrame) and says how to fix it.
 from __future__ import annotations
 
 import datetime
+import functools
+import itertools
 import re
 import warnings
 from dataclasses import dataclass
@@ -333,14 +335,17 @@ def _notation(timestamps: pd.DatetimeIndex, text: pd.Series, dayfirst: bool) -> 
     tried = (fmt,) if fmt else MONTH_NAME_FORMATS if MONTH_AND_YEAR.match(text.iloc[0]) else ()
     if fmt and fmt.endswith("%z") and text.iloc[0].endswith("Z"):  # ISO's Z for UTC, which %z writes as +0000
         tried = (fmt[:-2] + "Z", fmt)
-    if fmt and any(code in fmt for code in UNPADDED):  # 4/9/2024 5:00, as spreadsheets write dates
-        unpadded = fmt
-        for code, bare in UNPADDED.items():
-            unpadded = unpadded.replace(code, bare)
-        tried = (*tried, unpadded)
+    if fmt:  # 4/9/2024 5:00, as spreadsheets write dates: the fewest codes without their leading zero that fit
+        present = [code for code in UNPADDED if code in fmt]
+        for k in range(1, len(present) + 1):
+            for codes in itertools.combinations(present, k):
+                tried += (functools.reduce(lambda f, code: f.replace(code, UNPADDED[code]), codes, fmt),)
     for fmt in tried:  # only output depends on it
-        if (timestamps[rows].strftime(fmt) == written).all():
-            return TimeNotation("datetime", fmt)
+        try:
+            if (timestamps[rows].strftime(fmt) == written).all():
+                return TimeNotation("datetime", fmt)
+        except ValueError:  # a strftime without %-m (not glibc's): pandas' own notation
+            continue
     return TimeNotation()
 
 
