@@ -91,7 +91,16 @@ def fit(
     if resume and out is None:
         raise ConfigError("resume=True continues a run folder: give it as out=")
     shown = progress if notes is None else notes
-    return train(cfg, out, resume, overwrite, show_progress=progress, source=source, static=static_df, show_notes=shown)
+    return train(
+        cfg,
+        out,
+        resume=resume,
+        overwrite=overwrite,
+        show_progress=progress,
+        source=source,
+        static=static_df,
+        show_notes=shown,
+    )
 
 
 @in_python_terms

@@ -38,9 +38,9 @@ if TYPE_CHECKING:
 class BacktestResult:
     forecasts: pd.DataFrame  # one row per (origin, series, step, target column): forecasts, intervals and truth
     summary: pd.DataFrame  # one row per (origin, forecaster) and per forecaster over every origin ("all")
+    time_col: str  # the forecasts' time column, beside "origin" (the last step each forecast read)
+    time_notation: TimeNotation  # how the data wrote its times, which the CSV writes both in
     notes: tuple[str, ...] = ()
-    time_col: str = ""  # the forecasts' time column, beside "origin" (the last step each forecast read)
-    time_notation: TimeNotation = TimeNotation()  # how the data wrote its times, which the CSV writes both in
 
     def to_csv(self) -> str:
         """The forecasts as CSV, their origin and time in the data's time notation."""
@@ -260,7 +260,7 @@ def score_origins(
     per_series = shipped.chosen[::n_origins]  # (n_series, C): a series' origins share its forecaster
     shipped_by = not_the_model(per_series, predictor.layout.targets, per_series=bool(predictor.id_cols))
     notes = (shipped_by,) if shipped_by else ()
-    return BacktestResult(table, pd.DataFrame(summary), notes, predictor.time_col, frame.time_notation)
+    return BacktestResult(table, pd.DataFrame(summary), predictor.time_col, frame.time_notation, notes)
 
 
 def _origin_label(cutoffs: pd.DatetimeIndex, notation: TimeNotation) -> str:
@@ -274,8 +274,8 @@ def _long_table(predictor, frame, shipped: Forecasts, truth, observed, starts, i
     """One row per origin, series, step and target column, in the data's units."""
     horizon, n_targets = truth.shape[1], truth.shape[2]
     n = len(starts)
-    columns: dict[str, np.ndarray] = {"origin": cutoffs.repeat(horizon * n_targets)}  # timestamps: write_backtest
-    # writes them in the data's notation
+    # timestamps, which the CSV writes in the data's notation (BacktestResult.to_csv)
+    columns: dict[str, np.ndarray] = {"origin": cutoffs.repeat(horizon * n_targets)}
     if predictor.id_cols:
         typed = frame.ids_table(np.repeat(ids, horizon * n_targets))  # each row's series' ids, as the data typed them
         columns |= {name: typed[name] for name in predictor.id_cols}

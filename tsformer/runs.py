@@ -147,7 +147,7 @@ def refit_backtest(
         per_origin[per_origin.forecaster.isin(shared)].groupby("forecaster", sort=False).mean(numeric_only=True)
     ).reset_index()
     summary = pd.concat([per_origin, overall.assign(origin="all")], ignore_index=True)
-    result = BacktestResult(forecasts, summary, tuple(notes), results[0].time_col, results[0].time_notation)
+    result = BacktestResult(forecasts, summary, results[0].time_col, results[0].time_notation, tuple(notes))
     write_backtest(result, out, plot)
     return result
 

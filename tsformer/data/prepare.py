@@ -176,7 +176,7 @@ def scale_inputs(frame: SeriesFrame, layout: Layout, scaler: Scaler, static_scal
     observed = ~np.isnan(frame.values)  # filled cells count: --fill gave them a value
     static_values = static_codes = None
     if layout.static:
-        static_values, static_codes, _ = encode_static(
+        static_values, static_codes = encode_static(
             frame.static, layout.static_numeric, layout.static_categorical, static_scale
         )
     return SeriesInputs(

@@ -139,10 +139,10 @@ def encode_static(
     numeric: tuple[str, ...],
     categorical: tuple[tuple[str, tuple[str, ...]], ...],
     scale: StaticScale,
-) -> tuple[np.ndarray | None, np.ndarray | None, int]:
-    """The model's static inputs of each row of `table`: standardised numeric values (n, n_numeric) float32,
-    category codes (n, n_categorical) int64 (0 for a category unseen in training), and how many series hold
-    an unseen category; None for a role with no covariate."""
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The model's static inputs of each row of `table`: standardised numeric values (n, n_numeric) float32 and
+    category codes (n, n_categorical) int64 (0 for a category unseen in training, which `unseen_note` names);
+    None for a role with no covariate."""
     values = None
     if numeric:
         kinds = [c for c in numeric if table[c].dtype.kind != "f"]
@@ -150,16 +150,14 @@ def encode_static(
             raise DataError(f"static covariate {kinds[0]!r} was numeric in training but holds text here; give numbers")
         raw = table[list(numeric)].to_numpy(np.float64)
         values = ((raw - scale.mean) / scale.std).astype(np.float32)
-    codes, unseen = None, np.zeros(len(table), dtype=bool)
+    codes = None
     if categorical:
         columns = []
         for name, categories in categorical:
             index = {category: k + 1 for k, category in enumerate(categories)}
-            column = np.array([index.get(value, 0) for value in _as_text(table[name])], dtype=np.int64)
-            unseen |= column == 0
-            columns.append(column)
+            columns.append(np.array([index.get(value, 0) for value in _as_text(table[name])], dtype=np.int64))
         codes = np.stack(columns, axis=1)
-    return values, codes, int(unseen.sum())
+    return values, codes
 
 
 def unseen_note(table: pd.DataFrame | None, categorical: tuple[tuple[str, tuple[str, ...]], ...], names) -> str:
