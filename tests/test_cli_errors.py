@@ -822,3 +822,13 @@ def test_input_errors_come_before_torch_is_imported(tmp_path, run, argv):
 def test_a_time_limit_that_is_not_a_duration(tmp_path, tiny_csv):
     train_error(tmp_path, tiny_csv, "--time-limit 'soon' is not a duration", "15m", extra=("--time-limit", "soon"))
     train_error(tmp_path, tiny_csv, "--time-limit must be a positive duration", extra=("--time-limit", "0"))
+
+
+def test_every_flag_spelling_resume_names_is_an_option_of_train():
+    from typer.main import get_command
+
+    from tsformer.cli import FLAG_SPELLINGS
+
+    train_command = get_command(app).commands["train"]
+    options = {opt for param in train_command.params for opt in param.opts}
+    assert {flag for key, flag in FLAG_SPELLINGS.items() if key != "path"} <= options
