@@ -113,7 +113,13 @@ def main() -> None:
         config = {"data.split_borders": borders, **run_args.get("config", {}), **_parsed(given)}
         started = time.monotonic()
         predictor = tsformer.fit(
-            given_rows, horizon=HORIZON, future_covs=run_args.get("future_covs"), config=config, out=run, overwrite=True
+            given_rows,
+            horizon=HORIZON,
+            future_covs=run_args.get("future_covs"),
+            config=config,
+            out=run,
+            overwrite=True,
+            notes=True,
         )
         wall = time.monotonic() - started
         summary = predictor.summary

@@ -136,7 +136,7 @@ def main() -> None:
 
     started = time.monotonic()
     with contextlib.redirect_stderr(io.StringIO()) as printed:  # its notes, as `tsformer train` prints them
-        predictor = tsformer.fit(train_csv, horizon=HORIZON, config=config, out=run, overwrite=True)
+        predictor = tsformer.fit(train_csv, horizon=HORIZON, config=config, out=run, overwrite=True, notes=True)
     trained = {"wall_seconds": round(time.monotonic() - started, 1), "peak_rss_mib": peak_rss_mib()}
     data = predictor.read()  # the data it was trained on
     report = evaluate(predictor, data)  # its own test split: each series' last 48 steps

@@ -64,7 +64,7 @@ def earlier_origin(tsformer, folder: Path, name: str, info: dict, k: int, runs_d
     started = time.monotonic()
     with contextlib.redirect_stderr(io.StringIO()):
         predictor = tsformer.fit(
-            out / "visible.csv", horizon=horizon, config=overrides, out=out / "run", overwrite=True
+            out / "visible.csv", horizon=horizon, config=overrides, out=out / "run", overwrite=True, notes=True
         )
         forecast = predictor.predict()
     values = seen["value"].to_numpy(dtype=float)
@@ -111,6 +111,7 @@ def main() -> None:
                 config=overrides,
                 out=Path(args.runs_dir) / name,
                 overwrite=True,
+                notes=True,
             )
             forecast = predictor.predict()
         wall = time.monotonic() - started
