@@ -40,6 +40,9 @@ def test_blank_rows_at_the_end_are_left_out_and_the_forecast_starts_after_the_la
         forecast = predict_run(run, write_csv(tmp_path / f"blank{n}.csv", pd.concat([history, blank.head(n)])))
         pd.testing.assert_frame_equal(forecast.frame, expected)
         assert f"the last {n} rows hold no target value" in " ".join(forecast.notes)
+        missing = next(note for note in forecast.notes if note.startswith(f"{2 * n} missing or infinite cells"))
+        assert f"the {2 * n} blank cells of those rows are among the missing ones" in " ".join(forecast.notes)
+        assert missing  # the reader's count, which includes them
     one_column = history.assign(b=np.where(np.arange(100) >= 98, np.nan, history["b"]))  # a gap in one column
     kept = predict_run(run, write_csv(tmp_path / "gap.csv", one_column))
     assert kept.frame["date"].iloc[0] == expected["date"].iloc[0] and "no target value" not in " ".join(kept.notes)

@@ -82,6 +82,9 @@ def to_last_value(frame: SeriesFrame, fill: str) -> SeriesFrame:
         note += f" ({last})"
     if frame.future is not None:
         note += "; the known-future covariates of the steps ahead go in --future"
+    cells = int((~frame.observed).sum() - (~kept.observed).sum())  # the blank cells of the rows left out
+    if cells:  # the reader counted them among the missing cells
+        note += f"; the {cells} blank cells of those rows are among the missing ones counted above"
     return dataclasses.replace(kept, notes=(*frame.notes, note))
 
 
