@@ -58,20 +58,19 @@ def wrap(model: torch.nn.Module, ctx: Dist) -> torch.nn.Module:
 def any_rank(flag: bool, ctx: Dist) -> bool:
     """Whether `flag` holds on any rank (each rank's own clock, say), so that all act alike; every rank must call
     it."""
-    if ctx.world_size == 1:
-        return flag
-    held = torch.tensor([float(flag)], device=ctx.device)
-    dist.all_reduce(held, op=dist.ReduceOp.MAX)
-    return bool(held.item())
+    return flag if ctx.world_size == 1 else bool(_all_reduced(float(flag), dist.ReduceOp.MAX, ctx))
 
 
 def mean_over_ranks(value: float, ctx: Dist) -> float:
     """`value` averaged over every rank (each rank's own, as one process has it); every rank must call it."""
-    if ctx.world_size == 1:
-        return value
-    total = torch.tensor([value], dtype=torch.float64, device=ctx.device)
-    dist.all_reduce(total)
-    return float(total.item()) / ctx.world_size
+    return value if ctx.world_size == 1 else _all_reduced(value, dist.ReduceOp.SUM, ctx) / ctx.world_size
+
+
+def _all_reduced(value: float, op: dist.ReduceOp, ctx: Dist) -> float:
+    """One number combined over the ranks by `op`."""
+    held = torch.tensor([value], dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(held, op=op)
+    return float(held.item())
 
 
 def teardown() -> None:
