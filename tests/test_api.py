@@ -346,7 +346,9 @@ def test_fit_keeps_the_callers_torch_threads_and_random_stream_and_prints_nothin
         assert torch.get_num_threads() == 2 and torch.equal(torch.rand(3), expected)
         assert capfd.readouterr().err == ""  # progress=False: nothing printed, a run folder or not
         tsformer.fit(make_frame(), horizon=HORIZON, config=config, notes=True)
-        assert capfd.readouterr().err.startswith("context_len 72 and patch_len 24 chosen for 168 training rows")
+        notes = capfd.readouterr().err
+        assert notes.startswith("context_len 72 and patch_len 24 chosen for 168 training rows")
+        assert 'config={"model.patch_len": N}' in notes and "--" not in notes  # Python's spelling, not the CLI's
     finally:
         torch.set_num_threads(threads)
 

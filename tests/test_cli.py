@@ -283,3 +283,20 @@ def test_another_rank_of_a_torchrun_says_which_it_is_in_its_error(tiny_csv, monk
     monkeypatch.setenv("WORLD_SIZE", "2")
     result = runner.invoke(app, ["train", str(tiny_csv), "--target", "nope"])
     assert result.exit_code == 2 and result.output.startswith("Error (rank 1 of 2): target column 'nope' not in")
+
+
+def test_train_reads_the_csv_once_and_its_notes_name_the_flags(tiny_csv, tmp_path, monkeypatch):
+    """The command reads the file before torch loads (a quick error) and trains on what it read; its notes
+    name the command's flags (the Python API's name keywords: tests/test_api.py)."""
+    import tsformer.data.prepare as prepare
+
+    def read_again(*args, **kwargs):
+        raise AssertionError("the CSV was read a second time")
+
+    monkeypatch.setattr(prepare, "read_series", read_again)
+    sized = TINY_FLAGS[TINY_FLAGS.index("--horizon") :]  # the context and patch chosen from the data
+    sized = [flag for flag in sized if flag != "model.patch_len=4"]
+    sized = [flag for i, flag in enumerate(sized) if not (flag == "--set" and sized[i + 1].startswith("--"))]
+    result = runner.invoke(app, ["train", str(tiny_csv), *sized, "--out", str(tmp_path / "run"), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "set them with --context-len / --set model.patch_len=N" in result.output

@@ -12,7 +12,7 @@ from tsformer.config import Config, config_from_dict, load_config, seconds_of, w
 from tsformer.data.loader import SeriesFrame, as_source
 from tsformer.errors import ConfigError
 from tsformer.predictor import Predictor, load_finished
-from tsformer.spelling import in_python_terms
+from tsformer.spelling import in_python_terms, python_terms
 
 Data = pd.DataFrame | pd.Series | str | Path
 
@@ -68,7 +68,7 @@ def fit(
     from tsformer.train import train
 
     cfg = _config(config)
-    data = None if data is None or isinstance(data, SeriesFrame) else as_source(data)
+    data = data if data is None or isinstance(data, SeriesFrame) else as_source(data)
     given = {
         "model": {"horizon": horizon},
         "train": {"time_limit": seconds_of(time_limit) if isinstance(time_limit, str) else time_limit},
@@ -100,6 +100,7 @@ def fit(
         source=source,
         static=static_df,
         show_notes=shown,
+        spelled=python_terms,
     )
 
 

@@ -250,11 +250,10 @@ def train(
     if cfg is not None and cfg.data.path:  # read it before torch loads, so a bad CSV is a quick error
         cfg = with_data_path(cfg, resolve_data_path(cfg.data.path, data_dir))
         frame = read_series(cfg.data.path, cfg.data)
-    from tsformer.api import fit
+    from tsformer.train import train as train_run
 
-    # fit as it is, without the Python API's respelling: its errors name this command's flags
-    predictor = fit.__wrapped__(
-        frame, config=cfg, out=out, resume=resume, overwrite=overwrite, progress=not quiet, notes=True
+    predictor = train_run(
+        cfg or Config(), out, resume=resume, overwrite=overwrite, show_progress=not quiet, source=frame, show_notes=True
     )
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
         return

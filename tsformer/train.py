@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,11 +79,13 @@ def train(
     source: Source | None = None,
     static: Source | None = None,
     show_notes: bool | None = None,
+    spelled: Callable[[str], str] | None = None,
 ) -> Predictor:
     """Train on `source` (a path or DataFrame; default cfg.data.path) and return the Predictor; into the run
     folder `out_dir` (a new run, replacing one only with `overwrite`, or continuing one with `resume`), or
     in memory when it is None. `static`: a table of static covariates, one row per series. `show_notes`: print
-    how the data was read and what was chosen (None: where a folder is written or progress shown).
+    how the data was read and what was chosen (None: where a folder is written or progress shown), each note
+    through `spelled` where given (the Python API names its options so; default: as the command line does).
 
     The folder is claimed first: a second writer is refused, a new run is staged beside it and moved
     into place when its first epoch is saved, so a failure leaves the old run, a resumable run, or none.
@@ -101,8 +103,9 @@ def train(
     )
     try:
         with caller_streams, _terminate_as_interrupt():
-            notes = (out_dir is not None or show_progress) if show_notes is None else show_notes
-            predictor = _train(cfg, out_dir, folder, resume, show_progress, source, static, notes)
+            shown = (out_dir is not None or show_progress) if show_notes is None else show_notes
+            say = _sayer(spelled or str) if shown else None
+            predictor = _train(cfg, out_dir, folder, resume, show_progress, source, static, say)
         distributed.teardown()  # every rank got here: leave the process group together
         return predictor
     finally:
@@ -110,6 +113,11 @@ def train(
         if folder is not None:
             folder.release()
         distributed.abandon()  # after a failure, without waiting for ranks that may never arrive
+
+
+def _sayer(spelled: Callable[[str], str]) -> Callable[[str], None]:
+    """Print a note, as `spelled` words it, on stderr."""
+    return lambda note: print(spelled(note), file=sys.stderr)
 
 
 def _train(
@@ -120,7 +128,7 @@ def _train(
     show_progress: bool,
     source: Source | None,
     static: Source | None,
-    show_notes: bool,
+    say: Callable[[str], None] | None,
 ) -> Predictor:
     started = time.monotonic()
     if resume and (out_dir / SEARCH_FILE).exists():
@@ -140,16 +148,16 @@ def _train(
         raise ConfigError("train.time_limit searches on one process; run it without torchrun, or drop --time-limit")
     data = training_data(given, source, static)
     cfg = data.config  # every automatic setting chosen
-    if ctx.is_main and show_notes:
+    if ctx.is_main and say is not None:
         for note in (folder.notes if folder is not None else []) + list(data.notes):
-            print(note, file=sys.stderr)
+            say(note)
     if previous is not None:
         _require_same_data(previous, data, out_dir)
     if saved is not None and saved.summary is not None:  # finished: its fallback and final model are made
         finished = saved.replace(data=data)
         if folder is not None:  # its history written again from last.pt (a kill may have cut history.csv short)
-            if show_notes:
-                print(f"{out_dir} is a finished run: nothing to resume (--overwrite trains it again)", file=sys.stderr)
+            if say is not None:
+                say(f"{out_dir} is a finished run: nothing to resume (--overwrite trains it again)")
             _write_history(folder, pd.DataFrame(train_state["loop"]["history"]))
         return finished
     if cfg.train.time_limit:
