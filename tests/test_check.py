@@ -8,7 +8,7 @@ import torch
 from helpers import make_frame, tiny_config
 
 from tsformer.candidates import candidate_forecasts
-from tsformer.check import check_choices, check_forecasters, check_predictor
+from tsformer.check import check_choices, check_epoch, check_forecasters, check_predictor, check_settings
 from tsformer.predictor import Predictor
 from tsformer.train import train
 
@@ -64,6 +64,66 @@ def test_intervals_recalibrated_elsewhere_or_a_changed_fallback_are_caught(predi
     moved[0, 0] = np.roll(moved[0, 0], 1)  # one column's weights on other forecasters
     result = check_choices(predictor.replace(fallback=dataclasses.replace(fallback, values=moved)), data)
     assert not result.passed and "DIFFERENT" in result.detail
+
+
+def test_choices_made_by_a_rule_that_reads_the_test_rows_are_caught(monkeypatch):
+    """A deliberate break inside the choosing itself (the check calls the same function, so recomputing on the
+    same rows would repeat the leak): the fallback and intervals chosen on the test windows whatever they are
+    given."""
+    import tsformer.calibration as calibration
+    import tsformer.check as check
+    import tsformer.train as training
+
+    honest = calibration.choose_and_calibrate
+
+    def on_test(predictor, val_windows, data, model_outputs=None):
+        return honest(predictor, data.split_windows("test"), data)
+
+    monkeypatch.setattr(training, "choose_and_calibrate", on_test)
+    monkeypatch.setattr(check, "choose_and_calibrate", on_test)
+    leaky = train(tiny_config(), show_progress=False, source=make_frame(240))
+    result = check_choices(leaky, leaky.read())
+    assert not result.passed, result.detail
+
+
+def test_an_epoch_chosen_on_the_test_windows_is_caught(predictor, monkeypatch):
+    """The held-out model's validation score is the best one training recorded; a run whose epochs were scored
+    on the test windows (a deliberate break) recorded a test score."""
+    import tsformer.train as training
+
+    result = check_epoch(predictor, predictor.read())
+    assert result.passed and "(epoch " in result.detail, result.detail
+    honest = training._Runner._val_loss
+
+    def on_test(self, val_windows):
+        score = honest(self, self.data.split_windows("test"))
+        honest(self, val_windows)  # the validation forecasts kept for the choices, as a run keeps them
+        return score
+
+    with monkeypatch.context() as patched:
+        patched.setattr(training._Runner, "_val_loss", on_test)
+        leaky = train(tiny_config(), show_progress=False, source=make_frame(240))
+    result = check_epoch(leaky, leaky.read())
+    assert not result.passed and result.max_change > 1e-3, result.detail
+
+
+def test_an_automatic_setting_read_from_the_test_rows_is_caught(predictor, monkeypatch):
+    """The settings' rules chosen again with every value after validation redrawn; a rule that reads the last
+    row (a deliberate break) chooses otherwise."""
+    import tsformer.data.choices as choices
+
+    data = predictor.read()
+    result = check_settings(predictor, data)
+    assert result.passed and result.detail.endswith("the same choices"), result.detail
+    honest = choices._choose_calendar
+
+    def peeking(frame, borders):
+        calendar, why = honest(frame, borders)
+        return bool(np.abs(frame.values[-1]).max() > 100.0), why  # the file's last row decides
+
+    monkeypatch.setattr(choices, "_choose_calendar", peeking)
+    result = check_settings(predictor, data)
+    assert not result.passed and "data.calendar False -> True" in result.detail, result.detail
 
 
 def test_the_backtest_path_reads_nothing_from_its_origin_on(predictor, monkeypatch):

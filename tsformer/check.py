@@ -45,6 +45,8 @@ def check_predictor(
     add(check_intervals(half_widths, cfg.context_len, cfg.horizon, predictor.layout.n_targets))
     for check in (
         check_forecasters,
+        check_settings,
+        check_epoch,
         check_choices,
         check_final,
         check_linear,
@@ -69,14 +71,70 @@ def _probe_windows(windows: WindowIndex) -> WindowIndex:
     return windows.subset(torch.linspace(0, len(windows) - 1, min(PROBE_WINDOWS, len(windows))).long())
 
 
+def check_settings(predictor: Predictor, data: Prepared | None) -> CheckResult:
+    """The rules that choose the automatic settings (`choices.resolve_from_data`: the sizes, the calendar, the
+    cycle, the loss, the epochs, the members, the candidates) read no row after the validation split: every
+    setting made automatic and chosen again on the data and with every later value redrawn, the choices agree."""
+    from tsformer.data.choices import automatic, resolve_from_data
+
+    name = "choices/settings"
+    if data is None:
+        return CheckResult.skip(name, "no data: the settings cannot be chosen again")
+    frame, auto = data.frame, automatic(predictor.config)
+    on_data, _ = resolve_from_data(auto, frame)
+    redrawn, _ = resolve_from_data(auto, _frame_redrawn_after(frame, data.borders.val_end))
+    same = on_data == redrawn
+    return CheckResult(
+        name,
+        same,
+        0.0 if same else float("inf"),
+        "every automatic setting chosen again with every value after the validation rows redrawn: "
+        + ("the same choices" if same else f"DIFFERENT choices ({_config_changes(on_data, redrawn)})"),
+    )
+
+
+def check_epoch(predictor: Predictor, data: Prepared | None) -> CheckResult:
+    """The epoch kept was chosen on the validation windows: the held-out model's validation score, made again
+    with every row after validation redrawn, is the best score training recorded (an epoch chosen on any
+    other windows recorded another)."""
+    from tsformer.train import validation_of
+
+    name = "train/epoch"
+    summary = predictor.summary
+    if data is None or summary is None:
+        return CheckResult.skip(name, "no data: the validation score cannot be made again")
+    windows = _redrawn_after(data, data.borders.val_end).split_windows("val")
+    score, _ = validation_of(predictor.model.eval(), windows, predictor.context_len)
+    change = abs(score.score - summary.best_val_loss)
+    return CheckResult(
+        name,
+        change <= 1e-6 * max(1.0, abs(summary.best_val_loss)),
+        change,
+        f"the held-out model's validation score on the {len(windows)} validation windows, every later row "
+        f"redrawn, against the best one training recorded (epoch {summary.best_epoch}: {summary.best_val_loss:.6g})",
+    )
+
+
+def _config_changes(one, other) -> str:
+    """The settings where two configs differ, as section.key one -> other."""
+    changes = []
+    for section in ("data", "model", "train"):
+        a, b = getattr(one, section), getattr(other, section)
+        for field in dataclasses.fields(a):
+            if getattr(a, field.name) != getattr(b, field.name):
+                changes.append(f"{section}.{field.name} {getattr(a, field.name)} -> {getattr(b, field.name)}")
+    return ", ".join(changes)
+
+
 def check_choices(predictor: Predictor, data: Prepared | None) -> CheckResult:
     """Where the stored choices were made: the fallback and the interval and quantile calibration, recomputed
-    from the run's validation windows with its held-out model, must be what the checkpoint holds (choices made,
-    or intervals recalibrated, on any other windows differ)."""
+    from the run's validation windows with its held-out model, every row after them redrawn as noise, must be
+    what the checkpoint holds (choices made, or intervals recalibrated, on any other windows or rows differ)."""
     if data is None:
         return CheckResult.skip("choices/validation", "no data: the choices cannot be recomputed")
-    stored, val_windows = predictor.calibration, data.split_windows("val")
-    fresh, _ = choose_and_calibrate(predictor.replace(fallback=None, calibration=None), val_windows, data)
+    redrawn = _redrawn_after(data, data.borders.val_end)
+    stored, val_windows = predictor.calibration, redrawn.split_windows("val")
+    fresh, _ = choose_and_calibrate(predictor.replace(fallback=None, calibration=None), val_windows, redrawn)
     shape = (len(predictor.series), predictor.layout.n_targets)
     same_fallback = np.array_equal(_weight_table(fresh.fallback, shape), _weight_table(predictor.fallback, shape))
     change, remade = 0.0, True
@@ -103,8 +161,8 @@ def check_choices(predictor: Predictor, data: Prepared | None) -> CheckResult:
         passed,
         change,
         f"the fallback ({'as stored' if same_fallback else 'DIFFERENT from the stored one'}) and the calibration "
-        f"recomputed from the run's {len(val_windows)} validation windows, against the checkpoint's"
-        + ("" if remade else " (its quantile shifts, calibrated by an earlier format, not remade)"),
+        f"recomputed from the run's {len(val_windows)} validation windows, every later row redrawn, against the "
+        "checkpoint's" + ("" if remade else " (its quantile shifts, calibrated by an earlier format, not remade)"),
     )
 
 
@@ -169,6 +227,23 @@ def _redrawn_after(data: Prepared, ends: np.ndarray) -> Prepared:
     noise = 1e3 * torch.randn(data.inputs.target.shape, generator=torch.Generator().manual_seed(0))
     redrawn = torch.where(later.view(-1, 1), noise.to(data.inputs.target.dtype), data.inputs.target)
     return dataclasses.replace(data, inputs=dataclasses.replace(data.inputs, target=redrawn))
+
+
+def _frame_redrawn_after(frame: SeriesFrame, ends: np.ndarray) -> SeriesFrame:
+    """`frame` with every value (targets and covariates) from each series' `ends` (n_ids,) on redrawn as large
+    noise (seed 0), as read: before scaling."""
+    later = ~_rows_before(frame, ends)  # (n_rows,)
+    rng = np.random.default_rng(0)
+
+    def redrawn(block: np.ndarray | None) -> np.ndarray | None:
+        if block is None:
+            return None
+        noise = (1e3 * rng.standard_normal(block.shape)).astype(block.dtype)
+        return np.where(later[:, None], noise, block)
+
+    return dataclasses.replace(
+        frame, values=redrawn(frame.values), past=redrawn(frame.past), future=redrawn(frame.future)
+    )
 
 
 def check_backtest_origins(predictor: Predictor, data: Prepared | None) -> CheckResult:

@@ -511,6 +511,30 @@ def _restore(
         ) from None
 
 
+def validation_of(
+    model: ForecasterBase, val_windows: WindowIndex, context_len: int
+) -> tuple[ValidationScore, tuple[torch.Tensor, torch.Tensor | None] | None]:
+    """The score (`metrics.validation_score`) of the last token's forecast (the real forecast) over every observed
+    validation target, and the forecasts (N, H, C) with their quantiles (N, H, C, Q) or None (None: no window)."""
+    windows = val_windows.split(context_len)
+    targets, target_observed = windows.target, windows.target_observed
+    start, sums, counts, points, quantiles = 0, [], [], [], []
+    batches = model.output_batches(windows.context, windows.context_observed, windows.covariates)
+    for forecast, quantile in batches:  # (b, H, C) and (b, H, C, Q) or None each, in order
+        end = start + len(forecast)
+        observed = None if target_observed is None else target_observed[start:end]
+        squared, steps = squared_error_sums(forecast.cpu(), targets[start:end], observed)  # (b, C) each
+        sums.append(squared)
+        counts.append(steps)
+        start = end
+        points.append(forecast.cpu())
+        quantiles.append(None if quantile is None else quantile.cpu())
+    if not points:
+        return ValidationScore(0.0, 0.0), None
+    outputs = (torch.cat(points), None if quantiles[0] is None else torch.cat(quantiles))
+    return validation_score(torch.cat(sums), torch.cat(counts), val_windows.series(), val_windows.n_series), outputs
+
+
 class _Runner:
     """The epoch loop: one instance per call of `train`."""
 
@@ -697,28 +721,10 @@ class _Runner:
         return loss.item()
 
     def _val_loss(self, val_windows: WindowIndex) -> ValidationScore:
-        """The score (`metrics.validation_score`) of the last token's forecast (the real forecast) over every observed
-        validation target."""
-        windows = val_windows.split(self.cfg.model.context_len)
-        targets, target_observed = windows.target, windows.target_observed
-        start, sums, counts, points, quantiles = 0, [], [], [], []
-        batches = self.model.output_batches(windows.context, windows.context_observed, windows.covariates)
-        for forecast, quantile in batches:  # (b, H, C) and (b, H, C, Q) or None each, in order
-            end = start + len(forecast)
-            observed = None if target_observed is None else target_observed[start:end]
-            squared, steps = squared_error_sums(forecast.cpu(), targets[start:end], observed)  # (b, C) each
-            sums.append(squared)
-            counts.append(steps)
-            start = end
-            points.append(forecast.cpu())
-            quantiles.append(None if quantile is None else quantile.cpu())
-        # kept for the fallback and the calibration when this epoch is the best (they would recompute them)
-        self.epoch_val_outputs = (
-            (torch.cat(points), None if quantiles[0] is None else torch.cat(quantiles)) if points else None
-        )
-        if not points:
-            return ValidationScore(0.0, 0.0)
-        return validation_score(torch.cat(sums), torch.cat(counts), val_windows.series(), val_windows.n_series)
+        """The epoch's validation score; its forecasts kept for the fallback and the calibration when this epoch
+        is the best (they would recompute them)."""
+        score, self.epoch_val_outputs = validation_of(self.model, val_windows, self.cfg.model.context_len)
+        return score
 
     def _save(self, state: LoopState, improved: bool) -> None:
         """Best weights, the resumable state and the history; the first save puts the run in place."""

@@ -164,6 +164,16 @@ def resolve_from_data(cfg: Config, frame: SeriesFrame) -> tuple[Config, tuple[st
     return cfg, tuple(notes)
 
 
+def automatic(cfg: Config) -> Config:
+    """`cfg` with every setting `resolve_from_data` chooses set back to automatic (the sizes, the calendar, the
+    cycle, the loss, the epochs, the rate, the dropout, the members and the candidates); the split as it is."""
+    model = dataclasses.replace(
+        cfg.model, context_len=0, patch_len=0, cycle=None, dropout=None, members=0, member_contexts=()
+    )
+    train = dataclasses.replace(cfg.train, loss="auto", epochs=0, lr=None, candidates=())
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, calendar=None), model=model, train=train)
+
+
 def choice_split(cfg: Config, frame: SeriesFrame) -> tuple[Config, SplitBorders]:
     """The split the choices are made on: the config with an automatic data.val_horizons chosen, and the
     borders (before context_len is chosen: every window needs one step of history)."""
