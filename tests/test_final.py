@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import tiny_config
+from helpers import make_frame, tiny_config
 from test_long_format import long_frame
 
 from tsformer.api import fit
@@ -126,15 +126,17 @@ def test_test_rows_replaced_by_noise_change_no_choice_only_the_final_model():
     rng = np.random.default_rng(1)
     test_rows = noisy.groupby("unique_id", sort=False).cumcount(ascending=False) < 4  # each series' last 4 (test)
     noisy.loc[test_rows, "y"] = rng.normal(size=int(test_rows.sum())) * 100
+    holed = noisy.copy()
+    holed.loc[np.flatnonzero(test_rows)[2], "y"] = np.nan  # and a cell missing among them (masks take another path)
     first = fit(frame, horizon=4, config=config())
-    second = fit(noisy, horizon=4, config=config())
-    for a, b in zip(first.model.parameters(), second.model.parameters(), strict=True):
-        assert torch.equal(a, b)  # the held-out model, and every choice made with it
-    assert first.fallback == second.fallback and first.config == second.config
-    assert torch.equal(first.calibration.widths, second.calibration.widths)
-    assert first.summary.lines[:-1] == second.summary.lines[:-1]
-    final_a, final_b = first.final.model.parameters(), second.final.model.parameters()
-    assert any(not torch.equal(a, b) for a, b in zip(final_a, final_b, strict=True))  # it is meant to read them
+    for other in (fit(noisy, horizon=4, config=config()), fit(holed, horizon=4, config=config())):
+        for a, b in zip(first.model.parameters(), other.model.parameters(), strict=True):
+            assert torch.equal(a, b)  # the held-out model, and every choice made with it
+        assert first.fallback == other.fallback and first.config == other.config
+        assert torch.equal(first.calibration.widths, other.calibration.widths)
+        assert first.summary.lines[:-1] == other.summary.lines[:-1]
+        final_a, final_b = first.final.model.parameters(), other.final.model.parameters()
+        assert any(not torch.equal(a, b) for a, b in zip(final_a, final_b, strict=True))  # it is meant to read them
 
 
 def test_predict_from_a_cut_history_matches_the_backtest_path_and_fails_when_it_keeps_the_final_model(run, monkeypatch):
@@ -168,3 +170,20 @@ def test_check_compares_the_held_out_model_at_the_datas_floor(tmp_path):
     raw = torch.cat(list(predictor.model.predict_batches(cut.context, cut.context_observed, cut.covariates)))
     assert (raw < predictor.floors(data.split_windows("test").series())).any()  # the floor binds somewhere
     assert check_final(predictor, data).passed
+
+
+def test_a_cell_missing_in_the_test_rows_leaves_the_held_out_model_bit_for_bit():
+    """Whether windows carry an observed mask (another path through attention and the loss) is decided by their
+    own cells: a cell missing in the test rows does not move the training of three members."""
+    frame = make_frame(240)
+    holed = frame.copy()
+    holed.loc[230, "a"] = np.nan  # a test row
+    cfg = config(final_fit=False)
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, members=3))
+    first, second = (
+        train(cfg, None, show_progress=False, source=frame),
+        train(cfg, None, show_progress=False, source=holed),
+    )
+    for a, b in zip(first.model.parameters(), second.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert first.fallback == second.fallback and torch.equal(first.calibration.widths, second.calibration.widths)

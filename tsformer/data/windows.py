@@ -39,6 +39,7 @@ class Windows:
 
     target: torch.Tensor  # (B, L + H, C)
     observed: torch.Tensor | None  # (B, L + H, C) bool, False on unobserved cells and padding; None: all observed
+    # (decided by the windows' own cells, so a cell missing in later rows changes nothing before it)
     past: torch.Tensor | None = None  # (B, L + H, n_past): only the context is ever handed on
     future: torch.Tensor | None = None  # (B, L + H, n_future)
     phase: torch.Tensor | None = None  # (B, L + H)
@@ -108,6 +109,8 @@ class SeriesInputs:
         if padded:
             cells = real.unsqueeze(-1).expand(-1, -1, self.target.shape[1])
             observed = cells if observed is None else observed & cells
+        if observed is not None and bool(observed.all()):  # as for data with no cell missing (see `unfold`)
+            observed = None
         return Windows(
             take(self.target),
             None if observed is None else observed.to(device),
@@ -118,9 +121,16 @@ class SeriesInputs:
     def unfold(self, starts: np.ndarray, floors: torch.Tensor, context_len: int, horizon: int) -> Windows:
         """Windows with consecutive, unpadded `starts` as views of the inputs (no copy): (N, L + H, ...) each."""
         roles = {role: _unfolded(getattr(self, role), starts, context_len, horizon) for role in ROLES}
+        observed = self.observed
+        if (
+            observed is not None
+            and len(starts)
+            and bool(observed[starts[0] - context_len : starts[-1] + horizon].all())
+        ):
+            observed = None  # windows with every cell observed take one path whatever other rows miss
         return Windows(
             roles.pop("target"),
-            _unfolded(self.observed, starts, context_len, horizon),
+            _unfolded(observed, starts, context_len, horizon),
             **roles,
             **self._static(floors, "cpu"),
         )
