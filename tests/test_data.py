@@ -137,11 +137,13 @@ def test_the_floor_is_zero_where_a_column_reached_zero_in_training_and_never_wen
 def test_constant_columns_are_left_out_of_a_wide_files_default_targets(tmp_path):
     frame = make_frame(60, 2)
     frame["Dividends"], frame["Stock Splits"] = 0.0, 0  # a stock's columns that never change
-    series = read_series(write_csv(tmp_path / "stock.csv", frame), DataConfig())
-    assert series.columns == ("a", "b")
+    from tsformer.data import training_data
+
+    series = training_data(tiny_config(), write_csv(tmp_path / "stock.csv", frame)).frame
+    assert series.columns == ("a", "b")  # decided on the training rows (tests/test_reading.py: later rows move none)
     assert (
-        "left out of the targets the columns 'Dividends', 'Stock Splits', which hold one value throughout "
-        "(name them with --target to forecast them)"
+        "left out of the targets the columns 'Dividends', 'Stock Splits', which hold one value throughout the "
+        "training rows (what they do later cannot be learnt; name them with --target to forecast them)"
     ) in series.notes
     named = read_series(tmp_path / "stock.csv", DataConfig(targets=("a", "Dividends")))
     assert named.columns == ("a", "Dividends")  # named, it is forecast

@@ -143,3 +143,44 @@ def test_a_column_constant_in_the_training_rows_is_left_out_of_the_default_targe
     assert frame.columns == ("close",) and frame.values.shape == (200, 1)
     assert any("'div', which hold one value throughout the training rows" in note for note in frame.notes)
     assert checked(table, reading_config(targets=("close", "div"))).columns == ("close", "div")  # named: kept
+
+
+def test_a_column_constant_in_training_is_left_out_whatever_later_rows_hold():
+    """Two columns at one value throughout training: which of them are targets does not depend on the test rows
+    (the reader's own rule over the whole file dropped those constant everywhere, so a later value kept one)."""
+    stamps = pd.date_range("2024-01-01", periods=200, freq="h").strftime("%Y-%m-%d %H:%M")
+    varies_later = np.where(np.arange(200) < 150, 0.0, np.arange(200) / 7)
+    targets = []
+    for b in (np.zeros(200), varies_later):  # b constant throughout, or only in training
+        table = pd.DataFrame({"date": stamps, "a": varies_later, "b": b})
+        targets.append(checked(table, reading_config()).columns)
+    assert targets == [("a", "b"), ("a", "b")]  # every column constant in training: all kept, as before either way
+    table = pd.DataFrame({"date": stamps, "a": varies_later, "b": np.zeros(200), "c": np.sin(np.arange(200))})
+    assert checked(table, reading_config()).columns == ("c",)
+
+
+def test_a_column_of_numbers_in_training_and_text_later_is_refused():
+    stamps = pd.date_range("2024-01-01", periods=200, freq="h").strftime("%Y-%m-%d %H:%M")
+    cells = [f"{v:.3f}" for v in np.sin(np.arange(200))]
+    marked = cells[:80] + ["none"] * 120  # mostly numbers in training (80 of 140 rows), mostly a marker overall
+    table = pd.DataFrame({"date": stamps, "a": np.cos(np.arange(200)), "c": marked})
+    assert read_series(table, DataConfig()).columns == ("a",)  # over the whole file it reads as text
+    with pytest.raises(
+        DataError, match=r"column 'c' holds numbers in the training rows.*'none' at line 142.*--target"
+    ):  # row 140: line 142
+        checked(table, reading_config())
+    assert checked(table, reading_config(targets=("a",))).columns == ("a",)  # named: the question does not arise
+    words = pd.DataFrame({"date": stamps, "a": np.cos(np.arange(200)), "c": ["on", "off"] * 100})
+    assert checked(words, reading_config()).columns == ("a",)  # text in training too: not a target, no error
+
+
+def test_an_id_column_found_by_values_needs_a_timestamp_repeated_in_the_training_rows():
+    stamps = pd.date_range("2024-01-01", periods=200, freq="h").strftime("%Y-%m-%d %H:%M")
+    one = pd.DataFrame({"date": stamps, "site": "A", "y": np.sin(np.arange(200))})
+    assert checked(one, reading_config()).id_cols == ()  # a constant text column: one series, as read
+    late = pd.concat([one, pd.DataFrame({"date": [stamps[-1]], "site": ["B"], "y": [0.5]})], ignore_index=True)
+    with pytest.raises(DataError, match=r"'site' was taken as the series id.*none repeats within the training rows"):
+        checked(late, reading_config())
+    assert checked(late, reading_config(id_cols=("site",))).n_ids == 2  # stated: read as two series
+    two = pd.concat([one, one.assign(site="B")], ignore_index=True)  # repeated from the first row on
+    assert checked(two, reading_config()).id_cols == ("site",)

@@ -8,7 +8,6 @@ the file that holds each row (the header is line 1), so every message can name t
 from __future__ import annotations
 
 import re
-import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -228,9 +227,11 @@ def _read(
     found_notes = file_notes + found_notes
     table, joined_notes = join_year_and_part(table, time_col)
     found_notes += joined_notes
+    id_by_values = ""
     if expected_ids is None:  # training: the id columns given, else found by name or by their values
         id_cols, id_notes = _find_id_cols(table, cfg.id_cols, time_col, name)
         found_notes += id_notes
+        id_by_values = id_cols[0] if id_notes else ""
     else:  # a trained model's (none for a wide file): exactly those, whatever the names of the columns
         id_cols = _find_id_cols(table, expected_ids, time_col, name)[0] if expected_ids else ()
     codes, keys = _series_codes(table, id_cols, check_unique=expected_ids is None)
@@ -244,7 +245,7 @@ def _read(
     in_table = () if static_source is not None else cfg.static_covs  # static columns of the data itself
     past_names, future_names = _pick_covariates(table, cfg, (time_col, *id_cols), name, in_table)
     covariate_names = past_names + future_names
-    targets, target_notes = _pick_targets(
+    targets, target_notes, text_columns = _pick_targets(
         table, (time_col, *id_cols), cfg.targets, name, delimiter, covariate_names + in_table
     )
     # series after series (in the order they first appear), each in file order or, with --sort, in time order
@@ -261,12 +262,20 @@ def _read(
     if expected_freq == "":  # training: keep what the decisions rest on, to make them from the training rows
         readings = date_readings(raw_times, cfg, codes_in_file == 0)
         order = pick_date_order(readings, time_col, cfg) if readings and len(readings) > 1 else ""
-        evidence = ReadEvidence(longest, timestamps[span], lines[span], order, readings if order else None)
+        texts = {column: table[column] for column in text_columns}  # judged again on the training rows
+        evidence = ReadEvidence(
+            longest,
+            timestamps[span],
+            lines[span],
+            order,
+            readings if order else None,
+            id_by_values,
+            texts,
+            codes if texts else None,
+            timestamps if texts else None,
+        )
     values, decimal_notes = _numeric_values(table, targets, delimiter)  # (n_rows, n_columns) float64, NaN: missing
     target_notes += decimal_notes
-    if not cfg.targets and not id_cols:  # a wide file's default targets: its columns that vary
-        targets, values, constant_notes = _drop_constant(targets, values)
-        target_notes += constant_notes
     if covariate_names:  # read and laid on the grid with the targets
         covariate_values, decimal_notes = _numeric_values(table, list(covariate_names), delimiter, "covariate")
         values = np.concatenate([values, covariate_values], 1)
@@ -345,7 +354,7 @@ def _id_col_by_values(table: pd.DataFrame, time_col: str) -> tuple[str, int]:
     times = table[time_col].astype(str).str.strip()
     if not times.duplicated().any():
         return "", 0
-    text = [c for c in table.columns if c != time_col and not _is_numeric_like(table[c])]
+    text = [c for c in table.columns if c != time_col and not is_numeric_like(table[c])]
     if not text or table[text[0]].isna().any():
         return "", 0
     ids = table[text[0]].astype(str).str.strip()
@@ -415,8 +424,9 @@ def _pick_targets(
     source: str,
     delimiter: str,
     covariates: tuple[str, ...] = (),
-) -> tuple[list[str], tuple[str, ...]]:
-    """The target columns and a note when a long file's `y` was chosen over other numeric columns.
+) -> tuple[list[str], tuple[str, ...], tuple[str, ...]]:
+    """The target columns, a note when a long file's `y` was chosen over other numeric columns, and the columns
+    that would have been default targets had they not read as text (none when targets are named).
 
     `not_targets` are the time column, then the id columns; covariates (static ones too) are not targets."""
     time_col, id_cols = not_targets[0], not_targets[1:]
@@ -433,14 +443,15 @@ def _pick_targets(
                 raise DataError(f"target column {name!r} not in {source}; columns are: {names(candidates)}")
             if name in requested[:i]:
                 raise DataError(f"target column {name!r} is given twice; give each --target once")
-        return list(requested), ()
+        return list(requested), (), ()
     if id_cols and LONG_TARGET in covariates:
         raise DataError(
             f"column {LONG_TARGET!r}, the long format's target, is given as a covariate; name the columns to "
             f"forecast with --target, or give {LONG_TARGET!r} as the target and not as a covariate"
         )
-    numeric = [c for c in candidates if _is_numeric_like(table[c])]
-    taken = [c for c in table.columns if c in covariates and _is_numeric_like(table[c])]  # in the file's order
+    numeric = [c for c in candidates if is_numeric_like(table[c])]
+    text = tuple(c for c in candidates if c not in numeric)
+    taken = [c for c in table.columns if c in covariates and is_numeric_like(table[c])]  # in the file's order
     if not numeric and taken:
         raise DataError(
             f"every numeric column of {source} is given as a covariate ({names(taken)}), so none is left to "
@@ -454,14 +465,18 @@ def _pick_targets(
         )
     if id_cols and LONG_TARGET in numeric and len(numeric) > 1:
         others = [c for c in numeric if c != LONG_TARGET]
-        return [LONG_TARGET], (
-            f"forecasting {LONG_TARGET!r}, the long format's target; {names(others)} are not used (name targets "
-            "with --target)",
-        )
-    return numeric, ()
+        return (
+            [LONG_TARGET],
+            (
+                f"forecasting {LONG_TARGET!r}, the long format's target; {names(others)} are not used (name targets "
+                "with --target)",
+            ),
+            (),
+        )  # with `y` present no other column is a default target
+    return numeric, (), text
 
 
-def _is_numeric_like(column: pd.Series) -> bool:
+def is_numeric_like(column: pd.Series) -> bool:
     """Numeric dtype, or text cells that mostly start as numbers do ("1,234", "12 %", "$5", "(3)", "-.5": then
     parsing says what is wrong); cells that start with a letter are text, digits or not ("H1", "SKU123", "S0":
     series ids)."""
@@ -610,23 +625,6 @@ def _covariates(values: np.ndarray, n_past: int, n_future: int) -> tuple[np.ndar
     missing = int(np.isnan(values).sum())
     note = f"{missing} covariate cells are missing; the model reads them as unobserved (the training mean)"
     return past, future, (note,) if missing else ()
-
-
-def _drop_constant(targets: list[str], values: np.ndarray) -> tuple[list[str], np.ndarray, tuple[str, ...]]:
-    """A wide file's default targets without its columns that hold one value throughout (a stock's dividends, say:
-    nothing to forecast), with a note; all of them when every column is constant."""
-    with warnings.catch_warnings():  # a column with no value: NaN, refused later with its own message
-        warnings.simplefilter("ignore", RuntimeWarning)
-        constant = np.nanmin(values, axis=0) == np.nanmax(values, axis=0)  # (n_columns,)
-    if not constant.any() or constant.all():
-        return targets, values, ()
-    dropped = [name for name, flat in zip(targets, constant, strict=True) if flat]
-    kept = [name for name, flat in zip(targets, constant, strict=True) if not flat]
-    note = (
-        f"left out of the targets the column{'s' * (len(dropped) > 1)} {names(dropped)}, which hold one value "
-        "throughout (name them with --target to forecast them)"
-    )
-    return kept, values[:, ~constant], (note,)
 
 
 def _check_fillable(

@@ -1,7 +1,7 @@
 """How a training file is read is decided from its training rows: later rows conform, or are refused.
 
 The reader (`tsformer.data.loader`) decides some things over the whole file: the frequency, the order of
-ambiguous day/month dates, and which columns of a wide file vary enough to be targets. A decision that
+ambiguous day/month dates, which columns read as numbers, and whether a text column names series. A decision that
 rows after the training end could change would let the future move the training rows (their grid, their
 dates, the columns trained on). So once the split is known, each decision is made again from the training
 rows alone (each series' rows up to its training end, as read, `ReadEvidence`):
@@ -9,13 +9,15 @@ rows alone (each series' rows up to its training end, as read, `ReadEvidence`):
 - frequency and day/month order: when the training rows decide otherwise than the whole file, the later
   rows do not conform to how the training rows read; a DataError names the rows and the flag that states it
   (--freq, --dayfirst), so the user decides, not the later rows;
-- default targets: a column that holds one value throughout the training rows is left out, with a note,
-  as a column constant over the whole file is (its later values cannot be learnt from the training rows).
+- default targets: a column that holds one value throughout the training rows is left out, with a note (its
+  later values cannot be learnt from the training rows); a column read as text (not a target) that holds
+  numbers in the training rows is refused, so later text cells cannot take a target away;
+- an id column found by its values (no column named like one, `loader._id_col_by_values`: the first text column)
+  rests on a repeated timestamp: the training rows must repeat one, or later rows would split the file into
+  series; a DataError says to name it (--id-col).
 
 The UTC offset of timestamps is decided from the first row (`timestamps.parse_timestamps`), and the
-calendar features from each row's own timestamp, so neither needs a second look. A long file's id column found
-by its values (no column named like one) is the first text column or none (`loader._id_col_by_values`): later
-rows can only leave the file refused (a repeated timestamp without an id), never split it by another column.
+calendar features from each row's own timestamp, so neither needs a second look.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import pandas as pd
 
 from tsformer.config import Config
 from tsformer.data.csvfile import names
-from tsformer.data.loader import SeriesFrame
+from tsformer.data.loader import NUMBER_START, SeriesFrame, is_numeric_like
 from tsformer.data.split import SplitBorders
 from tsformer.data.timestamps import pick_date_order, resolve_freq
 from tsformer.errors import DataError
@@ -46,9 +48,44 @@ def read_as_training_rows_say(frame: SeriesFrame, cfg: Config, borders: SplitBor
         _check_freq(frame, train_last[evidence.freq_series])
     if evidence.date_readings:
         _check_date_order(frame, cfg, train_last[0])
+    if evidence.id_by_values:
+        _check_ids_by_values(frame, evidence.id_by_values, borders)
+    if evidence.text_columns:
+        _check_text_columns(evidence, train_last)
     if not cfg.data.targets and not frame.id_cols:
         frame = _without_constant_training_columns(frame, int(borders.train_end[0]))
     return frame
+
+
+def _check_ids_by_values(frame: SeriesFrame, column: str, borders: SplitBorders) -> None:
+    """An id column found by its values rests on a timestamp the file repeats: one the training rows repeat."""
+    ids = frame.id_of_rows()
+    training = np.arange(frame.n_rows) - frame.bounds[ids] < borders.train_end[ids]  # (n_rows,)
+    if frame.timestamps[training].duplicated().any():
+        return
+    repeated = frame.timestamps[frame.timestamps.duplicated(keep=False)]
+    raise DataError(
+        f"{column!r} was taken as the series id because the time column repeats timestamps, but none repeats within "
+        f"the training rows (the first repeated one is {repeated.min()}, later): how a file is read is decided from "
+        f"its training rows, so state it: pass --id-col {column} to read {frame.n_ids} series, or drop the rows "
+        "that repeat a timestamp"
+    )
+
+
+def _check_text_columns(evidence, train_last: pd.DatetimeIndex) -> None:
+    """A column read as text (so not a default target) must read as text in the training rows too."""
+    training = np.asarray(evidence.row_stamps <= train_last[evidence.row_series])  # (n_rows,) file order
+    for name, cells in evidence.text_columns.items():
+        if not is_numeric_like(cells[training]):
+            continue
+        later = cells[~training].dropna().astype(str)
+        words = later[~later.str.match(NUMBER_START)]
+        example = f" ({words.iloc[0]!r} at line {words.index[0]})" if len(words) else ""
+        raise DataError(
+            f"column {name!r} holds numbers in the training rows but mostly text over the whole file{example}, so "
+            "later rows would decide whether it is forecast: how a file is read is decided from its training rows; "
+            "make its later cells numbers (an empty cell is a missing value), or name the targets with --target"
+        )
 
 
 def _check_freq(frame: SeriesFrame, train_last: pd.Timestamp) -> None:

@@ -11,7 +11,7 @@ import functools
 import itertools
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -74,13 +74,20 @@ class TimeNotation:
 class ReadEvidence:
     """What the reader decided over the whole file, kept so that `tsformer.data.reading` can make the same
     decisions again from the training rows alone: the rows the frequency was inferred from (the longest
-    series, as read, before the grid), and each reading of ambiguous day/month dates."""
+    series, as read, before the grid), each reading of ambiguous day/month dates, an id column found by its
+    values, and the columns read as text where default targets were picked."""
 
     freq_series: int  # the series the frequency was inferred from
     freq_stamps: pd.DatetimeIndex  # its timestamps as read
     freq_lines: np.ndarray  # their lines
     date_order: str = ""  # the reading chosen over the whole file when day and month were ambiguous, else ""
     date_readings: dict[str, pd.DatetimeIndex] | None = None  # each reading of the first series' rows
+    id_by_values: str = ""  # the id column found by its values (no column named like one), else ""
+    # the columns that could have been default targets and were read as text: their cells (indexed by line), with
+    # each row's series and timestamp (file order), to judge them again on the training rows
+    text_columns: dict[str, pd.Series] = field(default_factory=dict)
+    row_series: np.ndarray | None = None  # (n_rows,) int64
+    row_stamps: pd.DatetimeIndex | None = None  # (n_rows,)
 
 
 SHORT_YEAR_DATE = re.compile(r"^\d{1,2}([/.-])\d{1,2}\1\d{2}$")  # 01/02/20: a date with a two-digit year
