@@ -90,6 +90,26 @@ def test_refit_without_a_config_refits_with_the_runs_own(run):
     assert not (run / "fold_1").exists()  # the folds train in memory
 
 
+def test_refit_folds_choose_the_runs_automatic_settings_again_from_their_own_rows(tmp_path):
+    """The run keeps its config as given (checkpoint format 17), so each fold chooses what was automatic (here the
+    calendar) from the rows before its origin, not as the run chose
+    them on its validation rows, which lie after the early folds' origins."""
+    import dataclasses
+
+    cfg = tiny_config(write_csv(tmp_path / "data.csv", make_frame(n_rows=240)))
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, calendar=None))
+    train(cfg, tmp_path / "run", show_progress=False)
+    predictor = load_predictor(tmp_path / "run")
+    assert predictor.config.data.calendar is False  # chosen on the run's validation rows
+    given, note = predictor.refit_config()
+    assert note == "" and given.data.calendar is None and given.model.context_len == predictor.config.model.context_len
+    resolved, note = predictor.replace(given=None).refit_config()  # a run saved before format 17
+    assert resolved == predictor.config and "some of them after a fold's origin" in note
+    result = invoke("backtest", tmp_path / "run", "--refit", "--windows", "2")
+    assert result.exit_code == 0, result.output
+    assert "some of them after" not in result.stderr
+
+
 def test_the_cli_writes_the_long_csv_and_the_plot(run, tmp_path):
     result = invoke(
         "backtest", run, "--windows", "3", "--step", "4", "--out", tmp_path / "bt.csv", "--plot", tmp_path / "bt.png"

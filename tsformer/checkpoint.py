@@ -39,7 +39,7 @@ from tsformer.results import TrainSummary
 from tsformer.runfolder import CONFIG_FILE, MODEL_FILE
 
 FORMAT_NAME = "tsformer-checkpoint"
-FORMAT_VERSION = 16  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
+FORMAT_VERSION = 17  # 2: data fingerprint, renamed weights. 3: many series, covariates. 4: fallback per series.
 # 5: interval widths per unit of each window's scale. 6: a Predictor: the layout by name, static covariates,
 # the calibration (with the refit model's borders) and the training summary. 7: the calibration's error count
 # and the interval levels it left out; what stopped training. 8: the fallback may name the classical candidates
@@ -58,7 +58,8 @@ FORMAT_VERSION = 16  # 2: data fingerprint, renamed weights. 3: many series, cov
 # shifts read as the same for every group, around the model's whole offsets, as they were calibrated).
 # 16: the quantile shifts per unit of each window's scale where the intervals' widths are ("scaled"; a format 15
 # file's are in scaled units, "groups").
-READS_FORMATS = (7, 8, 9, 10, 11, 12, 13, 14, 15, 16)
+# 17: the config as given, before the automatic settings were chosen (`Predictor.given`; an earlier file has none).
+READS_FORMATS = (7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17)
 
 
 def save_predictor(predictor, path: str | Path, train_state: dict[str, Any] | None = None) -> None:
@@ -73,6 +74,7 @@ def save_predictor(predictor, path: str | Path, train_state: dict[str, Any] | No
         "format_version": FORMAT_VERSION,
         "package_version": p.package_version,
         "config": to_dict(p.config),
+        "given_config": None if p.given is None else to_dict(p.given),
         "layout": p.layout.to_dict(),
         "time_col": p.time_col,
         "freq": p.freq,
@@ -184,8 +186,10 @@ def _fields(payload: dict[str, Any], path: Path) -> dict[str, Any]:
         linear = _linear(payload.get("linear"), config, layout)
         final = payload.get("final")
         summary = payload.get("summary")
+        given = payload.get("given_config")
         fields = dict(
             config=config,
+            given=None if given is None else config_from_dict(_current_keys(given)),
             layout=layout,
             time_col=payload["time_col"],
             freq=payload["freq"],

@@ -8,7 +8,6 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -361,12 +360,10 @@ def backtest(
             fail("--refit trains a model per origin: tsformer backtest RUN --refit (the run's config), or "
                  "tsformer backtest FOLDS_DIR --config CONFIG --refit")  # fmt: skip
         folds = run if config is not None else None  # with the run's own config, the folds stay in memory
-        cfg = load_config(config) if config is not None else load_predictor(run).config
-        if config is None and cfg.train.time_limit:  # a searched run: its chosen recipe per fold, not a new search
-            cfg = replace(cfg, train=replace(cfg.train, time_limit=0.0))
+        cfg, note = (load_config(config), "") if config is not None else load_predictor(run).refit_config()
         if csv is not None:
             cfg = with_data_path(cfg, csv)
-        result = refit_backtest(cfg, folds, windows, step, start, out=out, plot=plot)
+        result = refit_backtest(cfg, folds, windows, step, start, out=out, plot=plot, note=note)
     else:
         if run is None or config is not None:
             fail("give a trained run folder (tsformer backtest RUN), or --config with --refit")

@@ -83,6 +83,9 @@ class Predictor:
     data_fingerprint: dict[str, str | int] = field(default_factory=dict)  # the data it was trained on
     summary: TrainSummary | None = None
     package_version: str = __version__
+    # the config as given, before the automatic settings were chosen from the data: what a refit backtest trains
+    # each fold from; None: a run saved before it was kept (checkpoint format 17)
+    given: Config | None = None
     data: Prepared | None = field(default=None, repr=False, compare=False)  # the data it was fit on (not saved)
 
     @property
@@ -261,6 +264,20 @@ class Predictor:
             frame = dataclasses.replace(frame, static=self._stored_static(frame))
         return frame
 
+    def refit_config(self) -> tuple[Config, str]:
+        """The config a refit backtest trains each fold with, and a note where some settings cannot be chosen
+        again per fold: the config as given, so each fold chooses its automatic settings from the rows before
+        its origin; a searched run's recipe as the search chose it (one search, not one per fold); a run saved
+        before the given config was kept, its settings as chosen."""
+        if self.given is not None and not self.given.train.time_limit:
+            return self.given, ""
+        cfg = dataclasses.replace(self.config, train=dataclasses.replace(self.config.train, time_limit=0.0))
+        why = "searched (train.time_limit)" if self.given is not None else "saved before its given config was kept"
+        return cfg, (
+            f"each fold trains with the settings this run chose on its own validation rows, some of them after a "
+            f"fold's origin, as the run was {why}; give the folds a config (--config) to choose them per fold"
+        )
+
     def _static_table(self) -> pd.DataFrame | None:
         """The static covariates it was fit with from a table, as that table: the id columns, then the
         covariates, a row per trained series; None when they came from the data's own columns, or there are none."""
@@ -370,10 +387,10 @@ class Predictor:
         if refit:
             from tsformer.runs import refit_backtest  # runs trains, and training makes predictors: imported here
 
-            cfg = dataclasses.replace(self.config, train=dataclasses.replace(self.config.train, time_limit=0.0))
+            cfg, note = self.refit_config()
             source = as_source(data) if data is not None else self.data.frame if self.data is not None else None
             static = as_source(static_df, "static_df") if static_df is not None else self._static_table()
-            result = refit_backtest(cfg, None, windows, step, start, source=source, static=static)
+            result = refit_backtest(cfg, None, windows, step, start, source=source, static=static, note=note)
         else:
             result = backtests.backtest(self, self.read(data), windows, step, start)
         table = result.forecasts.copy()

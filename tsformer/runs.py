@@ -91,11 +91,13 @@ def refit_backtest(
     show_progress: bool = False,
     source: Source | None = None,
     static: Source | None = None,
+    note: str = "",
 ) -> BacktestResult:
     """Train a model per origin on the steps before it only (an expanding window: the last stretch of them
     validates, as long as the split rule gives those rows, `fold_val_len`; its scaler comes from the rest),
     forecast from the origin, and score. No setting of a fold reads a row after its origin. Each fold's run
-    goes into `out_dir`/fold_N, or stays in memory when `out_dir` is None.
+    goes into `out_dir`/fold_N, or stays in memory when `out_dir` is None. `note`: where `cfg` fixes settings
+    chosen on later rows (`Predictor.refit_config`), said first.
 
     A panel's folds cut every series at the same dates when its origins fall on the same timestamps (the
     series end together, or --start names the date), so no series trains on a time after another's
@@ -120,7 +122,7 @@ def refit_backtest(
             "without --refit"
         )
     offset = to_offset(frame.freq)
-    results, notes = [], []
+    results, notes = [], [note] if note else []
     for fold in range(rows.shape[1]):
         val_len = fold_val_len(cfg, data, rows[:, fold])  # from the rows before this fold's origin alone
         if not by_dates:

@@ -147,6 +147,8 @@ def _train(
     if given.train.time_limit and ctx.world_size > 1:
         raise ConfigError("train.time_limit searches on one process; run it without torchrun, or drop --time-limit")
     data = training_data(given, source, static)
+    if previous is not None:  # resumed: trained on its resolved config; as given, it was
+        data = dataclasses.replace(data, given=previous.given)
     cfg = data.config  # every automatic setting chosen
     if ctx.is_main and say is not None:
         for note in (folder.notes if folder is not None else []) + list(data.notes):
@@ -246,7 +248,7 @@ def _searched(
         )  # fmt: skip
 
     searched = search(given, data, budget_end, _calibration_seconds(data), held_out, _final_share(data.config, data))
-    cfg, chosen = searched.config, searched.data
+    cfg, chosen = searched.config, dataclasses.replace(searched.data, given=data.given)
     members = [m.model for m in searched.members]
     model = members[0] if len(members) == 1 else Ensemble(members)
     val_windows = chosen.split_windows("val")
@@ -765,4 +767,5 @@ def _uncalibrated(
         static_scale=data.static_scale,
         static_from=frame.static_from,
         data_fingerprint=data.fingerprint,
+        given=data.given,
     )

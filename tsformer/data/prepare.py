@@ -51,6 +51,7 @@ class Prepared:
     inputs: SeriesInputs  # the scaled rows by role
     fingerprint: dict[str, str | int]  # what a resumed run checks it still reads: see `data_fingerprint`
     notes: tuple[str, ...]  # how the data was read and what was chosen, for the user
+    given: Config | None = None  # training's config as given, before the automatic settings; None: a run's data
 
     def min_history(self, split: str) -> int:
         """Steps of its series a window needs before its first target: the whole context for a wide file;
@@ -112,8 +113,8 @@ def training_data(cfg: Config, source: Source | None = None, static: Source | No
         frame = read_as_training_rows_say(frame, cfg, choice_split(cfg, frame)[1])
     except DataError as exc:  # a DataFrame's rows are named as df.iloc numbers them, not as a file's lines
         raise DataError(rows_not_lines(str(exc))) if isinstance(source, pd.DataFrame) else exc from None
-    cfg, notes = resolve_from_data(cfg, frame)
-    return prepare(frame, cfg, frame.notes + notes)
+    resolved, notes = resolve_from_data(cfg, frame)
+    return dataclasses.replace(prepare(frame, resolved, frame.notes + notes), given=cfg)
 
 
 def prepare(frame: SeriesFrame, cfg: Config, notes: tuple[str, ...] | None = None) -> Prepared:
