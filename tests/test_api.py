@@ -383,3 +383,21 @@ def test_backtest_from_python_checks_its_options_reads_a_plain_start_in_the_data
     refit = predictor.backtest(windows=2, step=8, refit=True)  # a model trained at each origin
     assert refit["origin"].nunique() == 2 and len(refit) == 2 * HORIZON * 2
     assert refit.attrs["notes"][0].startswith("fold 1: trained on rows 0..")
+
+
+def test_predictor_methods_run_on_the_runs_threads_and_give_the_callers_back(monkeypatch):
+    """A predictor trained on one thread (to share the cores) predicts, evaluates and checks on one, as the
+    commands run a saved run, and the caller's count is as it was after."""
+    import tsformer.evaluate as evaluation
+
+    predictor = tsformer.fit(make_frame(), horizon=HORIZON, config={**TINY, "train.num_threads": 1})
+    seen = []
+    real = evaluation.evaluate
+    monkeypatch.setattr(evaluation, "evaluate", lambda *a, **k: seen.append(torch.get_num_threads()) or real(*a, **k))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        predictor.evaluate()
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)

@@ -13,8 +13,11 @@ name it in type hints only (at run time dependencies point one way: the predicto
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -58,6 +61,25 @@ from tsformer.predict import forecast_after
 from tsformer.results import Forecasts, TrainSummary
 from tsformer.runfolder import claim, resolve_checkpoint
 from tsformer.spelling import in_python_terms, python_notes
+
+Result = TypeVar("Result")
+
+
+def _on_its_threads(method: Callable[..., Result]) -> Callable[..., Result]:
+    """`method` run on as many torch threads as the predictor trained with (train.num_threads; 0: the caller's),
+    the caller's count restored after, as the commands run a saved run (`runs._load`)."""
+
+    @functools.wraps(method)
+    def on_threads(self: Predictor, *args, **kwargs) -> Result:
+        threads = torch.get_num_threads()
+        if self.config.train.num_threads:
+            torch.set_num_threads(self.config.train.num_threads)
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            torch.set_num_threads(threads)
+
+    return on_threads
 
 
 @dataclass(frozen=True)
@@ -338,6 +360,7 @@ class Predictor:
     # --- the Python API ---------------------------------------------------------------------------
 
     @in_python_terms
+    @_on_its_threads
     def predict(
         self, data: Source | None = None, future: Source | None = None, static_df: Source | None = None
     ) -> pd.DataFrame:
@@ -356,6 +379,7 @@ class Predictor:
         return frame
 
     @in_python_terms
+    @_on_its_threads
     def evaluate(self, data: Source | None = None, split: str = "test") -> pd.DataFrame:
         """Honest metrics on every window of the held-out test split (or `split="val"`): one row per forecaster
         (`model` is what `predict` ships, then the naive baselines) with MSE and MAE on scaled values, MAE and
@@ -367,6 +391,7 @@ class Predictor:
         return table
 
     @in_python_terms
+    @_on_its_threads
     def backtest(
         self,
         data: Source | None = None,
@@ -398,6 +423,7 @@ class Predictor:
         return table
 
     @in_python_terms
+    @_on_its_threads
     def check(self, data: Source | None = None) -> pd.DataFrame:
         """Every leakage check on this predictor and its data: one row per check (name, passed, max_change,
         detail, skipped). The model checks probe the assembled model; the data checks rerun the pipeline on the
