@@ -144,6 +144,11 @@ def test_evaluate_backtest_and_check_return_dataframes(wide_fit):
     assert list(report["forecaster"]) == ["model", *["model_alone"] * fell_back, *candidates]
     assert {"mse", "mae", "mase", "smape", "coverage_80", "width_80", "msis_95"} <= set(report.columns)
     assert np.isfinite(report.loc[0, "mse"]) and 0 <= report.loc[0, "coverage_80"] <= 1
+    from tsformer.evaluate import evaluate
+
+    naive = evaluate(predictor, predictor.read()).intervals["80"]["seasonal_naive"]  # as `tsformer evaluate` says
+    row = report.set_index("forecaster").loc["seasonal_naive"]
+    assert (row["coverage_80"], row["width_80"], row["msis_80"]) == (naive["coverage"], naive["width"], naive["msis"])
     validation = predictor.evaluate(split="val")
     assert validation.loc[0, "mse"] != report.loc[0, "mse"]
     backtest = predictor.backtest(windows=3, step=4)

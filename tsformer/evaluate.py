@@ -74,13 +74,15 @@ class EvalReport:
     def table(self) -> pd.DataFrame:
         """One row per forecaster (`model` is what predict ships; `model_alone`, when the fallback chose a naive
         forecaster somewhere, the model everywhere): its mean metrics over columns (and series), and for the
-        shipped model each interval's coverage, width and MSIS (`coverage_80`, `width_80`, `msis_80`, ...)."""
+        shipped model, and for seasonal naive from its in-sample errors, each interval's coverage, width and MSIS
+        (`coverage_80`, `width_80`, `msis_80`, ...)."""
         rows = []
         for name, scores in self.scores.items():
             row = {"forecaster": name, **scores["mean"]}
-            if name == "model":
-                for tag, interval in self.intervals.items():
-                    row |= {f"{key}_{tag}": interval[key] for key in ("coverage", "width", "msis")}
+            for tag, interval in self.intervals.items():
+                own = interval if name == "model" else interval.get(name)
+                if own:
+                    row |= {f"{key}_{tag}": own[key] for key in ("coverage", "width", "msis")}
             rows.append(row)
         return pd.DataFrame(rows)
 
