@@ -101,6 +101,17 @@ def test_bench_command_on_tiny_data_without_a_reference_file(tiny_csv, tmp_path)
     assert table.endswith(f"No published results: the reference file {missing} was not found (see `--reference`).\n")
     assert "## Published results" not in table
     assert sorted(p.name for p in results.iterdir()) == ["tiny.md", "tiny_4.json"]  # no temp files left
+    assert saved["data"]["lines"] == 241 and saved["data"]["split_ratios"] == []
+    (tmp_path / "short").mkdir()  # a shorter file of the same name: its results would share the table
+    (tmp_path / "short" / "tiny.csv").write_text("".join(tiny_csv.read_text().splitlines(True)[:200]))
+    other = tmp_path / "tiny_8.yaml"
+    other.write_text(TINY_BENCH.replace("path: tiny.csv", f"path: {tmp_path / 'short' / 'tiny.csv'}"))
+    refused = CliRunner().invoke(app, ["bench", str(other), "--results-dir", str(results), "--quiet"])
+    assert refused.exit_code == 2 and "holds tiny results of other data or another split" in refused.stderr
+    assert "lines 241 against 200" in refused.stderr and sorted(p.name for p in results.iterdir()) == [
+        "tiny.md",
+        "tiny_4.json",
+    ]
 
 
 def test_table_takes_published_rows_from_the_default_reference_in_the_current_folder(tmp_path, monkeypatch):

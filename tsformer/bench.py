@@ -42,11 +42,15 @@ class BenchConfig:
 
 
 def read_bench_configs(
-    paths: list[Path], data_dir: str | Path | None = None, reference: str | Path = DEFAULT_REFERENCE
+    paths: list[Path],
+    data_dir: str | Path | None = None,
+    reference: str | Path = DEFAULT_REFERENCE,
+    results_dir: str | Path | None = None,
 ) -> list[BenchConfig]:
     """Every config read, its CSV found and the reference file read, before any config trains: a mistake in the
     last one is reported at once, naming its file. A config's relative data path is taken from the current
-    folder, else from the config's own folder, else by file name from the data directories."""
+    folder, else from the config's own folder, else by file name from the data directories. With `results_dir`,
+    a config whose results would share a table with results of other data or another split is refused."""
     read, names = [], {}
     for path in map(Path, paths):
         try:
@@ -79,8 +83,41 @@ def read_bench_configs(
         names[path.stem] = path
         dataset = Path(cfg.data.path).stem.lower()
         _reference_rows(dataset, Path(reference))  # a malformed reference file fails now, not after training
+        if results_dir is not None:
+            _require_comparable(Path(results_dir), dataset, data_identity(cfg), path)
         read.append(BenchConfig(path.stem, cfg, dataset))
     return read
+
+
+def data_identity(cfg: Config) -> dict:
+    """What makes two results of one dataset comparable: the lines of its file and the split."""
+    with open(cfg.data.path, "rb") as handle:
+        lines = sum(1 for _ in handle)
+    data = cfg.data
+    return {
+        "lines": lines,
+        "split_borders": list(data.split_borders),
+        "split_ratios": list(data.split_ratios),
+        "val_horizons": data.val_horizons,
+    }
+
+
+def _require_comparable(results_dir: Path, dataset: str, identity: dict, config: Path) -> None:
+    """Refuse to write a result into a table whose results of `dataset` read other data or another split (a
+    result saved before `data` was recorded is compared on its config's split)."""
+    for path in sorted(results_dir.glob("*.json")):
+        result = json.loads(path.read_text())
+        if result.get("dataset") != dataset:
+            continue
+        split = {key: result.get("config", {}).get("data", {}).get(key) for key in ("split_borders", "split_ratios")}
+        theirs = result.get("data") or split
+        differ = [key for key in identity if key in theirs and theirs[key] != identity[key]]
+        if differ:
+            said = ", ".join(f"{key} {theirs[key]} against {identity[key]}" for key in differ)
+            raise ConfigError(
+                f"{config}: {results_dir} holds {dataset} results of other data or another split ({path.name}: "
+                f"{said}), and they would share one table; write these elsewhere with --results-dir"
+            )
 
 
 def run_benchmark(
@@ -96,7 +133,11 @@ def run_benchmark(
 
     Then regenerate the dataset's table beside it, with the published rows of `reference`.
     """
-    bench = config if isinstance(config, BenchConfig) else read_bench_configs([Path(config)], data_dir, reference)[0]
+    bench = (
+        config
+        if isinstance(config, BenchConfig)
+        else read_bench_configs([Path(config)], data_dir, reference, results_dir)[0]
+    )
     name, cfg, dataset = bench.name, bench.config, bench.dataset
     given = cfg
     run_dir = Path(runs_dir) / name
@@ -134,6 +175,7 @@ def run_benchmark(
         },
         "quantile_loss": report.quantile_loss,
         "ablation_no_transformer": ablation,
+        "data": data_identity(cfg),
         "config": to_dict(cfg),
     }
     results_dir = Path(results_dir)

@@ -424,7 +424,7 @@ def bench(
 
     if not reference.is_file():
         typer.echo(f"note: {reference} not found; the table gets no published rows (see --reference)", err=True)
-    for config in read_bench_configs(configs, data_dir, reference):  # every config checked before any trains
+    for config in read_bench_configs(configs, data_dir, reference, results_dir):  # all checked before any trains
         r = run_benchmark(config, runs_dir, results_dir, data_dir, show_progress=not quiet, reference=reference)
         typer.echo(
             f"{r['name']}: test MSE {r['test']['model']['mse']:.4f} MAE {r['test']['model']['mae']:.4f} "
