@@ -178,7 +178,7 @@ def test_refit_cuts_series_of_different_lengths_at_the_same_dates(tmp_path):
     assert result.notes[0].startswith("fold 1: trained on the steps before ")
 
     long_frame({"A": 120, "B": 96}).to_csv(csv, index=False)  # B ends 21 hours before A
-    with pytest.raises(DataError, match="name the first origin with --start DATE"):
+    with pytest.raises(DataError, match="name the first forecast step with --start DATE"):
         refit_backtest(tiny_config(csv), tmp_path / "folds", windows=2, step=8)
 
 

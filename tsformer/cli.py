@@ -338,7 +338,12 @@ def backtest(
         help="How many origins (default: every one that fits after the run's validation; with --refit, 5).",
     ),
     step: int = typer.Option(0, "--step", min=0, help="Steps between origins; 0: the horizon.", show_default=False),
-    start: str | None = typer.Option(None, "--start", help="First origin at or after this date (default: the end)."),
+    start: str | None = typer.Option(
+        None,
+        "--start",
+        help="The first forecast's first step: the first at or after this date (its origin is the step before; "
+        "default: back from the end).",
+    ),
     refit: bool = typer.Option(False, "--refit", help="Train a new model at each origin on the data before it."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write every forecast and its truth (long CSV)."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a PNG of the error by origin."),

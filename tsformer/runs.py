@@ -118,7 +118,7 @@ def refit_backtest(
     if not (by_rows or by_dates):
         raise DataError(
             "--refit needs the origins at the same rows or the same timestamps in every series, and these series "
-            "end at different times; name the first origin with --start DATE, or backtest a trained run "
+            "end at different times; name the first forecast step with --start DATE, or backtest a trained run "
             "without --refit"
         )
     offset = to_offset(frame.freq)
