@@ -87,6 +87,7 @@ def test_refit_without_a_config_refits_with_the_runs_own(run):
     result = invoke("backtest", run, "--refit", "--windows", "2")
     assert result.exit_code == 0, result.output
     assert "fold 1: trained on rows 0.." in result.stderr and "fold 2" in result.stderr
+    assert "fold 1 of 2: training on the rows before 2024-01-" in result.stderr  # said as the fold starts
     assert not (run / "fold_1").exists()  # the folds train in memory
 
 

@@ -368,7 +368,7 @@ def backtest(
         cfg, note = (load_config(config), "") if config is not None else load_predictor(run).refit_config()
         if csv is not None:
             cfg = with_data_path(cfg, csv)
-        result = refit_backtest(cfg, folds, windows, step, start, out=out, plot=plot, note=note)
+        result = refit_backtest(cfg, folds, windows, step, start, out=out, plot=plot, note=note, report=_on_stderr)
     else:
         if run is None or config is not None:
             fail("give a trained run folder (tsformer backtest RUN), or --config with --refit")
@@ -476,6 +476,10 @@ def datasets_fetch(
     from tsformer.datasets import fetch
 
     typer.echo(f"{name}: {fetch(name, dest)}")
+
+
+def _on_stderr(line: str) -> None:
+    typer.echo(line, err=True)
 
 
 def _check_inputs(run: Path | None, *files: Path | None) -> None:

@@ -92,12 +92,14 @@ def refit_backtest(
     source: Source | None = None,
     static: Source | None = None,
     note: str = "",
+    report: Callable[[str], None] | None = None,
 ) -> BacktestResult:
     """Train a model per origin on the steps before it only (an expanding window: the last stretch of them
     validates, as long as the split rule gives those rows, `fold_val_len`; its scaler comes from the rest),
     forecast from the origin, and score. No setting of a fold reads a row after its origin. Each fold's run
     goes into `out_dir`/fold_N, or stays in memory when `out_dir` is None. `note`: where `cfg` fixes settings
-    chosen on later rows (`Predictor.refit_config`), said first.
+    chosen on later rows (`Predictor.refit_config`), said first. `report` hears a line as each fold starts to
+    train (a fold may take minutes).
 
     A panel's folds cut every series at the same dates when its origins fall on the same timestamps (the
     series end together, or --start names the date), so no series trains on a time after another's
@@ -136,6 +138,8 @@ def refit_backtest(
         # from the given config: every automatic setting is chosen again from the rows before this fold's origin
         fold_cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, split_borders=borders))
         run = None if out_dir is None else out_dir / f"fold_{fold + 1}"
+        if report is not None:
+            report(f"fold {fold + 1} of {rows.shape[1]}: training on the rows before {first_steps[fold]}")
         predictor = train(fold_cfg, run, overwrite=True, show_progress=show_progress, source=source, static=static)
         if not (predictor.borders.val_end == rows[:, fold]).all():  # its training and validation end at its origin
             raise RuntimeError(f"fold {fold + 1}'s split borders {list(borders)} do not end at its origins")
