@@ -832,3 +832,12 @@ def test_every_flag_spelling_resume_names_is_an_option_of_train():
     train_command = get_command(app).commands["train"]
     options = {opt for param in train_command.params for opt in param.opts}
     assert {flag for key, flag in FLAG_SPELLINGS.items() if key != "path"} <= options
+
+
+def test_a_bare_file_name_found_nowhere_says_where_it_was_looked_for(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TSFORMER_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("TSFORMER_CACHE_DIR", str(tmp_path / "cache"))
+    result = invoke("train", "ETTh1.csv", "--horizon", "24")
+    assert_error(result, "file ETTh1.csv not found here or in the data directories", str(tmp_path / "data"))
+    assert "tsformer datasets fetch etth1" in result.stderr

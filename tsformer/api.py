@@ -64,7 +64,7 @@ def fit(
     The same data, settings and seed give the same predictor as `tsformer train` (bit for bit on CPU; with a
     time limit, what the search reaches depends on the machine's speed).
     """
-    from tsformer.datasets import resolve_data_path
+    from tsformer.datasets import find_data_file
     from tsformer.train import train
 
     cfg = _config(config)
@@ -87,7 +87,7 @@ def fit(
     if isinstance(data, pd.DataFrame | SeriesFrame):
         source = data
     elif data is not None:
-        cfg = with_data_path(cfg, resolve_data_path(str(data)))
+        cfg = with_data_path(cfg, find_data_file(str(data)))
     if resume and out is None:
         raise ConfigError("resume=True continues a run folder: give it as out=")
     shown = progress if notes is None else notes

@@ -204,7 +204,7 @@ def train(
     """
     from tsformer.config import config_from_flags, given_flags, seconds_of, with_data_path
     from tsformer.data.loader import read_series
-    from tsformer.datasets import resolve_data_path
+    from tsformer.datasets import find_data_file
 
     flags = {
         "data": {
@@ -247,7 +247,7 @@ def train(
     cfg = None if resume else config_from_flags(config, flags, overrides)
     frame = None
     if cfg is not None and cfg.data.path:  # read it before torch loads, so a bad CSV is a quick error
-        cfg = with_data_path(cfg, resolve_data_path(cfg.data.path, data_dir))
+        cfg = with_data_path(cfg, find_data_file(cfg.data.path, data_dir))
         frame = read_series(cfg.data.path, cfg.data)
     from tsformer.train import train as train_run
 

@@ -71,6 +71,21 @@ def resolve_data_path(path: str | Path, data_dir: str | Path | None = None) -> P
     return path  # reading it reports "not found" with the path the user gave
 
 
+def find_data_file(path: str | Path, data_dir: str | Path | None = None) -> Path:
+    """`resolve_data_path`, refusing a relative path found nowhere with where it was looked for (and, for a known
+    dataset's file, how to fetch it)."""
+    found = resolve_data_path(path, data_dir)
+    if found.exists() or found.is_absolute():
+        return found  # an absolute path missing: reading it says so
+    places = ", ".join(str(folder) for folder in data_dirs(data_dir))
+    known = [d for d in REGISTRY.values() if d.file.lower() == found.name.lower()]
+    fetch = f", or fetch it: tsformer datasets fetch {known[0].name}" if known else ""
+    raise DataError(
+        f"file {path} not found here or in the data directories ({places}); check the path, or pass --data-dir "
+        f"(or set TSFORMER_DATA_DIR) to the folder that holds it{fetch}"
+    )
+
+
 def fetch(name: str, dest: str | Path | None = None, timeout: float = 30.0) -> Path:
     """Download a registered dataset into `dest` (default: the cache), verifying its sha256.
 
