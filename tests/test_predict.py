@@ -49,9 +49,12 @@ def test_blank_rows_at_the_end_are_left_out_and_the_forecast_starts_after_the_la
 
 
 def test_history_shorter_than_the_context_is_padded(run, tmp_path):
-    forecast = predict_run(run, write_csv(tmp_path / "short.csv", make_frame(5))).frame
-    values = forecast.select_dtypes("number").to_numpy()
+    forecast = predict_run(run, write_csv(tmp_path / "short.csv", make_frame(5)))
+    values = forecast.frame.select_dtypes("number").to_numpy()
     assert values.shape == (4, 10) and np.isfinite(values).all()  # 2 columns, each with 2 intervals
+    assert any(note.startswith("the data hold 5 rows, fewer than the model's context of 16") for note in forecast.notes)
+    full = predict_run(run, write_csv(tmp_path / "long.csv", make_frame(50)))
+    assert not any("fewer than the model's context" in note for note in full.notes)
 
 
 def test_columns_must_match_the_checkpoint(run, tmp_path):

@@ -99,6 +99,7 @@ def shipped_after(
         notes += (f"{new_series} series not in training; the global model forecasts each, scaled with its own history",)
     unseen = unseen_note(frame.static, predictor.layout.static_categorical, frame.names)
     notes += (unseen,) if unseen else ()
+    notes += tuple(note for note in (_short_history_note(frame, predictor.context_len),) if note)
     index, timestamps = forecast_index(
         frame, ahead, predictor.layout, scaler, predictor.static_scale, predictor.context_len, predictor.horizon
     )
@@ -111,6 +112,22 @@ def shipped_after(
     below = below_zero_note(shipped, scaler.first(predictor.layout.n_targets), predictor)
     notes += tuple(note for note in (passed_over, naive, left_out, below) if note)
     return shipped, timestamps, notes
+
+
+def _short_history_note(frame: SeriesFrame, context_len: int) -> str:
+    """Where a series holds fewer rows than the model's context: its forecast reads them, padded before."""
+    short = frame.lengths < context_len
+    if not short.any():
+        return ""
+    if not frame.id_cols:
+        return (
+            f"the data hold {int(frame.lengths[0])} rows, fewer than the model's context of {context_len} steps: the "
+            "forecast reads them with the missing steps before them masked (give more history where there is some)"
+        )
+    return (
+        f"{int(short.sum())} series hold fewer rows than the model's context of {context_len} steps (the shortest "
+        f"{int(frame.lengths.min())}): their forecasts read them with the missing steps before them masked"
+    )
 
 
 def below_zero_note(shipped: Forecasts, targets: Scaler, predictor: Predictor) -> str:
