@@ -399,9 +399,10 @@ def format_report(report: EvalReport) -> str:
                 f"   seasonal naive's {tag} % interval (from its in-sample errors): coverage "
                 f"{100 * naive['coverage']:.1f} %, mean width {naive['width']:.4g}, MSIS {naive['msis']:.3f}"
             )
-    lines += ["", "model per column:"]
+    lines += ["", "model per column (MAE and RMSE orig in each column's own units):"]
+    width = max(14, *map(len, report.columns))  # whole names: "%UNWEIGHTED ILI" and "% WEIGHTED ILI" differ late
     for column, m in report.scores["model"]["per_column"].items():
-        lines.append(f"  {column[:14]:<14}{_metrics_row(m)}")
+        lines.append(f"  {column:<{width}}{_metrics_row(m)}")
     if report.worst_series:
         lines += ["", "ten worst series by model MASE (all in metrics_by_series.csv):"]
         for row in report.worst_series:
