@@ -289,7 +289,7 @@ def _quantile_scores(shipped: Forecasts, cut, quantiles: tuple[float, ...]) -> d
         implied = interval_quantiles(shipped.point.numpy(), shipped.scaled_bounds())
         return {
             "source": "intervals",
-            "quantiles": [q for q, _ in implied],
+            "quantiles": [round(q, 10) for q, _ in implied],  # (1 - 0.95) / 2 is 0.025000000000000022
             "wql": quantile_loss(implied, truth, mask, mean, std),
         }
     levels = sorted(quantiles)
