@@ -106,5 +106,5 @@ def plot_backtest(summary: pd.DataFrame, path: Path | BinaryIO) -> None:
     ax.set_xticks(range(len(origins)), labels, rotation=45, ha="right", fontsize=7)
     ax.set_ylabel("MASE")
     ax.set_title("Backtest: error by origin")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # beside, off the lines
     _save(fig, path)
