@@ -39,6 +39,8 @@ lint: install
 	$(BIN)/ruff format --check tsformer tests data
 
 runs: install
+	@twins=$$(for config in $(CONFIGS); do basename $$config .yaml; done | sort | uniq -d); \
+	if [ -n "$$twins" ]; then echo "Error: configs share the name $$twins, so their runs/NAME_H folders would overwrite each other; rename one" >&2; exit 2; fi
 	@for config in $(CONFIGS); do for h in $(HORIZONS); do \
 	  name=$$(basename $$config .yaml)_$$h; \
 	  $(BIN)/tsformer train --config $$config --horizon $$h --out runs/$$name --overwrite --quiet $(RUN_FLAGS) && \
