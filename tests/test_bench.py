@@ -11,6 +11,7 @@ from tsformer.bench import run_benchmark
 from tsformer.config import load_config, with_data_path
 from tsformer.data import training_data
 from tsformer.datasets import resolve_data_path
+from tsformer.errors import ConfigError
 from tsformer.predictor import load_predictor
 
 REPO = Path(__file__).resolve().parent.parent
@@ -112,6 +113,11 @@ def test_bench_command_on_tiny_data_without_a_reference_file(tiny_csv, tmp_path)
         "tiny.md",
         "tiny_4.json",
     ]
+    from tsformer.bench import read_bench_configs
+
+    assert read_bench_configs([config], tmp_path, missing, results)  # its own earlier result is replaced, not compared
+    with pytest.raises(ConfigError, match="benchmark tiny on other data or another split"):
+        read_bench_configs([config, other], tmp_path, missing)  # two configs of one call
 
 
 def test_table_takes_published_rows_from_the_default_reference_in_the_current_folder(tmp_path, monkeypatch):

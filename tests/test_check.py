@@ -105,13 +105,20 @@ def test_an_epoch_chosen_on_the_test_windows_is_caught(predictor, monkeypatch):
         leaky = train(tiny_config(), show_progress=False, source=make_frame(240))
     result = check_epoch(leaky, leaky.read())
     assert not result.passed and result.max_change > 1e-3, result.detail
+    assert check_epoch(predictor.replace(given=None), predictor.read()).skipped  # a score defined otherwise
 
 
-def test_an_automatic_setting_read_from_the_test_rows_is_caught(predictor, monkeypatch):
-    """The settings' rules chosen again with every value after validation redrawn; a rule that reads the last
-    row (a deliberate break) chooses otherwise."""
+def test_an_automatic_setting_read_from_the_test_rows_is_caught(monkeypatch):
+    """The settings left automatic chosen again with every value after validation redrawn; a rule that reads the
+    last row (a deliberate break) chooses otherwise."""
+    import dataclasses
+
     import tsformer.data.choices as choices
 
+    cfg = tiny_config()
+    predictor = train(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, calendar=None)), None,
+                      show_progress=False, source=make_frame(240))  # fmt: skip
+    assert predictor.given.data.calendar is None and predictor.config.data.calendar is not None
     data = predictor.read()
     result = check_settings(predictor, data)
     assert result.passed and result.detail.endswith("the same choices"), result.detail
@@ -124,6 +131,18 @@ def test_an_automatic_setting_read_from_the_test_rows_is_caught(predictor, monke
     monkeypatch.setattr(choices, "_choose_calendar", peeking)
     result = check_settings(predictor, data)
     assert not result.passed and "data.calendar False -> True" in result.detail, result.detail
+    old = predictor.replace(given=None)  # saved before the given config was kept: every setting made automatic
+    assert not check_settings(old, data).passed
+    monkeypatch.setattr(choices, "_choose_calendar", honest)
+    assert check_settings(old, data).passed
+    from tsformer.errors import DataError
+
+    def refusing(cfg, frame):
+        raise DataError("too few rows for the automatic context")
+
+    monkeypatch.setattr(choices, "resolve_from_data", refusing)  # a rule the user's own setting got round
+    skipped = check_settings(old, data)
+    assert skipped.skipped and "too few rows" in skipped.detail
 
 
 def test_the_backtest_path_reads_nothing_from_its_origin_on(predictor, monkeypatch):

@@ -87,7 +87,7 @@ def fit(
     if isinstance(data, pd.DataFrame | SeriesFrame):
         source = data
     elif data is not None:
-        cfg = with_data_path(cfg, find_data_file(str(data)))
+        cfg = with_data_path(cfg, find_data_file(str(data), flag=""))
     if resume and out is None:
         raise ConfigError("resume=True continues a run folder: give it as out=")
     shown = progress if notes is None else notes

@@ -83,8 +83,15 @@ def read_bench_configs(
         names[path.stem] = path
         dataset = Path(cfg.data.path).stem.lower()
         _reference_rows(dataset, Path(reference))  # a malformed reference file fails now, not after training
+        identity = data_identity(cfg)
+        for other in read:  # configs of one call share a table too
+            if other.dataset == dataset and data_identity(other.config) != identity:
+                raise ConfigError(
+                    f"{path} and {names[other.name]} benchmark {dataset} on other data or another split, and their "
+                    "results would share one table; bench them into separate --results-dir folders"
+                )
         if results_dir is not None:
-            _require_comparable(Path(results_dir), dataset, data_identity(cfg), path)
+            _require_comparable(Path(results_dir), dataset, identity, path)
         read.append(BenchConfig(path.stem, cfg, dataset))
     return read
 
@@ -104,10 +111,11 @@ def data_identity(cfg: Config) -> dict:
 
 def _require_comparable(results_dir: Path, dataset: str, identity: dict, config: Path) -> None:
     """Refuse to write a result into a table whose results of `dataset` read other data or another split (a
-    result saved before `data` was recorded is compared on its config's split)."""
+    result saved before `data` was recorded is compared on its config's split; the config's own earlier result,
+    which it replaces, is not compared)."""
     for path in sorted(results_dir.glob("*.json")):
         result = json.loads(path.read_text())
-        if result.get("dataset") != dataset:
+        if result.get("dataset") != dataset or path.stem == config.stem:
             continue
         split = {key: result.get("config", {}).get("data", {}).get(key) for key in ("split_borders", "split_ratios")}
         theirs = result.get("data") or split
@@ -175,7 +183,7 @@ def run_benchmark(
         },
         "quantile_loss": report.quantile_loss,
         "ablation_no_transformer": ablation,
-        "data": data_identity(cfg),
+        "data": data_identity(bench.config),  # as given: a split left automatic is recorded as such
         "config": to_dict(cfg),
     }
     results_dir = Path(results_dir)

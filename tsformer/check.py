@@ -13,6 +13,7 @@ import torch
 from tsformer.backtest import origin_windows, score_origins
 from tsformer.calibration import choose_and_calibrate, fit_linear
 from tsformer.data import Prepared, SeriesFrame, WindowIndex
+from tsformer.errors import ConfigError, DataError
 from tsformer.fallback import BASE, Weights
 from tsformer.final import last_timestamps
 from tsformer.leakage import CheckResult, check_data, check_intervals, check_model
@@ -62,6 +63,8 @@ def check_predictor(
     return results
 
 
+EPOCH_TOLERANCE = 1e-4  # train/epoch: rounding of the same forecasts (0 on the machine that trained it); another
+# epoch's score differs by more (the tests' epoch chosen on test windows: by 1e-2 and more)
 PREDICT_TOLERANCE = 1e-5  # predict/origin: the two paths batch and scale alike, up to float32 rounding
 PROBE_WINDOWS = 8  # windows each probe forecasts (ETS and Theta fit every one: keep it cheap)
 
@@ -73,22 +76,26 @@ def _probe_windows(windows: WindowIndex) -> WindowIndex:
 
 def check_settings(predictor: Predictor, data: Prepared | None) -> CheckResult:
     """The rules that choose the automatic settings (`choices.resolve_from_data`: the sizes, the calendar, the
-    cycle, the loss, the epochs, the members, the candidates) read no row after the validation split: every
-    setting made automatic and chosen again on the data and with every later value redrawn, the choices agree."""
+    cycle, the loss, the epochs, the members, the candidates) read no row after the validation split: the
+    settings left automatic (the run's config as given; for a run saved before it was kept, every one) chosen
+    again on the data and with every later value redrawn, the choices agree."""
     from tsformer.data.choices import automatic, resolve_from_data
 
     name = "choices/settings"
     if data is None:
         return CheckResult.skip(name, "no data: the settings cannot be chosen again")
-    frame, auto = data.frame, automatic(predictor.config)
-    on_data, _ = resolve_from_data(auto, frame)
+    frame, auto = data.frame, predictor.given or automatic(predictor.config)
+    try:
+        on_data, _ = resolve_from_data(auto, frame)
+    except (DataError, ConfigError) as exc:  # a run saved before its given config was kept: some were the user's
+        return CheckResult.skip(name, f"every setting made automatic cannot be chosen on these data ({exc})")
     redrawn, _ = resolve_from_data(auto, _frame_redrawn_after(frame, data.borders.val_end))
     same = on_data == redrawn
     return CheckResult(
         name,
         same,
         0.0 if same else float("inf"),
-        "every automatic setting chosen again with every value after the validation rows redrawn: "
+        "the automatic settings chosen again with every value after the validation rows redrawn: "
         + ("the same choices" if same else f"DIFFERENT choices ({_config_changes(on_data, redrawn)})"),
     )
 
@@ -101,14 +108,16 @@ def check_epoch(predictor: Predictor, data: Prepared | None) -> CheckResult:
 
     name = "train/epoch"
     summary = predictor.summary
-    if data is None or summary is None:
+    if data is None:
         return CheckResult.skip(name, "no data: the validation score cannot be made again")
+    if summary is None or predictor.given is None:  # a score recorded before checkpoint format 17 may be another
+        return CheckResult.skip(name, "a run saved before checkpoint format 17, whose score was defined otherwise")
     windows = _redrawn_after(data, data.borders.val_end).split_windows("val")
     score, _ = validation_of(predictor.model.eval(), windows, predictor.context_len)
     change = abs(score.score - summary.best_val_loss)
     return CheckResult(
         name,
-        change <= 1e-6 * max(1.0, abs(summary.best_val_loss)),
+        change <= EPOCH_TOLERANCE * max(1.0, abs(summary.best_val_loss)),
         change,
         f"the held-out model's validation score on the {len(windows)} validation windows, every later row "
         f"redrawn, against the best one training recorded (epoch {summary.best_epoch}: {summary.best_val_loss:.6g})",

@@ -71,9 +71,9 @@ def resolve_data_path(path: str | Path, data_dir: str | Path | None = None) -> P
     return path  # reading it reports "not found" with the path the user gave
 
 
-def find_data_file(path: str | Path, data_dir: str | Path | None = None) -> Path:
+def find_data_file(path: str | Path, data_dir: str | Path | None = None, flag: str = "--data-dir") -> Path:
     """`resolve_data_path`, refusing a relative path found nowhere with where it was looked for (and, for a known
-    dataset's file, how to fetch it)."""
+    dataset's file, how to fetch it); `flag`: the option that names a data directory ("" where there is none)."""
     found = resolve_data_path(path, data_dir)
     if found.exists() or found.is_absolute():
         return found  # an absolute path missing: reading it says so
@@ -81,8 +81,9 @@ def find_data_file(path: str | Path, data_dir: str | Path | None = None) -> Path
     known = [d for d in REGISTRY.values() if d.file.lower() == found.name.lower()]
     fetch = f", or fetch it: tsformer datasets fetch {known[0].name}" if known else ""
     raise DataError(
-        f"file {path} not found here or in the data directories ({places}); check the path, or pass --data-dir "
-        f"(or set TSFORMER_DATA_DIR) to the folder that holds it{fetch}"
+        f"file {path} not found here or in the data directories ({places}); check the path, or "
+        f"{f'pass {flag} (or set TSFORMER_DATA_DIR)' if flag else 'set TSFORMER_DATA_DIR'} to the folder that holds "
+        f"it{fetch}"
     )
 
 

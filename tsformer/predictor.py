@@ -297,7 +297,8 @@ class Predictor:
         why = "searched (train.time_limit)" if self.given is not None else "saved before its given config was kept"
         return cfg, (
             f"each fold trains with the settings this run chose on its own validation rows, some of them after a "
-            f"fold's origin, as the run was {why}; give the folds a config (--config) to choose them per fold"
+            f"fold's origin, as the run was {why}; to choose them per fold, refit from a config: tsformer backtest "
+            "FOLDS --config CONFIG --refit"
         )
 
     def _static_table(self) -> pd.DataFrame | None:
