@@ -127,7 +127,7 @@ def test_other_format_versions_are_refused_naming_both(tmp_path, version):
     expected = f"has checkpoint format {version} but this tsformer"
     with pytest.raises(CheckpointError, match=expected) as caught:
         load_predictor(run / MODEL_FILE)
-    assert "reads format 7, 8, 9, 10, 11, 12, 13, 14, 15 or 16" in str(caught.value)
+    assert "reads format 7, 8, 9, 10, 11, 12, 13, 14, 15, 16 or 17" in str(caught.value)
     result = CliRunner().invoke(app, ["evaluate", str(run)])
     assert result.exit_code == 2
     assert result.output.startswith(f"Error: {run / MODEL_FILE} {expected}")

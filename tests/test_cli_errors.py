@@ -584,7 +584,10 @@ def edit_payload(path, key, change):
         (scramble, ("not a loadable tsformer checkpoint", "retrain")),
         (lambda p: p.write_text("date,y\n2024-01-01,1\n"), ("is a text file (data?), not a trained run",)),
         (foreign, ("is not a tsformer checkpoint", "model.pt of a tsformer run")),
-        (newer_format, ("checkpoint format 99", f"reads format 7, 8, 9, 10, 11, 12, 13, 14, 15 or {FORMAT_VERSION}")),
+        (
+            newer_format,
+            ("checkpoint format 99", f"reads format 7, 8, 9, 10, 11, 12, 13, 14, 15, 16 or {FORMAT_VERSION}"),
+        ),
         (lambda p: p.unlink(), ("has no model.pt", "tsformer train")),
         (lambda p: edit_payload(p, "scaler", lambda s: {**s, "mean": [[*s["mean"][0], 0.0]]}), ("(1, 3) means",)),
         (
