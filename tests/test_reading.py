@@ -174,13 +174,15 @@ def test_a_column_of_numbers_in_training_and_text_later_is_refused():
     assert checked(words, reading_config()).columns == ("a",)  # text in training too: not a target, no error
 
 
-def test_an_id_column_found_by_values_needs_a_timestamp_repeated_in_the_training_rows():
+def test_an_id_column_found_by_values_needs_two_series_with_training_rows():
     stamps = pd.date_range("2024-01-01", periods=200, freq="h").strftime("%Y-%m-%d %H:%M")
     one = pd.DataFrame({"date": stamps, "site": "A", "y": np.sin(np.arange(200))})
     assert checked(one, reading_config()).id_cols == ()  # a constant text column: one series, as read
     late = pd.concat([one, pd.DataFrame({"date": [stamps[-1]], "site": ["B"], "y": [0.5]})], ignore_index=True)
-    with pytest.raises(DataError, match=r"'site' was taken as the series id.*none repeats within the training rows"):
+    with pytest.raises(DataError, match=r"'site' was taken as the series id.*only 1 of its 2 values has training"):
         checked(late, reading_config())
     assert checked(late, reading_config(id_cols=("site",))).n_ids == 2  # stated: read as two series
     two = pd.concat([one, one.assign(site="B")], ignore_index=True)  # repeated from the first row on
     assert checked(two, reading_config()).id_cols == ("site",)
+    launched = one.iloc[150:].assign(site="B")  # a store opened late: no timestamp shared within training rows
+    assert checked(pd.concat([one, launched], ignore_index=True), reading_config()).n_ids == 2

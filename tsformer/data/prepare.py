@@ -108,11 +108,11 @@ def training_data(cfg: Config, source: Source | None = None, static: Source | No
         frame = source
     else:
         frame = read_series(cfg.data.path if source is None else source, cfg.data, static=static)
-    require_values(frame, cfg.data.fill)
-    try:
+    try:  # how the file reads first: a series that a later row made up is named as such, not as one without values
         frame = read_as_training_rows_say(frame, cfg, choice_split(cfg, frame)[1])
     except DataError as exc:  # a DataFrame's rows are named as df.iloc numbers them, not as a file's lines
         raise DataError(rows_not_lines(str(exc))) if isinstance(source, pd.DataFrame) else exc from None
+    require_values(frame, cfg.data.fill)
     resolved, notes = resolve_from_data(cfg, frame)
     return dataclasses.replace(prepare(frame, resolved, frame.notes + notes), given=cfg)
 

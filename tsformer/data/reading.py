@@ -13,8 +13,8 @@ rows alone (each series' rows up to its training end, as read, `ReadEvidence`):
   later values cannot be learnt from the training rows); a column read as text (not a target) that holds
   numbers in the training rows is refused, so later text cells cannot take a target away;
 - an id column found by its values (no column named like one, `loader._id_col_by_values`: the first text column)
-  rests on a repeated timestamp: the training rows must repeat one, or later rows would split the file into
-  series; a DataError says to name it (--id-col).
+  rests on repeated timestamps: it must name two series or more with training rows of their own, or a few later
+  rows would make a panel of one series; a DataError says to name it (--id-col) or remove the repeats.
 
 The UTC offset of timestamps is decided from the first row (`timestamps.parse_timestamps`), and the
 calendar features from each row's own timestamp, so neither needs a second look.
@@ -58,17 +58,19 @@ def read_as_training_rows_say(frame: SeriesFrame, cfg: Config, borders: SplitBor
 
 
 def _check_ids_by_values(frame: SeriesFrame, column: str, borders: SplitBorders) -> None:
-    """An id column found by its values rests on a timestamp the file repeats: one the training rows repeat."""
-    ids = frame.id_of_rows()
-    training = np.arange(frame.n_rows) - frame.bounds[ids] < borders.train_end[ids]  # (n_rows,)
-    if frame.timestamps[training].duplicated().any():
+    """An id column found by its values rests on timestamps the file repeats: it must name at least two series
+    with training rows of their own (a series of a few late rows, whose every row lies after the training rows,
+    would make a panel of a file the training rows read as one series)."""
+    trained = np.flatnonzero(borders.train_end > 0)
+    if len(trained) >= 2:
         return
-    repeated = frame.timestamps[frame.timestamps.duplicated(keep=False)]
+    others = [name for i, name in enumerate(frame.names) if i not in trained]
     raise DataError(
-        f"{column!r} was taken as the series id because the time column repeats timestamps, but none repeats within "
-        f"the training rows (the first repeated one is {repeated.min()}, later): how a file is read is decided from "
-        f"its training rows, so state it: pass --id-col {column} to read {frame.n_ids} series, or drop the rows "
-        "that repeat a timestamp"
+        f"{column!r} was taken as the series id because the time column repeats timestamps, but only "
+        f"{len(trained)} of its {frame.n_ids} values has training rows (the others, {', '.join(others[:3])}, only "
+        "rows after them): how a file is read is decided from its training rows, so state it: if "
+        f"{column!r} names series, pass --id-col {column}; if not (a status or a note), the rows that repeat a "
+        "timestamp are duplicates to remove"
     )
 
 
