@@ -1,4 +1,5 @@
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -313,3 +314,12 @@ def test_a_column_that_reads_as_regular_timestamps_is_the_time_column_when_none_
     assert series.time_col == "month" and series.freq == "MS" and series.columns == ("searches",)
     assert series.notes[0].startswith("took 'month' as the time column: no column is named like one")
     assert series.time_notation.write(series.timestamps[:1]).tolist() == ["2004-01"]
+
+
+@pytest.mark.parametrize("marker", ["-", "?", "missing"])
+def test_a_missing_marker_pandas_does_not_know_is_named_as_one(tmp_path, marker):
+    frame = make_frame(60, 1)
+    frame["a"] = frame["a"].round(3).astype(str)
+    frame.loc[7, "a"] = marker
+    with pytest.raises(DataError, match=rf"write missing values as empty cells or NA \(not '{re.escape(marker)}'\)"):
+        read_series(write_csv(tmp_path / "marked.csv", frame), DataConfig())

@@ -166,7 +166,7 @@ def test_a_column_of_numbers_in_training_and_text_later_is_refused():
     table = pd.DataFrame({"date": stamps, "a": np.cos(np.arange(200)), "c": marked})
     assert read_series(table, DataConfig()).columns == ("a",)  # over the whole file it reads as text
     with pytest.raises(
-        DataError, match=r"column 'c' holds numbers in the training rows.*'none' at line 142.*--target"
+        DataError, match=r"column 'c' holds mostly numbers in the training rows.*'none' at line 82.*--target"
     ):  # row 140: line 142
         checked(table, reading_config())
     assert checked(table, reading_config(targets=("a",))).columns == ("a",)  # named: the question does not arise

@@ -669,11 +669,17 @@ def _to_float(column: pd.Series, name: str, delimiter: str) -> np.ndarray:
     unparsed = (parsed.isna() & column.notna() & ~text.str.lower().isin(NA_TEXT)).to_numpy()
     if unparsed.any():
         row = int(np.flatnonzero(unparsed)[0])
-        decimal = " (write decimals with '.')" if delimiter == ";" and "," in str(column.iloc[row]) else ""
+        cell = str(column.iloc[row]).strip()
+        decimal = " (write decimals with '.')" if delimiter == ";" and "," in cell else ""
+        fix = (
+            f"write missing values as empty cells or NA (not {cell!r})"
+            if not re.search(r"\d", cell)  # a marker, not a number written otherwise
+            else f"remove thousands separators and units{decimal}"
+        )
         raise DataError(
             f"column {name!r} is not numeric: {column.iloc[row]!r} at line {column.index[row]}"
-            f"{' (' + _read_with(delimiter).removesuffix(', ') + ')' if delimiter else ''}; remove thousands "
-            f"separators and units{decimal}, or choose other --target columns"
+            f"{' (' + _read_with(delimiter).removesuffix(', ') + ')' if delimiter else ''}; {fix}, or choose other "
+            "--target columns"
         )
     return np.array(parsed.to_numpy(dtype=np.float64, na_value=np.nan))
 

@@ -80,13 +80,16 @@ def _check_text_columns(evidence, train_last: pd.DatetimeIndex) -> None:
     for name, cells in evidence.text_columns.items():
         if not is_numeric_like(cells[training]):
             continue
-        later = cells[~training].dropna().astype(str)
-        words = later[~later.str.match(NUMBER_START)]
-        example = f" ({words.iloc[0]!r} at line {words.index[0]})" if len(words) else ""
+        text = cells.dropna().astype(str)
+        words = text[~text.str.match(NUMBER_START)]
+        example = (
+            f" (the first cell that is no number: {words.iloc[0]!r} at line {words.index[0]})" if len(words) else ""
+        )
         raise DataError(
-            f"column {name!r} holds numbers in the training rows but mostly text over the whole file{example}, so "
-            "later rows would decide whether it is forecast: how a file is read is decided from its training rows; "
-            "make its later cells numbers (an empty cell is a missing value), or name the targets with --target"
+            f"column {name!r} holds mostly numbers in the training rows but mostly text over the whole file{example}, "
+            "so later rows would decide whether it is forecast: how a file is read is decided from its training "
+            "rows; if it is text, name the columns to forecast with --target; if it is numbers, write its missing "
+            "values as empty cells or NA"
         )
 
 
