@@ -186,3 +186,18 @@ def test_an_id_column_found_by_values_needs_two_series_with_training_rows():
     assert checked(two, reading_config()).id_cols == ("site",)
     launched = one.iloc[150:].assign(site="B")  # a store opened late: no timestamp shared within training rows
     assert checked(pd.concat([one, launched], ignore_index=True), reading_config()).n_ids == 2
+
+
+def test_a_decimal_mark_is_decided_by_the_training_rows_of_a_panel(tmp_path):
+    """Store A's first decimal comma lies in its last rows (after its training rows) but comes first in the file;
+    store B's training rows write 1.234-style values, which that comma would read as thousands."""
+    weeks = pd.date_range("2020-01-06", periods=60, freq="W-MON").strftime("%Y-%m-%d")
+    a = [("A", w, f"{100 + i}" + (",5" if i == 59 else "")) for i, w in enumerate(weeks)]  # its test row
+    b = [("B", w, f"1.{100 + i:03d}") for i, w in enumerate(weeks)]
+    path = tmp_path / "stores.csv"
+    pd.DataFrame(a + b, columns=["store", "week", "units"]).to_csv(path, sep=";", index=False)
+    with pytest.raises(DataError, match=r"column 'units' reads '1.100' \(line 62, a training row\) with the decimal"):
+        checked(path, reading_config())
+    plain = tmp_path / "plain.csv"  # no comma anywhere: B's points are decimals, as its training rows say
+    pd.DataFrame(a[:59] + b, columns=["store", "week", "units"]).to_csv(plain, sep=";", index=False)
+    assert checked(plain, reading_config()).values[-1, 0] == pytest.approx(1.159)

@@ -263,6 +263,11 @@ def _read(
         readings = date_readings(raw_times, cfg, codes_in_file == 0)
         order = pick_date_order(readings, time_col, cfg) if readings and len(readings) > 1 else ""
         texts = {column: table[column] for column in text_columns}  # judged again on the training rows
+        marks = {  # each text target of a file not delimited by commas: its decimal mark, decided again so
+            column: table[column]
+            for column in targets
+            if delimiter not in ("", ",") and not pd.api.types.is_numeric_dtype(table[column])
+        }
         evidence = ReadEvidence(
             longest,
             timestamps[span],
@@ -271,8 +276,9 @@ def _read(
             readings if order else None,
             id_by_values,
             texts,
-            codes if texts else None,
-            timestamps if texts else None,
+            marks,
+            codes if texts or marks else None,
+            timestamps if texts or marks else None,
         )
     values, decimal_notes = _numeric_values(table, targets, delimiter)  # (n_rows, n_columns) float64, NaN: missing
     target_notes += decimal_notes
@@ -492,14 +498,14 @@ def _numeric_values(
     table: pd.DataFrame, targets: list[str], delimiter: str, kind: str = "target"
 ) -> tuple[np.ndarray, tuple[str, ...]]:
     """(n_rows, n_series) float64 values, NaN where a cell is missing or infinite, and a note naming the columns
-    written with decimal commas (`_decimal_comma`)."""
+    written with decimal commas (`decimal_comma`)."""
     values = np.empty((len(table), len(targets)))
     lines = table.index
     commas = []
     for j, name in enumerate(targets):
         try:
             text = table[name]
-            if _decimal_comma(text, delimiter):
+            if decimal_comma(text, delimiter):
                 commas.append(name)
                 text = _with_decimal_points(text, name)
             column = _to_float(text, name, delimiter)
@@ -531,7 +537,7 @@ EUROPEAN_NUMBER = r"[-+]?(?:\d{1,3}(?:\.\d{3})+|\d+)(?:,\d+)?"  # 1.234,5 or 123
 MARKED = r".*\d[.,]\d.*"  # a cell with a decimal mark (or a thousands point) between digits
 
 
-def _decimal_comma(column: pd.Series, delimiter: str) -> bool:
+def decimal_comma(column: pd.Series, delimiter: str) -> bool:
     """Whether a text column of a file not delimited by commas writes decimals with a comma, as European
     spreadsheets do: its first cell with a mark between digits has a comma there and reads as such a number.
     The first such cell decides, so later rows can only conform or be refused, never change how earlier ones

@@ -12,6 +12,9 @@ rows alone (each series' rows up to its training end, as read, `ReadEvidence`):
 - default targets: a column that holds one value throughout the training rows is left out, with a note (its
   later values cannot be learnt from the training rows); a column read as text (not a target) that holds
   numbers in the training rows is refused, so later text cells cannot take a target away;
+- a decimal mark (comma or point, `loader.decimal_comma`: the file's first cell with a mark decides): where the
+  training rows hold a marked cell, it must decide the same (a panel's first marked cell in the file may be
+  another series' last row); a DataError names the training cell;
 - an id column found by its values (no column named like one, `loader._id_col_by_values`: the first text column)
   rests on repeated timestamps: it must name two series or more with training rows of their own, or a few later
   rows would make a panel of one series; a DataError says to name it (--id-col) or remove the repeats.
@@ -30,7 +33,7 @@ import pandas as pd
 
 from tsformer.config import Config
 from tsformer.data.csvfile import names
-from tsformer.data.loader import NUMBER_START, SeriesFrame, is_numeric_like
+from tsformer.data.loader import MARKED, NUMBER_START, SeriesFrame, decimal_comma, is_numeric_like
 from tsformer.data.split import SplitBorders
 from tsformer.data.timestamps import pick_date_order, resolve_freq
 from tsformer.errors import DataError
@@ -52,6 +55,8 @@ def read_as_training_rows_say(frame: SeriesFrame, cfg: Config, borders: SplitBor
         _check_ids_by_values(frame, evidence.id_by_values, borders)
     if evidence.text_columns:
         _check_text_columns(evidence, train_last)
+    if evidence.mark_columns:
+        _check_decimal_marks(evidence, train_last)
     if not cfg.data.targets and not frame.id_cols:
         frame = _without_constant_training_columns(frame, int(borders.train_end[0]))
     return frame
@@ -72,6 +77,24 @@ def _check_ids_by_values(frame: SeriesFrame, column: str, borders: SplitBorders)
         f"{column!r} names series, pass --id-col {column}; if not (a status or a note), the rows that repeat a "
         "timestamp are duplicates to remove"
     )
+
+
+def _check_decimal_marks(evidence, train_last: pd.DatetimeIndex) -> None:
+    """A column's decimal mark (comma or point: the first cell with a mark decides, in file order) must be the one
+    its training rows' first marked cell gives, where they have one (a panel's later rows may come first in the
+    file: another series' last rows)."""
+    training = np.asarray(evidence.row_stamps <= train_last[evidence.row_series])  # (n_rows,) file order
+    for name, cells in evidence.mark_columns.items():
+        own = cells[training].dropna().astype(str).str.strip()
+        if not own.str.fullmatch(MARKED).any():
+            continue  # whole numbers in training: either mark reads them alike
+        if decimal_comma(cells, ";") != decimal_comma(cells[training], ";"):
+            marked = own[own.str.fullmatch(MARKED)]
+            raise DataError(
+                f"column {name!r} reads {marked.iloc[0]!r} (line {marked.index[0]}, a training row) with the decimal "
+                "mark of a cell after the training rows, written with the other mark: how a file is read is decided "
+                "from its training rows; write every number of the column with one decimal mark"
+            )
 
 
 def _check_text_columns(evidence, train_last: pd.DatetimeIndex) -> None:

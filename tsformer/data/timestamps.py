@@ -86,6 +86,8 @@ class ReadEvidence:
     # the columns that could have been default targets and were read as text: their cells (indexed by line), with
     # each row's series and timestamp (file order), to judge them again on the training rows
     text_columns: dict[str, pd.Series] = field(default_factory=dict)
+    mark_columns: dict[str, pd.Series] = field(default_factory=dict)  # text targets of a file whose delimiter is not
+    # a comma, as read: their decimal mark (`loader.decimal_comma`), decided again on the training rows
     row_series: np.ndarray | None = None  # (n_rows,) int64
     row_stamps: pd.DatetimeIndex | None = None  # (n_rows,)
 
