@@ -323,3 +323,9 @@ def test_a_missing_marker_pandas_does_not_know_is_named_as_one(tmp_path, marker)
     frame.loc[7, "a"] = marker
     with pytest.raises(DataError, match=rf"write missing values as empty cells or NA \(not '{re.escape(marker)}'\)"):
         read_series(write_csv(tmp_path / "marked.csv", frame), DataConfig())
+
+
+def test_a_wide_files_text_column_left_out_of_the_targets_is_named():
+    frame = make_frame(60, 2).assign(status=["ok"] * 50 + ["maintenance"] * 10)
+    series = read_series(frame, DataConfig())
+    assert series.columns == ("a", "b") and "left out of the targets the text column 'status'" in series.notes

@@ -479,6 +479,8 @@ def _pick_targets(
             ),
             (),
         )  # with `y` present no other column is a default target
+    if text and not id_cols:  # a wide file: a column of text is no target, which its user may not expect
+        return numeric, (f"left out of the targets the text column{'s' * (len(text) > 1)} {names(text)}",), text
     return numeric, (), text
 
 
