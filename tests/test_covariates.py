@@ -164,7 +164,10 @@ def test_predict_needs_the_future_rows_of_every_series(covariate_csv, tmp_path):
         "missing-column": (future.drop(columns=["load"]), ("covariate 'load' not in",)),
         "text-cell": (
             future.assign(load=future["load"].astype(object).where(np.arange(len(future)) != 2, "yes")),
-            ("column 'load' is not numeric: 'yes' at line 4", "units, or correct it there"),
+            (
+                "column 'load' is not numeric: 'yes' at line 4",
+                "a missing value is an empty cell or NA, or correct it there",
+            ),
         ),
         "empty-cell": (
             future.assign(load=future["load"].where(np.arange(len(future)) != 5)),  # series B's second step

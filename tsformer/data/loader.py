@@ -680,8 +680,8 @@ def _to_float(column: pd.Series, name: str, delimiter: str) -> np.ndarray:
         cell = str(column.iloc[row]).strip()
         decimal = " (write decimals with '.')" if delimiter == ";" and "," in cell else ""
         fix = (
-            f"write missing values as empty cells or NA (not {cell!r})"
-            if not re.search(r"\d", cell)  # a marker, not a number written otherwise
+            "a missing value is an empty cell or NA"
+            if not re.search(r"\d", cell)  # a word, perhaps a missing marker: not a number written otherwise
             else f"remove thousands separators and units{decimal}"
         )
         raise DataError(
