@@ -39,6 +39,7 @@ class BenchConfig:
     name: str  # the config file's stem: its run folder and result JSON
     config: Config  # its data path resolved
     dataset: str
+    data: dict  # what its results are comparable on (`data_identity`), read once
 
 
 def read_bench_configs(
@@ -85,14 +86,14 @@ def read_bench_configs(
         _reference_rows(dataset, Path(reference))  # a malformed reference file fails now, not after training
         identity = data_identity(cfg)
         for other in read:  # configs of one call share a table too
-            if other.dataset == dataset and data_identity(other.config) != identity:
+            if other.dataset == dataset and other.data != identity:
                 raise ConfigError(
                     f"{path} and {names[other.name]} benchmark {dataset} on other data or another split, and their "
                     "results would share one table; bench them into separate --results-dir folders"
                 )
         if results_dir is not None:
             _require_comparable(Path(results_dir), dataset, identity, path)
-        read.append(BenchConfig(path.stem, cfg, dataset))
+        read.append(BenchConfig(path.stem, cfg, dataset, identity))
     return read
 
 
@@ -183,7 +184,7 @@ def run_benchmark(
         },
         "quantile_loss": report.quantile_loss,
         "ablation_no_transformer": ablation,
-        "data": data_identity(bench.config),  # as given: a split left automatic is recorded as such
+        "data": bench.data,  # as given: a split left automatic is recorded as such
         "config": to_dict(cfg),
     }
     results_dir = Path(results_dir)

@@ -53,10 +53,10 @@ def read_as_training_rows_say(frame: SeriesFrame, cfg: Config, borders: SplitBor
         _check_date_order(frame, cfg, train_last[0])
     if evidence.id_by_values:
         _check_ids_by_values(frame, evidence.id_by_values, borders)
-    if evidence.text_columns:
-        _check_text_columns(evidence, train_last)
-    if evidence.mark_columns:
-        _check_decimal_marks(evidence, train_last)
+    if evidence.text_columns or evidence.mark_columns:
+        training = np.asarray(evidence.row_stamps <= train_last[evidence.row_series])  # (n_rows,) file order
+        _check_text_columns(evidence.text_columns, training)
+        _check_decimal_marks(evidence.mark_columns, training)
     if not cfg.data.targets and not frame.id_cols:
         frame = _without_constant_training_columns(frame, int(borders.train_end[0]))
     return frame
@@ -79,17 +79,16 @@ def _check_ids_by_values(frame: SeriesFrame, column: str, borders: SplitBorders)
     )
 
 
-def _check_decimal_marks(evidence, train_last: pd.DatetimeIndex) -> None:
+def _check_decimal_marks(columns: dict[str, pd.Series], training: np.ndarray) -> None:
     """A column's decimal mark (comma or point: the first cell with a mark decides, in file order) must be the one
     its training rows' first marked cell gives, where they have one (a panel's later rows may come first in the
-    file: another series' last rows)."""
-    training = np.asarray(evidence.row_stamps <= train_last[evidence.row_series])  # (n_rows,) file order
-    for name, cells in evidence.mark_columns.items():
+    file: another series' last rows). `training`: (n_rows,) bool, the training rows in file order."""
+    for name, cells in columns.items():
         own = cells[training].dropna().astype(str).str.strip()
-        if not own.str.fullmatch(MARKED).any():
+        marked = own[own.str.fullmatch(MARKED)]
+        if not len(marked):
             continue  # whole numbers in training: either mark reads them alike
         if decimal_comma(cells, ";") != decimal_comma(cells[training], ";"):
-            marked = own[own.str.fullmatch(MARKED)]
             raise DataError(
                 f"column {name!r} reads {marked.iloc[0]!r} (line {marked.index[0]}, a training row) with the decimal "
                 "mark of a cell after the training rows, written with the other mark: how a file is read is decided "
@@ -97,10 +96,10 @@ def _check_decimal_marks(evidence, train_last: pd.DatetimeIndex) -> None:
             )
 
 
-def _check_text_columns(evidence, train_last: pd.DatetimeIndex) -> None:
-    """A column read as text (so not a default target) must read as text in the training rows too."""
-    training = np.asarray(evidence.row_stamps <= train_last[evidence.row_series])  # (n_rows,) file order
-    for name, cells in evidence.text_columns.items():
+def _check_text_columns(columns: dict[str, pd.Series], training: np.ndarray) -> None:
+    """A column read as text (so not a default target) must read as text in the training rows too. `training`:
+    (n_rows,) bool, the training rows in file order."""
+    for name, cells in columns.items():
         if not is_numeric_like(cells[training]):
             continue
         text = cells.dropna().astype(str)
