@@ -244,6 +244,18 @@ def test_dates_with_two_digit_years_are_read_in_the_order_that_fits_and_written_
     assert series.time_notation.write(series.timestamps[-2:]).tolist() == frame["date"][-2:].tolist()
 
 
+def test_a_panels_date_order_is_read_from_its_longest_series(tmp_path):
+    """A panel whose first series has one row (10/04/2024, either order) was read month-first from that row, and
+    its other series' 13/01/2024 then failed to parse without a word of --dayfirst."""
+    stamps = pd.date_range("2024-01-01", periods=60, freq="D")
+    first = pd.DataFrame({"unique_id": ["a"], "ds": ["10/02/2024"], "y": [1.0]})
+    rest = pd.DataFrame({"unique_id": "b", "ds": stamps.strftime("%d/%m/%Y"), "y": np.arange(60.0)})
+    series = read_series(write_csv(tmp_path / "panel.csv", pd.concat([first, rest])), DataConfig())
+    assert (series.timestamps[series.bounds[1] :] == stamps).all()
+    assert series.timestamps[0] == pd.Timestamp("2024-02-10")
+    assert any("as day/month" in note for note in series.notes)
+
+
 def test_iso_week_labels_are_their_mondays_and_are_written_back_alike(tmp_path):
     mondays = pd.date_range("2015-12-21", periods=60, freq="W-MON")  # across 2015-W53 and the turn of two years
     labels = [f"{d.isocalendar().year}-W{d.isocalendar().week:02d}" for d in mondays]

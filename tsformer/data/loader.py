@@ -238,8 +238,9 @@ def _read(
     id_values = None
     if typed_ids and id_cols:  # each series' first row's ids, in order of first appearance (the keys' order)
         id_values = table[list(id_cols)].iloc[np.unique(codes, return_index=True)[1]].reset_index(drop=True)
-    raw_times, codes_in_file = table[time_col], codes
-    timestamps, time_notes, notation = parse_timestamps(table[time_col], time_col, cfg, sample=codes == 0)
+    raw_times = table[time_col]
+    date_sample = codes == np.bincount(codes).argmax()  # the series with the most rows shows the date order best
+    timestamps, time_notes, notation = parse_timestamps(table[time_col], time_col, cfg, sample=date_sample)
     time_notes = found_notes + time_notes
     static_source = static if static is not None else (cfg.static_path or None)
     in_table = () if static_source is not None else cfg.static_covs  # static columns of the data itself
@@ -260,7 +261,7 @@ def _read(
     freq, freq_notes = resolve_freq(timestamps[span], cfg.freq, expected_freq, lines[span])
     evidence = None
     if expected_freq == "":  # training: keep what the decisions rest on, to make them from the training rows
-        readings = date_readings(raw_times, cfg, codes_in_file == 0)
+        readings = date_readings(raw_times, cfg, date_sample)
         order = pick_date_order(readings, time_col, cfg) if readings and len(readings) > 1 else ""
         texts = {column: table[column] for column in text_columns}  # judged again on the training rows
         marks = {  # each text target of a file not delimited by commas: its decimal mark, decided again so

@@ -81,7 +81,7 @@ class ReadEvidence:
     freq_stamps: pd.DatetimeIndex  # its timestamps as read
     freq_lines: np.ndarray  # their lines
     date_order: str = ""  # the reading chosen over the whole file when day and month were ambiguous, else ""
-    date_readings: dict[str, pd.DatetimeIndex] | None = None  # each reading of the first series' rows
+    date_readings: dict[str, pd.DatetimeIndex] | None = None  # each reading of the longest series' rows
     id_by_values: str = ""  # the id column found by its values (no column named like one), else ""
     # the columns that could have been default targets and were read as text: their cells (indexed by line), with
     # each row's series and timestamp (file order), to judge them again on the training rows
@@ -226,7 +226,7 @@ def parse_timestamps(
     read at one offset, `cfg.utc_offset` or the first row's, whatever later rows carry (a daylight-saving
     switch written after the training rows must not move a training row's hour). Dates whose day and month
     order is ambiguous (01/02/2024) are read the way that gives regular, increasing timestamps (in the rows
-    of `sample`, one series of a long file), or day-first with `cfg.dayfirst`.
+    of `sample`, the longest series of a long file), or day-first with `cfg.dayfirst`.
     """
     missing = column.isna().to_numpy()
     if missing.any():
