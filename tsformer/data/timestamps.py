@@ -459,9 +459,13 @@ def check_order(timestamps: pd.DatetimeIndex, lines: np.ndarray, bounds: np.ndar
             f"{where}duplicate timestamp {second} at lines {lines[i]} and {lines[i + 1]}; keep one row per series and "
             "timestamp"
         )
+    stacked = (
+        f"; if the rows from line {lines[i + 1]} are another series, name the column that tells the series apart "
+        "with --id-col"
+    )
     raise DataError(
         f"{where}timestamps decrease at line {lines[i + 1]} ({second} after {first} at line {lines[i]}); "
-        "sort the file by time or pass --sort"
+        f"sort the file by time or pass --sort{stacked if names == ('',) else ''}"
     )
 
 
