@@ -378,6 +378,20 @@ def test_the_first_text_column_is_the_id_when_timestamps_repeat(tmp_path):
     np.testing.assert_allclose(frame.values[frame.rows_of(1), 0], 6.0 - 0.1 * np.arange(20))
 
 
+def test_a_row_written_twice_in_a_panel_found_by_values_is_refused_at_its_own_lines(tmp_path):
+    """One (country, year) written twice late in the file was refused as "duplicate timestamp 1960 at lines 2 and
+    22": the first country's first year and the second's, a repeat every panel has."""
+    panel = panel_by_name(["Aruba", "Chad", "Peru"], years=40)
+    csv = tmp_path / "rates.csv"
+    pd.concat([panel, panel.iloc[[75]]]).to_csv(csv, index=False)  # Chad's 1995 again, at the end
+    with pytest.raises(DataError, match=r"duplicate timestamp 1995 for country 'Chad' at lines 77 and 122; keep one"):
+        read_series(csv, DataConfig())
+    two_ids = pd.concat([panel.assign(item=k) for k in range(3)])[["country", "item", "year", "rate"]]
+    two_ids.to_csv(csv, index=False)  # every (country, year) three times: a second id column, not a stray row
+    with pytest.raises(DataError, match=r"duplicate timestamp 1960-01-01 00:00:00 at lines 2 and 42;.*--id-col store --id-col item"):
+        read_series(csv, DataConfig())
+
+
 def test_ids_with_digits_are_text_and_numbers_written_with_marks_are_numbers(tmp_path):
     """store, date, units: ids like S0 or SKU12 hold digits yet are a text column (the id), while a column of
     numbers written with thousands separators or a percent sign stays numeric, so reading names what is wrong."""

@@ -357,7 +357,8 @@ def _id_col_by_values(table: pd.DataFrame, time_col: str) -> tuple[str, int]:
     """The first text column and its number of series, when the time column repeats a timestamp and that column
     tells every row apart (one row per value and timestamp); else ("", 0). Only the first is tried: rows after the
     training rows can then refuse the file (a repeated timestamp with no id), never choose another column to split
-    its series by."""
+    its series by. Where it tells all but a few rows apart, the first of those is refused by its series and lines
+    (a row written twice), not by the repeat of a timestamp across two series."""
     times = table[time_col].astype(str).str.strip()
     if not times.duplicated().any():
         return "", 0
@@ -365,7 +366,17 @@ def _id_col_by_values(table: pd.DataFrame, time_col: str) -> tuple[str, int]:
     if not text or table[text[0]].isna().any():
         return "", 0
     ids = table[text[0]].astype(str).str.strip()
-    if pd.DataFrame({"id": ids, "time": times}).duplicated().any():
+    repeated = pd.DataFrame({"id": ids, "time": times}).duplicated().to_numpy()
+    stray = repeated.any() and repeated.mean() < 0.01 and ids.nunique() > 1  # a few repeats: no second id column
+    if stray and times.duplicated().mean() >= 1 / 3:  # series that share their timestamps, a row written twice
+        second = int(np.flatnonzero(repeated)[0])
+        first = int(np.flatnonzero((ids == ids.iloc[second]).to_numpy() & (times == times.iloc[second]).to_numpy())[0])
+        raise DataError(
+            f"duplicate timestamp {times.iloc[second]} for {text[0]} {ids.iloc[second]!r} at lines "
+            f"{table.index[first]} and {table.index[second]}; keep one row per series and timestamp (--id-col names "
+            "the columns that tell the series apart, if that is not the only one)"
+        )
+    if repeated.any():
         return "", 0
     return str(text[0]), ids.nunique()
 
