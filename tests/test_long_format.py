@@ -388,7 +388,8 @@ def test_a_row_written_twice_in_a_panel_found_by_values_is_refused_at_its_own_li
         read_series(csv, DataConfig())
     two_ids = pd.concat([panel.assign(item=k) for k in range(3)])[["country", "item", "year", "rate"]]
     two_ids.to_csv(csv, index=False)  # every (country, year) three times: a second id column, not a stray row
-    with pytest.raises(DataError, match=r"duplicate timestamp 1960-01-01 00:00:00 at lines 2 and 42;.*--id-col store --id-col item"):
+    repeat = r"duplicate timestamp 1960-01-01 00:00:00 at lines 2 and 42;.*--id-col store --id-col item"
+    with pytest.raises(DataError, match=repeat):
         read_series(csv, DataConfig())
 
 
