@@ -280,8 +280,8 @@ def test_stacked_series_without_an_id_are_pointed_to_id_col(tmp_path):
     weeks = [pd.date_range(start, periods=30, freq="7D") for start in ("2023-01-02", "2023-01-04")]
     rows = [f"{store},{t.date()},{i}" for store, stamps in zip("NS", weeks, strict=True) for i, t in enumerate(stamps)]
     csv = write_csv(tmp_path / "stores.csv", rows, header="store,date,sales")
-    train_error(tmp_path, csv, "timestamps decrease at line 32", "--sort; if the rows from line 32 are another "
-                "series, name the column that tells the series apart with --id-col")
+    stacked = "--sort; if the rows from line 32 are another series, name the column that tells the series apart"
+    train_error(tmp_path, csv, "timestamps decrease at line 32", stacked)
 
 
 def test_sort_accepts_unsorted_rows(tmp_path):
