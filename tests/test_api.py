@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 
 import numpy as np
@@ -14,7 +15,9 @@ from test_cli_errors import invoke
 import tsformer
 from tsformer.candidates import BUILT_IN
 from tsformer.config import load_config
+from tsformer.data import StaticScale
 from tsformer.errors import ConfigError, DataError
+from tsformer.leakage import check_roles, check_static
 
 TINY = {
     "model.context_len": 16,
@@ -252,6 +255,52 @@ def test_static_covariates_are_refused_when_they_vary_or_are_missing():
         predictor.predict(new)
     forecast = predictor.predict(new, static_df=pd.DataFrame({"unique_id": ["S9"], "kind": ["sideways"]}))
     assert len(forecast) == HORIZON  # an unseen category reads the unseen code
+
+
+def test_a_series_that_starts_after_training_changes_no_static_role_scale_or_category(capfd):
+    """A series whose rows all come after the training end (a product launched in the test months) set the static
+    covariates' scale and the categories the model is built with: its size moved the held-out weights, its new
+    kind added an embedding row. Its statics are now read with training's roles, scale and categories."""
+    data = panel(n_rows=120)
+    late = data[data.unique_id == "S3"].iloc[-20:]  # S3 exists only in the last 20 hours
+    data = pd.concat([data[data.unique_id != "S3"], late])[["unique_id", "ds", "y"]]
+    borders = {"data.split_borders": ["2024-01-04 00:00:00", "2024-01-05 00:00:00", "2024-01-06 00:00:00"]}
+    config = {**TINY, **borders}
+
+    def fitted(size: float, kind: str, notes: bool = False):
+        static = pd.DataFrame({"unique_id": ["S0", "S1", "S2", "S3"], "size": [0.0, 1.0, 2.0, size],
+                               "kind": ["down", "up", "down", kind]})  # fmt: skip
+        return tsformer.fit(data, horizon=HORIZON, static_df=static, config=config, notes=notes)
+
+    base = fitted(3.0, "up")
+    assert base.borders.train_end.tolist() == [72, 72, 72, 0]
+    assert base.layout.static_categorical == (("kind", ("down", "up")),)
+    np.testing.assert_allclose(base.static_scale.mean, [1.0])  # S0-S2's sizes only
+    capfd.readouterr()
+    for other in (fitted(500.0, "up"), fitted(3.0, "sideways", notes=True)):
+        assert other.layout == base.layout and np.array_equal(other.static_scale.mean, base.static_scale.mean)
+        for mine, theirs in zip(base.model.parameters(), other.model.parameters(), strict=True):
+            assert torch.equal(mine, theirs)
+    assert "1 series hold a static category training never saw ('S3' has kind 'sideways'" in capfd.readouterr().err
+    with pytest.raises(DataError, match="static covariate 'size' was numeric in training but holds text"):
+        fitted("big", "up")
+    checks = base.check().set_index("name")
+    assert checks["passed"].all() and "the 3 series with training rows" in checks.loc["data/static", "detail"]
+    prepared = base.read()
+    every_series = StaticScale.fit(pd.DataFrame({"size": [0.0, 1.0, 2.0, 3.0]}), ("size",), np.ones(4, dtype=bool))
+    assert not check_static(dataclasses.replace(prepared, static_scale=every_series)).passed
+    with_later = dataclasses.replace(prepared.layout, static_categorical=(("kind", ("down", "sideways", "up")),))
+    assert not check_static(dataclasses.replace(prepared, layout=with_later)).passed
+
+
+def test_a_covariate_read_in_another_role_than_declared_is_caught():
+    data = panel()
+    predictor = tsformer.fit(data, horizon=HORIZON, future_covs=["price"], past_covs=["load"], config=TINY)
+    prepared = predictor.read()
+    assert check_roles(prepared, predictor.config).passed
+    swapped = dataclasses.replace(prepared.layout, past=(), future=("price", "load"))  # load's horizon values read
+    result = check_roles(dataclasses.replace(prepared, layout=swapped), predictor.config)
+    assert not result.passed and "known-future ['price', 'load']" in result.detail
 
 
 def test_the_cli_takes_static_covariates(tmp_path):

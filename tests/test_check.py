@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 from helpers import make_frame, tiny_config
 
 from tsformer.candidates import candidate_forecasts
-from tsformer.check import check_choices, check_epoch, check_forecasters, check_predictor, check_settings
+from tsformer.check import (
+    check_choices,
+    check_epoch,
+    check_forecasters,
+    check_predictor,
+    check_scales,
+    check_settings,
+    check_train_windows,
+)
 from tsformer.predictor import Predictor
 from tsformer.train import train
 
@@ -106,6 +116,45 @@ def test_an_epoch_chosen_on_the_test_windows_is_caught(predictor, monkeypatch):
     result = check_epoch(leaky, leaky.read())
     assert not result.passed and result.max_change > 1e-3, result.detail
     assert check_epoch(predictor.replace(given=None), predictor.read()).skipped  # a score defined otherwise
+
+
+def test_a_model_trained_on_windows_past_the_training_end_is_caught(predictor, monkeypatch):
+    """A held-out model trained on every window through validation (a deliberate break: the training split's
+    windows taken with validation's end) chose its epoch, fallback and intervals on rows it trained on."""
+    import tsformer.train as training
+    from tsformer.data import Prepared
+
+    result = check_train_windows(predictor, predictor.read())
+    assert result.passed and "(149) against those of the training split (149)" in result.detail, result.detail
+    honest = Prepared.split_windows
+
+    def through_validation(self, split, stride=1):
+        if split != "train":
+            return honest(self, split, stride)
+        wider = dataclasses.replace(self.borders, train_end=self.borders.val_end)
+        return honest(dataclasses.replace(self, borders=wider), split, stride)
+
+    with monkeypatch.context() as patched:  # training's windows taken from another Prepared than the one checked
+        patched.setattr(Prepared, "split_windows", through_validation)
+        patched.setattr(training, "_run_leakage_checks", lambda model, data, cfg: None)
+        leaky = train(tiny_config(), show_progress=False, source=make_frame(240))
+    result = check_train_windows(leaky, leaky.read())
+    assert not result.passed and "recorded (173) against those of the training split (149)" in result.detail
+
+
+def test_score_scales_read_from_the_test_rows_are_caught(predictor, monkeypatch):
+    """MASE denominators from every row of a series (a deliberate break) move with its test rows."""
+    from tsformer.data import Prepared
+    from tsformer.metrics import mase_scale
+
+    assert check_scales(predictor, predictor.read()).passed
+
+    def every_row(self, season, split="test"):
+        return np.stack([mase_scale(self.frame.values[self.frame.rows_of(i)], season) for i in range(self.frame.n_ids)])
+
+    monkeypatch.setattr(Prepared, "mase_scales", every_row)
+    result = check_scales(predictor, predictor.read())
+    assert not result.passed and result.max_change > 1.0, result.detail
 
 
 def test_an_automatic_setting_read_from_the_test_rows_is_caught(monkeypatch):

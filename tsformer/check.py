@@ -48,6 +48,8 @@ def check_predictor(
         check_forecasters,
         check_settings,
         check_epoch,
+        check_train_windows,
+        check_scales,
         check_choices,
         check_final,
         check_linear,
@@ -121,6 +123,58 @@ def check_epoch(predictor: Predictor, data: Prepared | None) -> CheckResult:
         change,
         f"the held-out model's validation score on the {len(windows)} validation windows, every later row "
         f"redrawn, against the best one training recorded (epoch {summary.best_epoch}: {summary.best_val_loss:.6g})",
+    )
+
+
+def check_train_windows(predictor: Predictor, data: Prepared | None) -> CheckResult:
+    """The held-out model trained on the training split's windows: the count training recorded is the count of
+    windows whose targets end by each series' training end (a model trained on windows reaching into validation
+    or test recorded more)."""
+    name = "train/windows"
+    if data is None or predictor.summary is None:
+        return CheckResult.skip(name, "no data or no training summary: the windows cannot be counted again")
+    expected = len(data.split_windows("train", predictor.config.train.train_stride))
+    recorded = predictor.summary.n_train_windows
+    return CheckResult(
+        name,
+        recorded == expected,
+        float(abs(recorded - expected)),
+        f"training windows recorded ({recorded}) against those of the training split ({expected})",
+    )
+
+
+def check_scales(predictor: Predictor, data: Prepared | None) -> CheckResult:
+    """The scores' own scales read no later row: each series' MASE denominators (validation windows': its
+    training rows; test windows': its rows before the test split) and the seasonal-naive interval widths (its
+    training rows) made again with every later value redrawn are the same, so no test row moves a score's
+    yardstick."""
+    from tsformer.evaluate import seasonal_naive_widths
+
+    name = "evaluate/scales"
+    if data is None:
+        return CheckResult.skip(name, "no data: the scales cannot be made again")
+    season, borders = predictor.season, data.borders
+    after_train = dataclasses.replace(data, frame=_frame_redrawn_after(data.frame, borders.train_end))
+    after_val = dataclasses.replace(data, frame=_frame_redrawn_after(data.frame, borders.val_end))
+
+    def widths(prepared: Prepared) -> np.ndarray:
+        return seasonal_naive_widths(prepared, season, predictor.horizon, predictor.interval_levels)
+
+    pairs = [
+        (data.mase_scales(season, "val"), after_train.mase_scales(season, "val")),
+        (data.mase_scales(season, "test"), after_val.mase_scales(season, "test")),
+        (widths(data), widths(after_train)),
+    ]
+    change = max(
+        float(np.nan_to_num(np.where(np.isnan(a) & np.isnan(b), 0.0, np.abs(a - b)), nan=np.inf).max(initial=0.0))
+        for a, b in pairs
+    )
+    return CheckResult(
+        name,
+        change == 0.0,
+        change,
+        "MASE denominators (validation and test) and seasonal-naive interval widths made again with every value "
+        "after the rows they may read redrawn",
     )
 
 

@@ -693,12 +693,57 @@ def _redrawn(block: np.ndarray | None, rows: slice, rng: np.random.Generator) ->
     return block
 
 
+def check_static(data: Prepared) -> CheckResult:
+    """The static covariates' roles, categories and scale must be those of the series with training rows alone,
+    recomputed here with pandas: a series that starts after the training end (a product launched in the test
+    months) may not add a category or move the scale."""
+    frame, layout, name = data.frame, data.layout, "data/static"
+    if frame.static is None:
+        return CheckResult(name, True, 0.0, "no static covariates")
+    rows = frame.static[data.borders.train_end > 0]
+    text = {c: rows[c].map(lambda v: str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)) for c in rows}
+    numbers = {c: pd.to_numeric(text[c], errors="coerce") for c in rows}
+    numeric = tuple(c for c in rows if numbers[c].notna().all())
+    categorical = tuple((c, tuple(sorted(set(text[c])))) for c in rows if c not in numeric)
+    if (numeric, categorical) != (layout.static_numeric, layout.static_categorical):
+        return CheckResult(name, False, math.inf, "static roles or categories differ from the training series'")
+    change = 0.0
+    if numeric:
+        values = rows[list(numeric)].astype(np.float64)
+        std = values.std(ddof=0).to_numpy()
+        mean, std = values.mean().to_numpy(), np.where(std > 1e-12, std, 1.0)
+        change = float(max(np.abs(mean - data.static_scale.mean).max(), np.abs(std - data.static_scale.std).max()))
+    return CheckResult(
+        name,
+        change <= 1e-9 * max(1.0, float(np.abs(data.static_scale.mean).max())) if numeric else True,
+        change,
+        f"static roles, categories and scale vs. those of the {len(rows)} series with training rows",
+    )
+
+
+def check_roles(data: Prepared, cfg: Config) -> CheckResult:
+    """Each covariate reads in the role the config declares: a past-only covariate read as known-future would
+    give the model its values over the horizon."""
+    layout = data.layout
+    declared = (tuple(cfg.data.past_covs), tuple(cfg.data.future_covs))
+    same = (layout.past, layout.future) == declared and (layout.cycle or 0) == (cfg.model.cycle or 0)
+    return CheckResult(
+        "data/roles",
+        same,
+        0.0 if same else math.inf,
+        f"past-only {list(layout.past)} and known-future {list(layout.future)} covariates as the config declares them",
+    )
+
+
 def check_data(data: Prepared, cfg: Config) -> list[CheckResult]:
-    """Every data check: fills, the scaler, the scaled inputs, then the windows and splits."""
+    """Every data check: fills, the scaler, the covariates' roles and static scale, the scaled inputs, then the
+    windows and splits."""
     frame = data.frame
     return [
         check_fill(frame, cfg.data.fill),
         check_scaler(frame, data.borders, data.scaler, scale_season(cfg, frame.freq)),
+        check_roles(data, cfg),
+        check_static(data),
         check_scaled_inputs(data),
         *check_windows(data),
     ]

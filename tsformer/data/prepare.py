@@ -31,7 +31,7 @@ from tsformer.data.split import (
     window_counts,
     window_target_starts,
 )
-from tsformer.data.static import StaticScale, encode_static, static_roles
+from tsformer.data.static import StaticScale, encode_static, static_roles, unseen_note
 from tsformer.data.windows import SeriesInputs, WindowIndex
 from tsformer.errors import ConfigError, DataError
 from tsformer.layout import Layout
@@ -139,7 +139,8 @@ def prepare(frame: SeriesFrame, cfg: Config, notes: tuple[str, ...] | None = Non
     if cfg.data.floor == "zero":
         require_non_negative(frame)
     scaler, notes = fit_scaler(frame, borders, notes, scale_season(cfg, frame.freq))
-    numeric, categorical = static_roles(frame.static) if frame.static is not None else ((), ())
+    trained = borders.train_end > 0  # (n_ids,) the series with training rows, whose statics are known in training
+    numeric, categorical = static_roles(frame.static, trained) if frame.static is not None else ((), ())
     layout = Layout(
         frame.columns,
         frame.past_names,
@@ -149,7 +150,9 @@ def prepare(frame: SeriesFrame, cfg: Config, notes: tuple[str, ...] | None = Non
         numeric,
         categorical,
     )
-    static_scale = StaticScale.fit(frame.static, numeric) if numeric else None
+    static_scale = StaticScale.fit(frame.static, numeric, trained) if numeric else None
+    unseen = unseen_note(frame.static, categorical, frame.names)
+    notes += (unseen,) if unseen else ()
     return Prepared(
         config=cfg,
         frame=frame,

@@ -2,11 +2,12 @@
 
 They come from a table with one row per series (`--static CSV`, the API's `static_df`), or from
 columns of the data itself that hold one value per series (`--static-cov COL`); a column that varies
-within a series is refused. A numeric one is standardised over the trained series; a categorical one
-(any column that is not all numbers) becomes a code, 1.. for the categories seen in training and 0
-for one that was not. They describe a series, not a time, so the model may read them at every step;
-a value computed from a series' later rows (its overall mean, say) would still leak, which no check
-can see, so compute them from what is known before the forecast.
+within a series is refused. Roles, categories and scales are decided on the series with training rows
+(`data/static` checks it): a numeric one is standardised over them; a categorical one (any column that is
+not all numbers in them) becomes a code, 1.. for the categories they hold and 0 for any other. They
+describe a series, not a time, so the model may read them at every step; a value computed from a series'
+later rows (its overall mean, say) would still leak, which no check can see, so compute them from what is
+known before the forecast.
 """
 
 from __future__ import annotations
@@ -105,12 +106,22 @@ def _typed(rows: pd.DataFrame, where: str) -> pd.DataFrame:
     return pd.DataFrame(out, columns=list(rows.columns))
 
 
-def static_roles(table: pd.DataFrame) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]]:
+def static_roles(
+    table: pd.DataFrame, trained: np.ndarray
+) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]]:
     """The numeric static covariates, and each categorical one with its categories (sorted), from a table read
-    by `read_static` or `static_columns`."""
-    numeric = tuple(c for c in table.columns if table[c].dtype.kind == "f")
-    categorical = tuple((c, tuple(sorted(set(table[c].tolist())))) for c in table.columns if table[c].dtype.kind != "f")
+    by `read_static` or `static_columns`, decided on the series with training rows (`trained`, (n_series,) bool):
+    a series that starts after the training rows can be refused (text in a covariate numeric in training) or read
+    as an unseen category, never change a role or the categories the model is built with."""
+    rows = table[trained]
+    numbers = {c: pd.to_numeric(pd.Series(_as_text(rows[c])), errors="coerce") for c in table.columns}
+    numeric = tuple(c for c in table.columns if len(rows) and numbers[c].notna().all() and _finite(numbers[c]))
+    categorical = tuple((c, tuple(sorted(set(_as_text(rows[c]))))) for c in table.columns if c not in numeric)
     return numeric, categorical
+
+
+def _finite(numbers: pd.Series) -> bool:
+    return bool(np.isfinite(numbers.to_numpy(np.float64)).all())
 
 
 @dataclass(frozen=True)
@@ -121,8 +132,10 @@ class StaticScale:
     std: np.ndarray  # (n_numeric,) float64, positive
 
     @classmethod
-    def fit(cls, table: pd.DataFrame, numeric: tuple[str, ...]) -> StaticScale:
-        values = table[list(numeric)].to_numpy(np.float64).reshape(len(table), len(numeric))
+    def fit(cls, table: pd.DataFrame, numeric: tuple[str, ...], trained: np.ndarray) -> StaticScale:
+        """The scale of the series with training rows (`trained`, (n_series,) bool): numeric in all of them."""
+        rows = table[trained]
+        values = rows[list(numeric)].to_numpy(np.float64).reshape(len(rows), len(numeric))
         std = values.std(axis=0)
         return cls(values.mean(axis=0), np.where(std > 1e-12, std, 1.0))
 
