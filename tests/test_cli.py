@@ -80,9 +80,10 @@ def test_train_evaluate_predict_check(tiny_csv, tmp_path):
 
     result = runner.invoke(app, ["check", str(run)])
     assert result.exit_code == 0, result.output
-    # with predict/origin, linear/rows and linear/choice, choices/settings and train/epoch, and model/bfloat16 where
+    # with predict/origin, linear/rows and linear/choice, choices/settings, train/epoch, train/windows,
+    # evaluate/scales, data/roles and data/static, and model/bfloat16 where
     # the run trained in bfloat16 (auto: on a CPU that computes it)
-    n_checks = 25 if load_predictor(run / "model.pt").config.model.precision == "bfloat16" else 24
+    n_checks = 29 if load_predictor(run / "model.pt").config.model.precision == "bfloat16" else 28
     assert "PASS  linear/rows" in result.output and "PASS  linear/choice" in result.output
     assert "PASS  choices/settings" in result.output and "PASS  train/epoch" in result.output
     assert f"all {n_checks} checks passed" in result.output and "FAIL" not in result.output
