@@ -439,6 +439,25 @@ def test_backtest_from_python_checks_its_options_reads_a_plain_start_in_the_data
     assert refit.attrs["notes"][0].startswith("fold 1: trained on rows 0..")
 
 
+def test_a_refit_folds_forecast_reads_no_row_after_its_window():
+    """A refit fold trains from the config as given, so every automatic setting is chosen on the rows before its
+    origin: rows after the fold's window redrawn leave its forecasts and bounds exactly as they were. Here the
+    whole file's validation days (a weekend's end) choose the calendar and the redrawn ones do not, so folds that
+    reused the settings chosen on the whole file moved."""
+    frame = make_frame(480)
+    weekend = (pd.to_datetime(frame["date"]).dt.day_of_week >= 5).to_numpy()
+    frame[["a", "b"]] = frame[["a", "b"]].to_numpy() + 3.0 * weekend[:, None]
+    config = {key: value for key, value in TINY.items() if key not in ("data.calendar", "train.loss")}
+    predictor = tsformer.fit(frame, horizon=HORIZON, config={**config, "train.fallback": False})  # the model ships
+    assert predictor.config.data.calendar
+    later = frame.copy()
+    rng = np.random.default_rng(1)
+    later.loc[304:, ["a", "b"]] = (10 * rng.normal(size=(len(frame) - 304, 2))).round(4)  # after rows 300..303
+    folds = [predictor.backtest(data, windows=1, start=frame["date"].iloc[300], refit=True) for data in (frame, later)]
+    assert folds[0]["origin"].nunique() == 1 and len(folds[0]) == 2 * HORIZON
+    pd.testing.assert_frame_equal(folds[0], folds[1])
+
+
 def test_predictor_methods_run_on_the_runs_threads_and_give_the_callers_back(monkeypatch):
     """A predictor trained on one thread (to share the cores) predicts, evaluates and checks on one, as the
     commands run a saved run, and the caller's count is as it was after."""
