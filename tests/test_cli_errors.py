@@ -854,3 +854,30 @@ def test_a_bare_file_name_found_nowhere_says_where_it_was_looked_for(tmp_path, m
     result = invoke("train", "ETTh1.csv", "--horizon", "24")
     assert_error(result, "file ETTh1.csv not found here or in the data directories", str(tmp_path / "data"))
     assert "tsformer datasets fetch etth1" in result.stderr
+
+
+def test_a_rank_whose_peer_stopped_says_so_in_one_line_and_other_errors_still_surface(tmp_path, monkeypatch):
+    """Under torchrun, when rank 0 fails alone (a full disk), rank 1's next collective raised gloo's RuntimeError
+    and printed a whole traceback beside rank 0's one Error line."""
+    import tsformer.train as training
+
+    csv = write_csv(tmp_path / "data.csv", hourly_rows())
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+
+    def peer_gone(*args, **kwargs):
+        raise RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [::1]:1")
+
+    monkeypatch.setattr(training, "train", peer_gone)
+    result = invoke("train", csv, "--out", tmp_path / "run", *TINY)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr.strip() == (
+        "Error (rank 1 of 2): another process of this torchrun job stopped (its own Error line says why), so this "
+        "one stopped too"
+    )
+
+    def a_bug(*args, **kwargs):
+        raise RuntimeError("shape mismatch")  # not a peer's leaving: the traceback still shows
+
+    monkeypatch.setattr(training, "train", a_bug)
+    assert str(invoke("train", csv, "--out", tmp_path / "run", *TINY).exception) == "shape mismatch"

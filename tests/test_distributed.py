@@ -134,6 +134,7 @@ def test_resume_on_two_ranks_matches_an_uninterrupted_two_rank_run(dropout, tiny
     result, records = _probe(tiny_csv, run, tmp_path / "dump", stop, flags)
     assert [r["exit_code"] for r in records] == [130, 130], result.stderr[-2000:]
     assert f"Resume with: tsformer train --resume --out {run}" in result.stderr
+    assert "no epoch was saved" not in result.stderr  # rank 1 said so, wrongly: only rank 0 saves
     assert load_train_state(run / LAST_FILE)[1]["loop"]["epoch"] == 1
 
     _torchrun(["-m", "tsformer", "train", "--resume", "--out", str(run), "--quiet"])
@@ -198,3 +199,35 @@ def test_two_ranks_take_the_steps_of_one_process_and_end_near_its_weights(tiny_c
     # steps), and ranks taking 16 of an order padded to 150, 3e-4 (the padding window counted twice)
     differences = {key: (tensor - alone[key]).abs().max().item() for key, tensor in rank0["state"].items()}
     assert max(differences.values()) < 1e-4, differences
+
+
+def test_ranks_that_read_different_data_stop_with_an_error_not_a_hang(tmp_path):
+    """Each node reading its own copy of a bare file name (TSFORMER_DATA_DIR per node) with other values paired
+    the ranks' collectives wrongly and hung until gloo's 30-minute timeout."""
+    for rank in range(2):
+        (tmp_path / f"data{rank}").mkdir()
+        write_csv(tmp_path / f"data{rank}" / "s.csv", make_frame(seed=rank))
+    launcher = tmp_path / "per_rank.py"  # each rank its own data directory, then the command line
+    launcher.write_text(
+        "import os, sys\n"
+        f"os.environ['TSFORMER_DATA_DIR'] = {str(tmp_path / 'data')!r} + os.environ['RANK']\n"
+        "from tsformer.cli import run_cli\n"
+        "sys.exit(run_cli(sys.argv[1:]))\n"
+    )
+    command = [TORCHRUN, "--standalone", "--nproc_per_node", "2", str(launcher), "train", "s.csv", "--quiet"]
+    command += ["--out", str(tmp_path / "run"), *TINY_FLAGS]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    frames = [line for line in result.stderr.splitlines() if line.strip().startswith("File ")]
+    assert result.returncode != 0 and not [line for line in frames if "tsformer" in line.split("site-packages")[0]]
+    assert "Error: the processes read different data (this is rank 0 of 2)" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_refit_backtest_trains_every_fold_in_one_process_group(tiny_csv, tmp_path):
+    """backtest --refit trains a run a fold in one process: the ranks join the process group once (leaving and
+    joining again against torchrun's store hung or failed now and then)."""
+    run = tmp_path / "run"
+    _torchrun(["-m", "tsformer", "train", str(tiny_csv), "--out", str(run), "--quiet", *TINY_FLAGS])
+    result = _torchrun(["-m", "tsformer", "backtest", str(run), "--refit", "--windows", "2"], timeout=240)
+    assert result.stdout.count("fold 2") >= 1 or "fold 2" in result.stderr

@@ -217,3 +217,20 @@ def test_sampled_epochs_cover_every_series_of_a_panel_alike(tmp_path, monkeypatc
     for epoch in epochs:
         assert sorted(torch.unique(epoch, return_counts=True)[1].tolist()) == [4, 4, 4, 4]  # 4 from each series
     assert len({tuple(epoch.tolist()) for epoch in epochs}) == 3
+
+
+def test_the_device_notes_name_an_idle_gpu_and_a_resume_on_another_number_of_processes(monkeypatch):
+    from tsformer import distributed
+    from tsformer.train import _device_notes
+
+    one_cpu = distributed.Dist(rank=0, world_size=1, device=torch.device("cpu"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert _device_notes(one_cpu, {"world_size": 1}) == [] and _device_notes(one_cpu, {}) == []
+    assert _device_notes(one_cpu, {"world_size": 2}) == [
+        "resumed on 1 process where it trained on 2: it goes on from the saved epoch, but not exactly as an "
+        "uninterrupted run would (resume on as many for that)"
+    ]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert _device_notes(one_cpu, None) == [
+        "training on the CPU though torch finds a GPU: --set train.device=cuda (or auto) trains on it"
+    ]

@@ -52,6 +52,10 @@ def domain_errors(command: Callable) -> Callable:
         except BrokenPipeError:  # the reader closed stdout (`| head`): not an error, stop quietly
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
             raise typer.Exit(0) from None
+        except RuntimeError as exc:
+            if not _peer_stopped(exc):
+                raise
+            fail("another process of this torchrun job stopped (its own Error line says why), so this one stopped too")
         except OSError as exc:  # the file system refused: a path, a permission, a full disk
             if _debug["on"]:
                 traceback.print_exc()
@@ -59,6 +63,15 @@ def domain_errors(command: Callable) -> Callable:
             fail(f"{exc.strerror or exc}{where}; check the path, its permissions and the free disk space")
 
     return wrapper
+
+
+def _peer_stopped(exc: RuntimeError) -> bool:
+    """Whether `exc` is torch.distributed's word that another rank of a torchrun job went away mid-collective
+    (that rank prints why; this one should say only that it stopped with it)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) < 2:
+        return False
+    gone = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Connection refused")
+    return type(exc).__name__ in ("DistNetworkError", "DistBackendError") or any(text in str(exc) for text in gone)
 
 
 def _print_version(value: bool) -> None:

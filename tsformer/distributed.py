@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime
+import hashlib
 import os
 from dataclasses import dataclass
 
@@ -42,8 +44,9 @@ def setup(device: str) -> Dist:
     target = torch.device(f"cuda:{local_rank}" if use_cuda else "cpu")
     if use_cuda:
         torch.cuda.set_device(target)
-    if world_size > 1 and not dist.is_initialized():
+    if world_size > 1 and not dist.is_initialized():  # once a process: a second join against torchrun's store hangs
         dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+        atexit.register(_leave)
     rank = dist.get_rank() if world_size > 1 else 0
     return Dist(rank=rank, world_size=world_size, device=target)
 
@@ -66,6 +69,24 @@ def mean_over_ranks(value: float, ctx: Dist) -> float:
     return value if ctx.world_size == 1 else _all_reduced(value, dist.ReduceOp.SUM, ctx) / ctx.world_size
 
 
+def from_main(values: tuple[float, ...], ctx: Dist) -> tuple[float, ...]:
+    """Rank 0's `values` on every rank (a decision all must make alike, as early stopping on a validation score
+    that a GPU's arithmetic may round differently per rank); every rank must call it."""
+    if ctx.world_size == 1:
+        return values
+    held = torch.tensor(values, dtype=torch.float64, device=ctx.device)
+    dist.broadcast(held, src=0)
+    return tuple(float(v) for v in held.tolist())
+
+
+def same_on_every_rank(text: str, ctx: Dist) -> bool:
+    """Whether every rank holds the same `text` (what each read, by its fingerprint); every rank must call it."""
+    if ctx.world_size == 1:
+        return True
+    digest = int.from_bytes(hashlib.sha256(text.encode()).digest()[:6], "big")  # 48 bits: exact in a float64
+    return _all_reduced(float(digest), dist.ReduceOp.MIN, ctx) == _all_reduced(float(digest), dist.ReduceOp.MAX, ctx)
+
+
 def _all_reduced(value: float, op: dist.ReduceOp, ctx: Dist) -> float:
     """One number combined over the ranks by `op`."""
     held = torch.tensor([value], dtype=torch.float64, device=ctx.device)
@@ -73,10 +94,15 @@ def _all_reduced(value: float, op: dist.ReduceOp, ctx: Dist) -> float:
     return float(held.item())
 
 
-def teardown() -> None:
-    """Leave the process group, if one was joined, together, so no rank exits while another still uses it."""
+def together() -> None:
+    """Wait for every rank, if a process group was joined, so no rank goes on while another still uses it. The
+    group stays joined for the process's next run (`backtest --refit` trains one a fold) and is left at exit."""
     if dist.is_initialized():
         dist.barrier()
+
+
+def _leave() -> None:
+    if dist.is_initialized():
         dist.destroy_process_group()
 
 

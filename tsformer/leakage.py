@@ -63,7 +63,7 @@ def check_model(model: ForecasterBase, seed: int = 0) -> list[CheckResult]:
     known-future covariates in between are allowed, and `model/covariates` states it.
     """
     generator = torch.Generator().manual_seed(seed)
-    own = copy.deepcopy(model).double().eval()
+    own = copy.deepcopy(model).cpu().double().eval()  # the probes are made on the CPU, wherever it trained
     models = (own, _randomised(own, generator))
     cfg = own.cfg
     x = torch.randn(2, cfg.context_len, own.n_series, generator=generator, dtype=torch.float64)
@@ -99,7 +99,7 @@ def check_model(model: ForecasterBase, seed: int = 0) -> list[CheckResult]:
     inference = [_check_inference_path(probe, x, covariates, short_history) for probe in models]
     results += [max(inference, key=lambda r: r.max_change), check_targets(own)]
     if cfg.precision == "bfloat16":
-        results.append(_check_precision(model, x, covariates, short_history, positions, generator))
+        results.append(_check_precision(own, x, covariates, short_history, positions, generator))
     if covariates is not None and covariates.future is not None:
         results.append(_check_future_allowance(models[1], x, covariates, positions, generator))
     if own.layout.static:

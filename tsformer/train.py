@@ -106,13 +106,30 @@ def train(
             shown = (out_dir is not None or show_progress) if show_notes is None else show_notes
             say = _sayer(spelled or str) if shown else None
             predictor = _train(cfg, out_dir, folder, resume, show_progress, source, static, say)
-        distributed.teardown()  # every rank got here: leave the process group together
+        distributed.together()  # every rank got here
         return predictor
+    except BaseException:
+        distributed.abandon()  # after a failure, without waiting for ranks that may never arrive
+        raise
     finally:
         torch.set_num_threads(threads)
         if folder is not None:
             folder.release()
-        distributed.abandon()  # after a failure, without waiting for ranks that may never arrive
+
+
+def _device_notes(ctx: distributed.Dist, train_state: dict[str, Any] | None) -> list[str]:
+    """What the user should hear about where the run trains: a GPU left idle, a resume on another number of
+    processes (its windows are dealt out otherwise from there, so it cannot end where the run would have)."""
+    notes = []
+    if ctx.device.type == "cpu" and torch.cuda.is_available():
+        notes.append("training on the CPU though torch finds a GPU: --set train.device=cuda (or auto) trains on it")
+    before = None if train_state is None else train_state.get("world_size")
+    if before is not None and before != ctx.world_size:
+        notes.append(
+            f"resumed on {ctx.world_size} process{'es' * (ctx.world_size > 1)} where it trained on {before}: it goes "
+            "on from the saved epoch, but not exactly as an uninterrupted run would (resume on as many for that)"
+        )
+    return notes
 
 
 def _sayer(spelled: Callable[[str], str]) -> Callable[[str], None]:
@@ -147,11 +164,16 @@ def _train(
     if given.train.time_limit and ctx.world_size > 1:
         raise ConfigError("train.time_limit searches on one process; run it without torchrun, or drop --time-limit")
     data = training_data(given, source, static)
+    if not distributed.same_on_every_rank(str(data.fingerprint["sha256"]), ctx):  # else collectives pair wrongly
+        raise DataError(
+            f"the processes read different data (this is rank {ctx.rank} of {ctx.world_size}); under torchrun every "
+            "process must read the same file: give each node the same copy (--data-dir, TSFORMER_DATA_DIR)"
+        )
     if previous is not None:  # resumed: trained on its resolved config; as given, it was
         data = dataclasses.replace(data, given=previous.given)
     cfg = data.config  # every automatic setting chosen
     if ctx.is_main and say is not None:
-        for note in (folder.notes if folder is not None else []) + list(data.notes):
+        for note in (folder.notes if folder is not None else []) + list(data.notes) + _device_notes(ctx, train_state):
             say(note)
     if previous is not None:
         _require_same_data(previous, data, out_dir)
@@ -229,8 +251,9 @@ def _searched(
     def held_out(candidate: Candidate, deadline: float) -> HeldOut:
         cfg, prepared = candidate.config, candidate.data
         torch.manual_seed(cfg.train.seed)
-        model = build_forecaster(cfg.model, prepared.layout, cfg.train.loss, cfg.train.quantiles).to(ctx.device)
-        _run_leakage_checks(model, prepared, cfg)
+        model = build_forecaster(cfg.model, prepared.layout, cfg.train.loss, cfg.train.quantiles)
+        _run_leakage_checks(model, prepared, cfg)  # on the CPU, where the checks' probes are made
+        model.to(ctx.device)
         train_windows = prepared.split_windows("train", cfg.train.train_stride)
         shown = show_progress and ctx.is_main
         if shown:
@@ -505,6 +528,8 @@ def _restore(
         model.load_state_dict(previous.model.state_dict())
         optimizer.load_state_dict(train_state["optimizer"])
         torch.set_rng_state(train_state["rng"])
+        if train_state.get("cuda_rng") and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(train_state["cuda_rng"])
         return LoopState(**train_state["loop"])
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         raise CheckpointError(
@@ -723,14 +748,16 @@ class _Runner:
         return loss.item()
 
     def _val_loss(self, val_windows: WindowIndex) -> ValidationScore:
-        """The epoch's validation score; its forecasts kept for the fallback and the calibration when this epoch
-        is the best (they would recompute them)."""
+        """The epoch's validation score (rank 0's on every rank, so all stop alike); its forecasts kept for the
+        fallback and the calibration when this epoch is the best (they would recompute them)."""
         score, self.epoch_val_outputs = validation_of(self.model, val_windows, self.cfg.model.context_len)
-        return score
+        shared, mse = distributed.from_main((score.score, score.mse), self.ctx)
+        return dataclasses.replace(score, score=shared, mse=mse)
 
     def _save(self, state: LoopState, improved: bool) -> None:
         """Best weights, the resumable state and the history; the first save puts the run in place."""
-        if self.folder is None:
+        if self.folder is None:  # a rank under torchrun other than 0, which saves the epoch, or a run in memory
+            self.saved_epoch = state.epoch if self.out_dir is not None else 0
             return
         current = _uncalibrated(self.cfg, self.data, self.model)
         if improved:
@@ -738,6 +765,8 @@ class _Runner:
         train_state = {
             "optimizer": self.optimizer.state_dict(),
             "rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if self.ctx.device.type == "cuda" else [],  # dropout's draws
+            "world_size": self.ctx.world_size,
             "loop": dataclasses.asdict(state),
         }
         save_predictor(current, self.folder.path / LAST_FILE, train_state)
