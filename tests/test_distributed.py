@@ -231,3 +231,19 @@ def test_a_refit_backtest_trains_every_fold_in_one_process_group(tiny_csv, tmp_p
     _torchrun(["-m", "tsformer", "train", str(tiny_csv), "--out", str(run), "--quiet", *TINY_FLAGS])
     result = _torchrun(["-m", "tsformer", "backtest", str(run), "--refit", "--windows", "2"], timeout=240)
     assert result.stdout.count("fold 2") >= 1 or "fold 2" in result.stderr
+
+
+def test_a_run_folder_rank_0_cannot_claim_stops_every_rank_with_an_error(tiny_csv, tmp_path):
+    """Rank 0 claims the run folder alone, before the process group is joined: refused (it exists), it left the
+    other rank waiting to join until torchrun killed it, with no word from it."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "notes.txt").write_text("someone's files")
+    command = [TORCHRUN, "--standalone", "--nproc_per_node", "2", "-m", "tsformer", "train", str(tiny_csv)]
+    command += ["--out", str(run), "--quiet", *TINY_FLAGS]
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=60, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
+    assert result.returncode != 0
+    assert "Error (rank 1 of 2): rank 0 could not start the run (its own Error line says why)" in result.stderr
+    assert [p.name for p in run.iterdir()] == ["notes.txt"]

@@ -79,6 +79,24 @@ def from_main(values: tuple[float, ...], ctx: Dist) -> tuple[float, ...]:
     return tuple(float(v) for v in held.tolist())
 
 
+def started_on_main(ctx: Dist) -> None:
+    """Every rank's first collective: rank 0 says it started the run (it claims the run folder alone, before the
+    group is joined); the other ranks stop with an error where it could not (`could_not_start`)."""
+    if from_main((1.0,), ctx) == (0.0,):
+        raise ConfigError("rank 0 could not start the run (its own Error line says why), so this rank stopped too")
+
+
+def could_not_start(device: str) -> None:
+    """On rank 0, after failing before the group was joined: join it and tell the other ranks (who wait in
+    `started_on_main`) to stop, rather than leave them waiting for a peer that never comes."""
+    if int(os.environ.get("WORLD_SIZE", "1")) < 2:
+        return
+    with contextlib.suppress(Exception):  # the error to report is the one rank 0 already has
+        ctx = setup(device)
+        from_main((0.0,), ctx)
+        abandon()  # with the other ranks, who leave as they fail
+
+
 def same_on_every_rank(text: str, ctx: Dist) -> bool:
     """Whether every rank holds the same `text` (what each read, by its fingerprint); every rank must call it."""
     if ctx.world_size == 1:

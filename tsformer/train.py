@@ -29,7 +29,15 @@ from tsformer.calibration import choose_and_calibrate, fit_linear
 from tsformer.checkpoint import save_predictor
 from tsformer.config import MAX_SEED, Config, TrainConfig, save_config, with_data_path
 from tsformer.data import Prepared, Source, WindowIndex, Windows, training_data
-from tsformer.errors import CheckpointError, ConfigError, DataError, Interrupted, Terminated, TrainingError
+from tsformer.errors import (
+    CheckpointError,
+    ConfigError,
+    DataError,
+    Interrupted,
+    Terminated,
+    TrainingError,
+    TsformerError,
+)
 from tsformer.fallback import Decision
 from tsformer.files import atomic_write_text
 from tsformer.final import FinalFit, every_row, last_timestamps
@@ -95,7 +103,11 @@ def train(
         raise ConfigError("resuming needs the run folder to continue (--out)")
     claim = out_dir is not None and distributed.is_main_process()
     searched = bool(cfg.train.time_limit)  # written once at the end: nothing to resume
-    folder = runfolder.claim(out_dir, overwrite, resume, resumable=not searched) if claim else None
+    try:
+        folder = runfolder.claim(out_dir, overwrite, resume, resumable=not searched) if claim else None
+    except TsformerError:
+        distributed.could_not_start(cfg.train.device)  # under torchrun the other ranks wait for rank 0
+        raise
     threads = torch.get_num_threads()  # train.num_threads holds for the run, not for the caller's process after it
     # the run seeds torch (each GPU's generator too); the caller's random streams go on after it as they were
     caller_streams = torch.random.fork_rng(
@@ -158,6 +170,7 @@ def _train(
     best_so_far = None if saved is None else saved.model.state_dict()  # before any seeding
     given = previous.config if previous else resolve(cfg)
     ctx = distributed.setup(given.train.device)
+    distributed.started_on_main(ctx)
     given = _with_precision(given, ctx.device)
     if given.train.num_threads:
         torch.set_num_threads(given.train.num_threads)
