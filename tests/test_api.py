@@ -282,15 +282,29 @@ def test_a_series_that_starts_after_training_changes_no_static_role_scale_or_cat
         for mine, theirs in zip(base.model.parameters(), other.model.parameters(), strict=True):
             assert torch.equal(mine, theirs)
     assert "1 series hold a static category training never saw ('S3' has kind 'sideways'" in capfd.readouterr().err
-    with pytest.raises(DataError, match="static covariate 'size' was numeric in training but holds text"):
+    with pytest.raises(DataError, match="static covariate 'size' is numeric in the series training reads but holds"):
         fitted("big", "up")
     checks = base.check().set_index("name")
-    assert checks["passed"].all() and "the 3 series with training rows" in checks.loc["data/static", "detail"]
+    assert checks["passed"].all() and "the 3 series that exist by the training end" in checks.loc["data/static"].detail
     prepared = base.read()
     every_series = StaticScale.fit(pd.DataFrame({"size": [0.0, 1.0, 2.0, 3.0]}), ("size",), np.ones(4, dtype=bool))
     assert not check_static(dataclasses.replace(prepared, static_scale=every_series)).passed
     with_later = dataclasses.replace(prepared.layout, static_categorical=(("kind", ("down", "sideways", "up")),))
     assert not check_static(dataclasses.replace(prepared, layout=with_later)).passed
+
+
+def test_a_short_series_of_the_training_months_sets_static_roles_as_any_other():
+    """A series too short for training rows of its own (a per-series split gives it none) still lives in the
+    training months, so its statics count: a text grade makes the column categorical, as before the rule for
+    series that start later; a non-finite value makes it categorical for the check too (it cried leak)."""
+    data = panel(n_series=3, n_rows=60)[["unique_id", "ds", "y"]]
+    data = pd.concat([data, data[data.unique_id == "S0"].iloc[:6].assign(unique_id="S3")])
+    for grades, categories in ((["1", "2", "3", "A"], ("1", "2", "3", "A")), ([1.0, np.inf, 3.0, 4.0], None)):
+        static = pd.DataFrame({"unique_id": ["S0", "S1", "S2", "S3"], "grade": grades})
+        predictor = tsformer.fit(data, horizon=HORIZON, static_df=static, config=TINY)
+        assert predictor.borders.train_end[3] == 0
+        found = dict(predictor.layout.static_categorical)["grade"]
+        assert found == (categories or ("1.0", "3.0", "4.0", "inf")) and check_static(predictor.read()).passed
 
 
 def test_a_covariate_read_in_another_role_than_declared_is_caught():

@@ -391,6 +391,11 @@ def test_a_row_written_twice_in_a_panel_found_by_values_is_refused_at_its_own_li
     repeat = r"duplicate timestamp 1960-01-01 00:00:00 at lines 2 and 42;.*--id-col store --id-col item"
     with pytest.raises(DataError, match=repeat):
         read_series(csv, DataConfig())
+    sensors = panel.assign(sensor=panel["country"].map({"Aruba": 0, "Chad": 1, "Peru": 2}))
+    sensors["country"] = sensors["country"].replace("Chad", "Aruba")  # two sensors at one site, every year
+    sensors[["year", "sensor", "country", "rate"]].to_csv(csv, index=False)  # the numeric id tells them apart
+    with pytest.raises(DataError, match=r"duplicate timestamp 1960-01-01 00:00:00 at lines 2 and 42;.*--id-col"):
+        read_series(csv, DataConfig())
 
 
 def test_ids_with_digits_are_text_and_numbers_written_with_marks_are_numbers(tmp_path):

@@ -134,6 +134,16 @@ def test_dates_that_only_later_rows_make_day_first_are_refused_and_dayfirst_stat
     assert frame.freq == "MS" and frame.timestamps[-1] == pd.Timestamp("2001-05-01")
 
 
+def test_a_panels_date_order_is_checked_on_the_training_rows_of_the_series_it_was_read_from():
+    """The order is read from the longest series (B, day/month); its check on training rows took the first
+    series' training end (A: six months), where B's dates read either way, and refused an honest file."""
+    short = pd.DataFrame({"id": "A", "date": [f"01/{m:02d}/2020" for m in range(3, 9)], "value": np.arange(6.0)})
+    months = pd.date_range("2020-01-01", periods=48, freq="MS")
+    long = pd.DataFrame({"id": "B", "date": months.strftime("%d/%m/%Y"), "value": np.arange(48.0) % 12})
+    frame = checked(pd.concat([short, long]), reading_config(targets=("value",)))
+    assert frame.freq == "MS" and (frame.timestamps[frame.rows_of(1)] == months).all()
+
+
 def test_a_column_constant_in_the_training_rows_is_left_out_of_the_default_targets():
     stamps = pd.date_range("2024-01-01", periods=200, freq="h")
     dividends = np.where(np.arange(200) < 150, 0.0, 0.5)  # one value throughout training (140 rows), later not

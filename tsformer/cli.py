@@ -55,6 +55,8 @@ def domain_errors(command: Callable) -> Callable:
         except RuntimeError as exc:
             if not _peer_stopped(exc):
                 raise
+            if _debug["on"]:
+                traceback.print_exc()
             fail("another process of this torchrun job stopped (its own Error line says why), so this one stopped too")
         except OSError as exc:  # the file system refused: a path, a permission, a full disk
             if _debug["on"]:
@@ -70,8 +72,8 @@ def _peer_stopped(exc: RuntimeError) -> bool:
     (that rank prints why; this one should say only that it stopped with it)."""
     if int(os.environ.get("WORLD_SIZE", "1")) < 2:
         return False
-    gone = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Connection refused")
-    return type(exc).__name__ in ("DistNetworkError", "DistBackendError") or any(text in str(exc) for text in gone)
+    gone = ("Connection closed by peer", "Connection reset by peer")  # not a refused or failed connection: its own
+    return any(text in str(exc) for text in gone)
 
 
 def _print_version(value: bool) -> None:

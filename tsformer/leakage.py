@@ -694,19 +694,31 @@ def _redrawn(block: np.ndarray | None, rows: slice, rng: np.random.Generator) ->
 
 
 def check_static(data: Prepared) -> CheckResult:
-    """The static covariates' roles, categories and scale must be those of the series with training rows alone,
-    recomputed here with pandas: a series that starts after the training end (a product launched in the test
-    months) may not add a category or move the scale."""
-    frame, layout, name = data.frame, data.layout, "data/static"
+    """The static covariates' roles, categories and scale must be those of the series that exist by the training
+    end (their first row no later than any series' last training row), recomputed here with pandas: a series that
+    starts after it (a product launched in the test months) may not add a category or move the scale."""
+    frame, layout, borders, name = data.frame, data.layout, data.borders, "data/static"
     if frame.static is None:
         return CheckResult(name, True, 0.0, "no static covariates")
-    rows = frame.static[data.borders.train_end > 0]
+    starts = pd.Series(frame.timestamps[frame.bounds[:-1]])
+    trained = borders.train_end > 0
+    training_ends = pd.Series(frame.timestamps[frame.bounds[:-1][trained] + borders.train_end[trained] - 1])
+    rows = frame.static[(starts <= training_ends.max()).to_numpy()]  # the series that exist by the training end
     text = {c: rows[c].map(lambda v: str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)) for c in rows}
     numbers = {c: pd.to_numeric(text[c], errors="coerce") for c in rows}
-    numeric = tuple(c for c in rows if numbers[c].notna().all())
+    numeric = tuple(c for c in rows if numbers[c].notna().all() and np.isfinite(numbers[c].to_numpy(float)).all())
     categorical = tuple((c, tuple(sorted(set(text[c])))) for c in rows if c not in numeric)
-    if (numeric, categorical) != (layout.static_numeric, layout.static_categorical):
-        return CheckResult(name, False, math.inf, "static roles or categories differ from the training series'")
+    found, stored = dict(categorical), dict(layout.static_categorical)
+    if numeric != layout.static_numeric or found != stored:
+        differ = [c for c in rows if (c in numeric) != (c in layout.static_numeric) or found.get(c) != stored.get(c)]
+        return CheckResult(
+            name,
+            False,
+            math.inf,
+            f"static covariate {differ[0]!r} has another role or other categories than the {len(rows)} series that "
+            f"exist by the training end give it (stored: {stored.get(differ[0], 'numeric')}; theirs: "
+            f"{found.get(differ[0], 'numeric')}): a series that starts later set it",
+        )
     change = 0.0
     if numeric:
         values = rows[list(numeric)].astype(np.float64)
@@ -717,7 +729,7 @@ def check_static(data: Prepared) -> CheckResult:
         name,
         change <= 1e-9 * max(1.0, float(np.abs(data.static_scale.mean).max())) if numeric else True,
         change,
-        f"static roles, categories and scale vs. those of the {len(rows)} series with training rows",
+        f"static roles, categories and scale vs. those of the {len(rows)} series that exist by the training end",
     )
 
 

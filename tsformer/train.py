@@ -105,7 +105,7 @@ def train(
     searched = bool(cfg.train.time_limit)  # written once at the end: nothing to resume
     try:
         folder = runfolder.claim(out_dir, overwrite, resume, resumable=not searched) if claim else None
-    except TsformerError:
+    except (TsformerError, OSError):
         distributed.could_not_start(cfg.train.device)  # under torchrun the other ranks wait for rank 0
         raise
     threads = torch.get_num_threads()  # train.num_threads holds for the run, not for the caller's process after it

@@ -239,7 +239,8 @@ def _read(
     if typed_ids and id_cols:  # each series' first row's ids, in order of first appearance (the keys' order)
         id_values = table[list(id_cols)].iloc[np.unique(codes, return_index=True)[1]].reset_index(drop=True)
     raw_times = table[time_col]
-    date_sample = codes == np.bincount(codes).argmax()  # the series with the most rows shows the date order best
+    longest = int(np.bincount(codes).argmax())  # the series with the most rows: its dates show their order best
+    date_sample = codes == longest
     timestamps, time_notes, notation = parse_timestamps(table[time_col], time_col, cfg, sample=date_sample)
     time_notes = found_notes + time_notes
     static_source = static if static is not None else (cfg.static_path or None)
@@ -256,7 +257,6 @@ def _read(
     names = tuple("/".join(key) for key in keys) if id_cols else ("",)
     lines = table.index.to_numpy()
     check_order(timestamps, lines, bounds, names)
-    longest = int(np.argmax(np.diff(bounds)))
     span = slice(int(bounds[longest]), int(bounds[longest + 1]))
     freq, freq_notes = resolve_freq(timestamps[span], cfg.freq, expected_freq, lines[span])
     evidence = None
@@ -367,7 +367,8 @@ def _id_col_by_values(table: pd.DataFrame, time_col: str) -> tuple[str, int]:
         return "", 0
     ids = table[text[0]].astype(str).str.strip()
     repeated = pd.DataFrame({"id": ids, "time": times}).duplicated().to_numpy()
-    stray = repeated.any() and repeated.mean() < 0.01 and ids.nunique() > 1  # a few repeats: no second id column
+    at = times[repeated]  # a second id column repeats (value, time) at most times; a row written twice at few
+    stray = repeated.any() and at.nunique() <= max(1, 0.01 * times.nunique()) and ids.nunique() > 1
     if stray and times.duplicated().mean() >= 1 / 3:  # series that share their timestamps, a row written twice
         second = int(np.flatnonzero(repeated)[0])
         first = int(np.flatnonzero((ids == ids.iloc[second]).to_numpy() & (times == times.iloc[second]).to_numpy())[0])

@@ -139,7 +139,7 @@ def prepare(frame: SeriesFrame, cfg: Config, notes: tuple[str, ...] | None = Non
     if cfg.data.floor == "zero":
         require_non_negative(frame)
     scaler, notes = fit_scaler(frame, borders, notes, scale_season(cfg, frame.freq))
-    trained = borders.train_end > 0  # (n_ids,) the series with training rows, whose statics are known in training
+    trained = existing_by_training_end(frame, borders)  # (n_ids,) whose statics training may read
     numeric, categorical = static_roles(frame.static, trained) if frame.static is not None else ((), ())
     layout = Layout(
         frame.columns,
@@ -164,6 +164,15 @@ def prepare(frame: SeriesFrame, cfg: Config, notes: tuple[str, ...] | None = Non
         fingerprint=data_fingerprint(frame),
         notes=notes,
     )
+
+
+def existing_by_training_end(frame: SeriesFrame, borders: SplitBorders) -> np.ndarray:
+    """(n_ids,) bool: the series whose first row is no later than the last training row of any series, so they
+    existed when training's data ends (a series that starts after it, a product launched in the test months,
+    may set nothing training decides, such as a static covariate's scale or categories)."""
+    trained = np.flatnonzero(borders.train_end > 0)
+    last = frame.timestamps[frame.bounds[trained] + borders.train_end[trained] - 1].max()
+    return np.asarray(frame.timestamps[frame.bounds[:-1]] <= last)
 
 
 def scale_inputs(frame: SeriesFrame, layout: Layout, scaler: Scaler, static_scale: StaticScale | None) -> SeriesInputs:

@@ -50,7 +50,7 @@ def read_as_training_rows_say(frame: SeriesFrame, cfg: Config, borders: SplitBor
     if not cfg.data.freq:
         _check_freq(frame, train_last[evidence.freq_series])
     if evidence.date_readings:
-        _check_date_order(frame, cfg, train_last[0])
+        _check_date_order(frame, cfg, train_last[evidence.freq_series])  # the series its readings are of
     if evidence.id_by_values:
         _check_ids_by_values(frame, evidence.id_by_values, borders)
     if evidence.text_columns or evidence.mark_columns:

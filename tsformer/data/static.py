@@ -2,12 +2,12 @@
 
 They come from a table with one row per series (`--static CSV`, the API's `static_df`), or from
 columns of the data itself that hold one value per series (`--static-cov COL`); a column that varies
-within a series is refused. Roles, categories and scales are decided on the series with training rows
-(`data/static` checks it): a numeric one is standardised over them; a categorical one (any column that is
-not all numbers in them) becomes a code, 1.. for the categories they hold and 0 for any other. They
-describe a series, not a time, so the model may read them at every step; a value computed from a series'
-later rows (its overall mean, say) would still leak, which no check can see, so compute them from what is
-known before the forecast.
+within a series is refused. Roles, categories and scales are decided on the series that exist by the
+training end (`prepare.existing_by_training_end`; `data/static` checks it): a numeric one is standardised
+over them; a categorical one (any column that is not all numbers in them) becomes a code, 1.. for the
+categories they hold and 0 for any other. They describe a series, not a time, so the model may read them
+at every step; a value computed from a series' later rows (its overall mean, say) would still leak, which
+no check can see, so compute them from what is known before the forecast.
 """
 
 from __future__ import annotations
@@ -110,9 +110,9 @@ def static_roles(
     table: pd.DataFrame, trained: np.ndarray
 ) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]]:
     """The numeric static covariates, and each categorical one with its categories (sorted), from a table read
-    by `read_static` or `static_columns`, decided on the series with training rows (`trained`, (n_series,) bool):
-    a series that starts after the training rows can be refused (text in a covariate numeric in training) or read
-    as an unseen category, never change a role or the categories the model is built with."""
+    by `read_static` or `static_columns`, decided on the series that exist by the training end (`trained`,
+    (n_series,) bool): a series that starts after it can be refused (text in a covariate numeric in training) or
+    read as an unseen category, never change a role or the categories the model is built with."""
     rows = table[trained]
     numbers = {c: pd.to_numeric(pd.Series(_as_text(rows[c])), errors="coerce") for c in table.columns}
     numeric = tuple(c for c in table.columns if len(rows) and numbers[c].notna().all() and _finite(numbers[c]))
@@ -133,7 +133,7 @@ class StaticScale:
 
     @classmethod
     def fit(cls, table: pd.DataFrame, numeric: tuple[str, ...], trained: np.ndarray) -> StaticScale:
-        """The scale of the series with training rows (`trained`, (n_series,) bool): numeric in all of them."""
+        """The scale of the series that exist by the training end (`trained`, (n_series,) bool)."""
         rows = table[trained]
         values = rows[list(numeric)].to_numpy(np.float64).reshape(len(rows), len(numeric))
         std = values.std(axis=0)
@@ -160,7 +160,10 @@ def encode_static(
     if numeric:
         kinds = [c for c in numeric if table[c].dtype.kind != "f"]
         if kinds:
-            raise DataError(f"static covariate {kinds[0]!r} was numeric in training but holds text here; give numbers")
+            raise DataError(
+                f"static covariate {kinds[0]!r} is numeric in the series training reads but holds text for a series "
+                "that starts after the training end or was not in training; give it a number"
+            )
         raw = table[list(numeric)].to_numpy(np.float64)
         values = ((raw - scale.mean) / scale.std).astype(np.float32)
     codes = None

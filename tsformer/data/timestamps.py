@@ -77,7 +77,7 @@ class ReadEvidence:
     series, as read, before the grid), each reading of ambiguous day/month dates, an id column found by its
     values, and the columns read as text where default targets were picked."""
 
-    freq_series: int  # the series the frequency was inferred from
+    freq_series: int  # the series the frequency and the date order were read from: the one with the most rows
     freq_stamps: pd.DatetimeIndex  # its timestamps as read
     freq_lines: np.ndarray  # their lines
     date_order: str = ""  # the reading chosen over the whole file when day and month were ambiguous, else ""
