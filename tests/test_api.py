@@ -307,6 +307,23 @@ def test_a_short_series_of_the_training_months_sets_static_roles_as_any_other():
         assert found == (categories or ("1.0", "3.0", "4.0", "inf")) and check_static(predictor.read()).passed
 
 
+def test_a_series_predicted_alone_keeps_its_category_when_its_value_reads_as_a_number():
+    """A categorical static column holds '007' and '1.50' beside text; predicting one series alone, its table held
+    only numbers, so '007' read as 7: a category training never saw, and another forecast."""
+    data = panel()
+    static = pd.DataFrame({"unique_id": ["S0", "S1", "S2", "S3"], "grade": ["007", "x", "1.50", "x"]})
+    config = {**TINY, "train.fallback": False}  # the model ships, so the forecast shows what it reads
+    predictor = tsformer.fit(data[["unique_id", "ds", "y"]], horizon=HORIZON, static_df=static, config=config)
+    assert predictor.layout.static_categorical == (("grade", ("007", "1.50", "x")),)
+    whole = predictor.predict(data[["unique_id", "ds", "y"]])
+    for k, series in ((0, "S0"), (2, "S2")):
+        alone = predictor.predict(data[data.unique_id == series][["unique_id", "ds", "y"]], static_df=static.iloc[[k]])
+        assert "never saw" not in " ".join(alone.attrs["notes"])
+        pd.testing.assert_frame_equal(
+            alone.reset_index(drop=True), whole[whole.unique_id == series].reset_index(drop=True)
+        )
+
+
 def test_a_covariate_read_in_another_role_than_declared_is_caught():
     data = panel()
     predictor = tsformer.fit(data, horizon=HORIZON, future_covs=["price"], past_covs=["load"], config=TINY)
@@ -470,6 +487,22 @@ def test_a_refit_folds_forecast_reads_no_row_after_its_window():
     folds = [predictor.backtest(data, windows=1, start=frame["date"].iloc[300], refit=True) for data in (frame, later)]
     assert folds[0]["origin"].nunique() == 1 and len(folds[0]) == 2 * HORIZON
     pd.testing.assert_frame_equal(folds[0], folds[1])
+
+
+def test_a_refit_fold_of_a_date_split_keeps_the_runs_validation_length_when_a_series_starts_late():
+    """The fold's validation length under date borders was the shortest series' stretch: a series starting inside
+    the test split gave 0, and the refit was refused for a horizon it already had."""
+    data = panel(n_series=3, n_rows=200)[["unique_id", "ds", "y"]]
+    late = data[data.unique_id == "S2"].iloc[180:]  # S2 starts in the test split
+    data = pd.concat([data[data.unique_id != "S2"], late])
+    borders = ["2024-01-06 00:00:00", "2024-01-07 12:00:00", "2024-01-09 08:00:00"]
+    predictor = tsformer.fit(data, horizon=HORIZON, config={**TINY, "data.split_borders": borders})
+    assert predictor.borders.val_end.tolist() == [156, 156, 0]  # 36 validation hours for S0 and S1
+    folds = predictor.backtest(windows=1, refit=True)
+    assert folds["origin"].nunique() == 1  # 36 validation hours before it, as the run's
+    assert folds.attrs["notes"][0] == (
+        "fold 1: trained on the steps before 2024-01-07 16:00:00, validated on those before 2024-01-09 04:00:00"
+    )
 
 
 def test_predictor_methods_run_on_the_runs_threads_and_give_the_callers_back(monkeypatch):

@@ -162,10 +162,13 @@ def fold_val_len(cfg: Config, data: Prepared, before: np.ndarray) -> int:
     """The validation steps of a `backtest --refit` fold whose series have `before` (n_ids,) rows before its
     origin, from those rows alone (so rows after the origin never move a fold): the long format's default
     `data.val_horizons` horizons for those lengths; the validation share of train + validation of the rows
-    before it otherwise (data.split_ratios or the default); the run's own length under data.split_borders."""
+    before it otherwise (data.split_ratios or the default); the run's own validation stretch under
+    data.split_borders."""
     horizon, data_cfg = cfg.model.horizon, cfg.data
-    if data_cfg.split_borders:
-        return int((data.borders.val_end - data.borders.train_end).min())
+    if data_cfg.split_borders:  # the run's validation stretch: of a series with rows before and in it (one that
+        # starts inside it, or ends before it, holds less of it)
+        borders = data.borders
+        return int((borders.val_end - borders.train_end)[borders.train_end > 0].max())
     if data.frame.is_panel and not data_cfg.split_ratios:
         return val_horizons(data_cfg, before, horizon) * horizon
     train_share, val_share, _ = data_cfg.split_ratios or DEFAULT_SPLIT_RATIOS

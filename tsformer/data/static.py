@@ -160,20 +160,48 @@ def encode_static(
     if numeric:
         kinds = [c for c in numeric if table[c].dtype.kind != "f"]
         if kinds:
+            column = table[kinds[0]]
+            odd = next(v for v in column if _number(str(v)) is None)
             raise DataError(
-                f"static covariate {kinds[0]!r} is numeric in the series training reads but holds text for a series "
-                "that starts after the training end or was not in training; give it a number"
+                f"static covariate {kinds[0]!r} is numeric in the series training reads but holds {str(odd)!r} for "
+                "a series that starts after the training end or was not in training; give it a finite number"
             )
         raw = table[list(numeric)].to_numpy(np.float64)
         values = ((raw - scale.mean) / scale.std).astype(np.float32)
     codes = None
     if categorical:
-        columns = []
-        for name, categories in categorical:
-            index = {category: k + 1 for k, category in enumerate(categories)}
-            columns.append(np.array([index.get(value, 0) for value in _as_text(table[name])], dtype=np.int64))
+        columns = [_category_codes(_as_text(table[name]), categories) for name, categories in categorical]
         codes = np.stack(columns, axis=1)
     return values, codes
+
+
+def _category_codes(values: list[str], categories: tuple[str, ...]) -> np.ndarray:
+    """Each value's code: 1.. for training's categories, 0 for another. A value is its category by its text, or
+    by its number where one category alone has that number: a table whose rows happen to hold only numbers (the
+    series predicted alone) reads '007' as 7, which is training's '007'."""
+    index = {category: k + 1 for k, category in enumerate(categories)}
+    numbers: dict[float, list[int]] = {}
+    for category, code in index.items():
+        number = _number(category)
+        if number is not None:
+            numbers.setdefault(number, []).append(code)
+    by_number = {number: codes[0] for number, codes in numbers.items() if len(codes) == 1}
+
+    def code(value: str) -> int:
+        if value in index:
+            return index[value]
+        number = _number(value)
+        return by_number.get(number, 0) if number is not None else 0
+
+    return np.array([code(value) for value in values], dtype=np.int64)
+
+
+def _number(text: str) -> float | None:
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return number if np.isfinite(number) else None
 
 
 def unseen_note(table: pd.DataFrame | None, categorical: tuple[tuple[str, tuple[str, ...]], ...], names) -> str:
@@ -184,9 +212,8 @@ def unseen_note(table: pd.DataFrame | None, categorical: tuple[tuple[str, tuple[
     unseen = np.zeros(len(table), dtype=bool)
     first = None
     for name, categories in categorical:
-        known = set(categories)
         values = _as_text(table[name])
-        new = np.array([value not in known for value in values])
+        new = _category_codes(values, categories) == 0
         if new.any() and first is None:
             i = int(np.flatnonzero(new)[0])
             shown = ", ".join(categories[:5]) + ", ..." * (len(categories) > 5)
