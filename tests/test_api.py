@@ -503,6 +503,9 @@ def test_a_refit_fold_of_a_date_split_keeps_the_runs_validation_length_when_a_se
     assert folds.attrs["notes"][0] == (
         "fold 1: trained on the steps before 2024-01-07 16:00:00, validated on those before 2024-01-09 04:00:00"
     )
+    checks = predictor.check().set_index("name")  # the origin checks probe the series that have a test window
+    assert checks["passed"].all() and not checks.loc[["backtest/origin", "predict/origin"], "skipped"].any()
+    assert checks.loc["predict/origin", "detail"].endswith("2 of 3 series (the others have no test window)")
 
 
 def test_predictor_methods_run_on_the_runs_threads_and_give_the_callers_back(monkeypatch):

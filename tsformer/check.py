@@ -313,11 +313,11 @@ def check_backtest_origins(predictor: Predictor, data: Prepared | None) -> Check
     """The backtest path (`score_origins`: windows, every forecaster, the fallback, the intervals, the table in the
     data's units) forecasts from each series' first test origin exactly as before after every target and
     past-only covariate from that origin on is redrawn (known-future covariates may be read up to the horizon)."""
-    origins, skipped = _test_origins(predictor, data, "backtest/origin")
+    origins, probed, skipped = _test_origins(predictor, data, "backtest/origin")
     if skipped is not None:
         return skipped
-    rows = origins[:, None]  # (n_ids, 1)
-    base = score_origins(predictor, data, rows).forecasts
+    rows = origins[probed, None]  # (n_probed, 1)
+    base = score_origins(predictor, data, rows, probed).forecasts
     later = torch.from_numpy(~_rows_before(data.frame, origins))  # (n_rows,)
     generator = torch.Generator().manual_seed(0)
 
@@ -328,7 +328,7 @@ def check_backtest_origins(predictor: Predictor, data: Prepared | None) -> Check
         return torch.where(later.view(-1, *[1] * (block.dim() - 1)), noise, block)
 
     inputs = dataclasses.replace(data.inputs, target=redrawn(data.inputs.target), past=redrawn(data.inputs.past))
-    after = score_origins(predictor, dataclasses.replace(data, inputs=inputs), rows).forecasts
+    after = score_origins(predictor, dataclasses.replace(data, inputs=inputs), rows, probed).forecasts
     columns = [c for c in base.columns if c != "truth" and pd.api.types.is_float_dtype(base[c])]
     change = float(np.nanmax(np.abs(after[columns].to_numpy() - base[columns].to_numpy()))) if columns else 0.0
     return CheckResult(
@@ -336,7 +336,8 @@ def check_backtest_origins(predictor: Predictor, data: Prepared | None) -> Check
         change == 0.0,
         change,
         f"backtest forecasts ({', '.join(columns[:3])}{', ...' if len(columns) > 3 else ''}) from each series' "
-        f"first test origin after redrawing every target and past-only covariate from it on, {len(rows)} series",
+        f"first test origin after redrawing every target and past-only covariate from it on, "
+        f"{_probed_series(probed, data.frame.n_ids)}",
     )
 
 
@@ -346,17 +347,16 @@ def check_predict_origins(predictor: Predictor, data: Prepared | None) -> CheckR
     origin on the whole data, which `backtest/origin` proves blind to every later row."""
     from tsformer.predict import shipped_after
 
-    origins, skipped = _test_origins(predictor, data, "predict/origin")
+    origins, probed, skipped = _test_origins(predictor, data, "predict/origin")
     if skipped is not None:
         return skipped
     frame, horizon = data.frame, predictor.horizon
-    windows = origin_windows(data, origins[:, None]).all().split(predictor.context_len)
-    backtest = predictor.forecast(windows, np.arange(frame.n_ids))
-    keep = _rows_before(frame, origins)
-    history = frame.with_rows(keep, origins)
+    windows = origin_windows(data, origins[probed, None], probed).all().split(predictor.context_len)
+    backtest = predictor.forecast(windows, probed)
+    history = frame.with_rows(_rows_before(frame, origins), origins).of_series(probed)
     ahead = None
     if frame.future is not None:  # known-future covariates of the forecast's steps (known at the origin)
-        steps = frame.bounds[:-1, None] + origins[:, None] + np.arange(horizon)  # (n_ids, horizon)
+        steps = frame.bounds[probed, None] + origins[probed, None] + np.arange(horizon)  # (n_probed, horizon)
         ahead = frame.future[steps]
     shipped, _, _ = shipped_after(predictor, history, ahead)
     pairs = [(shipped.units(shipped.point), backtest.units(backtest.point))]
@@ -373,19 +373,30 @@ def check_predict_origins(predictor: Predictor, data: Prepared | None) -> CheckR
         change,
         f"predict's forecast and bounds from each series' history up to its first test origin against the "
         f"backtest path's from that origin on the whole data (allowed: {PREDICT_TOLERANCE:g} of the largest "
-        f"forecast, float32 rounding), {frame.n_ids} series",
+        f"forecast, float32 rounding), {_probed_series(probed, frame.n_ids)}",
     )
 
 
-def _test_origins(predictor: Predictor, data: Prepared | None, name: str) -> tuple[np.ndarray, CheckResult | None]:
-    """(n_ids,) each series' first test step, and the skipped result that says why `name` is not probed (no
-    data, or a series without a test window) or None."""
+def _test_origins(
+    predictor: Predictor, data: Prepared | None, name: str
+) -> tuple[np.ndarray, np.ndarray, CheckResult | None]:
+    """(n_ids,) each series' first test step, the series probed (those with a test window after some history),
+    and the skipped result that says why `name` probes none (no data, or no series with a test window) or None."""
     if data is None:
-        return np.empty(0, dtype=np.int64), CheckResult.skip(name, "no data: no origins to probe")
+        empty = np.empty(0, dtype=np.int64)
+        return empty, empty, CheckResult.skip(name, "no data: no origins to probe")
     origins = data.borders.val_end
-    if not ((origins >= 1) & (origins + predictor.horizon <= data.frame.lengths)).all():
-        return origins, CheckResult.skip(name, "some series have no test window: not probed")
-    return origins, None
+    probed = np.flatnonzero((origins >= 1) & (origins + predictor.horizon <= data.frame.lengths))
+    if not len(probed):
+        return origins, probed, CheckResult.skip(name, "no series has a test window: not probed")
+    return origins, probed, None
+
+
+def _probed_series(probed: np.ndarray, n_ids: int) -> str:
+    """How many series a check probed, and why not the others."""
+    if len(probed) == n_ids:
+        return f"{n_ids} series"
+    return f"{len(probed)} of {n_ids} series (the others have no test window)"
 
 
 def _rows_before(frame: SeriesFrame, origins: np.ndarray) -> np.ndarray:

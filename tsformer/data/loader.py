@@ -166,14 +166,17 @@ class SeriesFrame:
         if keys == self.keys:
             return self
         position = {key: i for i, key in enumerate(self.keys)}
-        order = [position[key] for key in keys]
-        rows = np.concatenate([np.arange(self.bounds[i], self.bounds[i + 1]) for i in order])
+        return self.of_series(np.array([position[key] for key in keys]))
+
+    def of_series(self, series: np.ndarray) -> SeriesFrame:
+        """The frame of the series `series` (indexes), in that order."""
+        rows = np.concatenate([np.arange(self.bounds[i], self.bounds[i + 1]) for i in series])
         return self.with_rows(
             rows,
-            self.lengths[order],
-            static=None if self.static is None else self.static.iloc[order].reset_index(drop=True),
-            id_values=None if self.id_values is None else self.id_values.iloc[order].reset_index(drop=True),
-            keys=tuple(keys),
+            self.lengths[series],
+            static=None if self.static is None else self.static.iloc[series].reset_index(drop=True),
+            id_values=None if self.id_values is None else self.id_values.iloc[series].reset_index(drop=True),
+            keys=tuple(self.keys[i] for i in series),
             reading=None,  # what training's reading decisions rest on is of the file's own order
         )
 
