@@ -508,6 +508,20 @@ def test_a_refit_fold_of_a_date_split_keeps_the_runs_validation_length_when_a_se
     assert checks.loc["predict/origin", "detail"].endswith("2 of 3 series (the others have no test window)")
 
 
+def test_a_refit_backtest_leaves_out_a_series_too_short_for_its_origins_as_backtest_does():
+    """A series that ended in the training months (no row at the origins) refused the whole refit, whatever
+    --start or --windows; plain backtest leaves it out with a note, and so does --refit, training on its rows."""
+    data = panel(n_series=3, n_rows=120)[["unique_id", "ds", "y"]]
+    data = data[(data.unique_id != "S2") | (data.groupby("unique_id").cumcount() < 40)]  # S2 ends early
+    predictor = tsformer.fit(data, horizon=HORIZON, config=TINY)
+    folds = predictor.backtest(windows=2, start=data["ds"].iloc[100], refit=True)
+    assert set(folds["unique_id"]) == {"S0", "S1"} and folds["origin"].nunique() == 2
+    assert folds.attrs["notes"][0] == (
+        "1 series left out of the scores, too short for the origins ('S2'); each fold still trains on their rows "
+        "before its origin"
+    )
+
+
 def test_predictor_methods_run_on_the_runs_threads_and_give_the_callers_back(monkeypatch):
     """A predictor trained on one thread (to share the cores) predicts, evaluates and checks on one, as the
     commands run a saved run, and the caller's count is as it was after."""

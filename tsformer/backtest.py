@@ -143,12 +143,7 @@ def origin_rows(
     back by `step`; with `start`, origins step forward from the first step at or after it."""
     series = np.arange(frame.n_ids) if series is None else series
     lengths = frame.lengths[series]
-    if start is None:
-        last = lengths - horizon  # (n_series,)
-        rows = last[:, None] - step * np.arange(windows)[::-1][None, :]
-    else:
-        rows = first_rows(frame, start)[series, None] + step * np.arange(windows)[None, :]
-    bad = (rows < 1) | (rows + horizon > lengths[:, None])
+    rows, bad = _rows_that_fit(frame, horizon, windows, step, start, series)
     if bad.any():
         i = int(np.flatnonzero(bad.any(axis=1))[0])
         where = f"series {frame.names[series[i]]!r} has" if frame.id_cols else "the data have"
@@ -157,6 +152,28 @@ def origin_rows(
             f"history before it and {horizon} steps after it; ask for fewer --windows or a smaller --step"
         )
     return rows
+
+
+def series_with_origins(frame: SeriesFrame, horizon: int, windows: int, step: int, start: str | None) -> np.ndarray:
+    """The series (indexes) whose rows hold every origin `origin_rows` would give them; every series where none
+    does (so that `origin_rows` names what is wrong)."""
+    _, bad = _rows_that_fit(frame, horizon, windows, step, start, np.arange(frame.n_ids))
+    fitting = np.flatnonzero(~bad.any(axis=1))
+    return fitting if len(fitting) else np.arange(frame.n_ids)
+
+
+def _rows_that_fit(
+    frame: SeriesFrame, horizon: int, windows: int, step: int, start: str | None, series: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(n_series, windows) each origin's row within each of `series`, and whether it lacks history before it or
+    `horizon` steps after it."""
+    lengths = frame.lengths[series]
+    if start is None:
+        last = lengths - horizon  # (n_series,)
+        rows = last[:, None] - step * np.arange(windows)[::-1][None, :]
+    else:
+        rows = first_rows(frame, start)[series, None] + step * np.arange(windows)[None, :]
+    return rows, (rows < 1) | (rows + horizon > lengths[:, None])
 
 
 def backtest(

@@ -15,7 +15,15 @@ import pandas as pd
 import torch
 from pandas.tseries.frequencies import to_offset
 
-from tsformer.backtest import BacktestResult, backtest, check_origins, origin_rows, score_origins, write_backtest
+from tsformer.backtest import (
+    BacktestResult,
+    backtest,
+    check_origins,
+    origin_rows,
+    score_origins,
+    series_with_origins,
+    write_backtest,
+)
 from tsformer.check import check_predictor
 from tsformer.config import DEFAULT_SPLIT_RATIOS, Config
 from tsformer.data import Prepared, Source, training_data
@@ -111,8 +119,9 @@ def refit_backtest(
     cfg = resolve(cfg)
     data = training_data(cfg, source, static)  # the whole file, for the origins and each fold's size
     frame, horizon = data.frame, data.config.model.horizon
-    rows = origin_rows(frame, horizon, windows, step or horizon, start)  # (n_ids, windows)
-    first_steps = frame.timestamps[(frame.bounds[:-1, None] + rows).reshape(-1)]  # series 0's origins first
+    series = series_with_origins(frame, horizon, windows, step or horizon, start)  # the others: left out
+    rows = origin_rows(frame, horizon, windows, step or horizon, start, series)  # (n_series, windows)
+    first_steps = frame.timestamps[(frame.bounds[series, None] + rows).reshape(-1)]  # the first series' first
     by_dates = bool(frame.id_cols) and bool(
         (first_steps.asi8.reshape(rows.shape) == first_steps.asi8[: rows.shape[1]]).all()
     )
@@ -125,6 +134,12 @@ def refit_backtest(
         )
     offset = to_offset(frame.freq)
     results, notes = [], [note] if note else []
+    if len(series) < frame.n_ids:  # they still train in every fold: only their rows cannot hold the origins
+        left = [name for i, name in enumerate(frame.names) if i not in set(series)]
+        notes.append(
+            f"{len(left)} series left out of the scores, too short for the origins ({', '.join(map(repr, left[:3]))}"
+            f"{', ...' if len(left) > 3 else ''}); each fold still trains on their rows before its origin"
+        )
     for fold in range(rows.shape[1]):
         val_len = fold_val_len(cfg, data, rows[:, fold])  # from the rows before this fold's origin alone
         if not by_dates:
@@ -141,9 +156,9 @@ def refit_backtest(
         if report is not None:
             report(f"fold {fold + 1} of {rows.shape[1]}: training on the rows before {first_steps[fold]}")
         predictor = train(fold_cfg, run, overwrite=True, show_progress=show_progress, source=source, static=static)
-        if not (predictor.borders.val_end == rows[:, fold]).all():  # its training and validation end at its origin
+        if not (predictor.borders.val_end[series] == rows[:, fold]).all():  # its training and validation end there
             raise RuntimeError(f"fold {fold + 1}'s split borders {list(borders)} do not end at its origins")
-        results.append(score_origins(predictor, predictor.read(), rows[:, fold : fold + 1]))
+        results.append(score_origins(predictor, predictor.read(), rows[:, fold : fold + 1], series))
         notes += [f"fold {fold + 1}: {line}" for line in (note, *results[-1].notes)]  # its rows, what it ships
     forecasts = pd.concat([r.forecasts for r in results], ignore_index=True)
     per_origin = pd.concat([r.summary[r.summary.origin != "all"] for r in results], ignore_index=True)
