@@ -226,11 +226,17 @@ def test_ranks_that_read_different_data_stop_with_an_error_not_a_hang(tmp_path):
 
 def test_a_refit_backtest_trains_every_fold_in_one_process_group(tiny_csv, tmp_path):
     """backtest --refit trains a run a fold in one process: the ranks join the process group once (leaving and
-    joining again against torchrun's store hung or failed now and then)."""
+    joining again against torchrun's store hung or failed now and then), and rank 0 alone reports; a command that
+    trains nothing runs on rank 0 alone (each rank printed its own report)."""
     run = tmp_path / "run"
     _torchrun(["-m", "tsformer", "train", str(tiny_csv), "--out", str(run), "--quiet", *TINY_FLAGS])
     result = _torchrun(["-m", "tsformer", "backtest", str(run), "--refit", "--windows", "2"], timeout=240)
-    assert result.stdout.count("fold 2") >= 1 or "fold 2" in result.stderr
+    assert result.stderr.count("fold 2 of 2: training") == 1  # every rank trains the folds; rank 0 reports
+    assert [line.split()[0] for line in result.stdout.splitlines()].count("all") == 1
+    evaluated = _torchrun(["-m", "tsformer", "evaluate", str(run)], timeout=120)  # rank 0 alone: one report
+    assert evaluated.stdout == subprocess.run(
+        [sys.executable, "-m", "tsformer", "evaluate", str(run)], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def test_a_run_folder_rank_0_cannot_claim_stops_every_rank_with_an_error(tiny_csv, tmp_path):

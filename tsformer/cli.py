@@ -289,6 +289,8 @@ def evaluate(
 
     Example: tsformer evaluate runs/demo
     """
+    if _another_rank():
+        return
     from tsformer.config import check_split
 
     check_split(split)
@@ -323,6 +325,8 @@ def predict(
 
     Example: tsformer predict runs/demo data/sample.csv --out forecast.csv --plot forecast.png
     """
+    if _another_rank():
+        return
     _check_inputs(run, csv, future, static)
     from tsformer.runs import predict_run
 
@@ -368,6 +372,8 @@ def backtest(
     Example: tsformer backtest runs/demo --windows 10 --step 24 --out backtest.csv
     """
     into_folds = refit and config is not None  # then RUN is a folder for the folds, not a trained run
+    if not refit and _another_rank():
+        return
     _check_inputs(None if into_folds or run is None else run, csv, config)
     from tsformer.backtest import format_summary
     from tsformer.runs import backtest_run, refit_backtest
@@ -388,6 +394,8 @@ def backtest(
         if run is None or config is not None:
             fail("give a trained run folder (tsformer backtest RUN), or --config with --refit")
         result = backtest_run(run, csv, windows, step, start, out=out, plot=plot)
+    if _another_rank():  # every rank trained the folds; rank 0 reports them
+        return
     for note in result.notes:
         typer.echo(note, err=True)
     typer.echo(format_summary(result))
@@ -403,6 +411,8 @@ def check(
 
     Example: tsformer check runs/demo
     """
+    if _another_rank():
+        return
     _check_inputs(run)
     from tsformer.runs import check_run
 
@@ -495,6 +505,12 @@ def datasets_fetch(
 
 def _on_stderr(line: str) -> None:
     typer.echo(line, err=True)
+
+
+def _another_rank() -> bool:
+    """Under torchrun, a rank other than 0: a command that trains nothing runs on rank 0 alone (the others would
+    print and write the same again), and a refit backtest's folds train on every rank and rank 0 reports them."""
+    return os.environ.get("RANK", "0") != "0"
 
 
 def _check_inputs(run: Path | None, *files: Path | None) -> None:

@@ -28,6 +28,7 @@ from tsformer.check import check_predictor
 from tsformer.config import DEFAULT_SPLIT_RATIOS, Config
 from tsformer.data import Prepared, Source, training_data
 from tsformer.data.split import val_horizons
+from tsformer.distributed import is_main_process
 from tsformer.errors import ConfigError, DataError
 from tsformer.evaluate import EvalReport, evaluate, write_report
 from tsformer.files import check_output_path
@@ -153,7 +154,7 @@ def refit_backtest(
         # from the given config: every automatic setting is chosen again from the rows before this fold's origin
         fold_cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, split_borders=borders))
         run = None if out_dir is None else out_dir / f"fold_{fold + 1}"
-        if report is not None:
+        if report is not None and is_main_process():
             report(f"fold {fold + 1} of {rows.shape[1]}: training on the rows before {first_steps[fold]}")
         predictor = train(fold_cfg, run, overwrite=True, show_progress=show_progress, source=source, static=static)
         if not (predictor.borders.val_end[series] == rows[:, fold]).all():  # its training and validation end there
@@ -169,7 +170,8 @@ def refit_backtest(
     ).reset_index()
     summary = pd.concat([per_origin, overall.assign(origin="all")], ignore_index=True)
     result = BacktestResult(forecasts, summary, results[0].time_col, results[0].time_notation, tuple(notes))
-    write_backtest(result, out, plot)
+    if is_main_process():  # under torchrun every rank trained the folds; rank 0 writes what they give
+        write_backtest(result, out, plot)
     return result
 
 
