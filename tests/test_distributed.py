@@ -234,9 +234,12 @@ def test_a_refit_backtest_trains_every_fold_in_one_process_group(tiny_csv, tmp_p
     assert result.stderr.count("fold 2 of 2: training") == 1  # every rank trains the folds; rank 0 reports
     assert [line.split()[0] for line in result.stdout.splitlines()].count("all") == 1
     evaluated = _torchrun(["-m", "tsformer", "evaluate", str(run)], timeout=120)  # rank 0 alone: one report
-    assert evaluated.stdout == subprocess.run(
-        [sys.executable, "-m", "tsformer", "evaluate", str(run)], capture_output=True, text=True, check=True
-    ).stdout
+    assert (
+        evaluated.stdout
+        == subprocess.run(
+            [sys.executable, "-m", "tsformer", "evaluate", str(run)], capture_output=True, text=True, check=True
+        ).stdout
+    )
 
 
 def test_a_run_folder_rank_0_cannot_claim_stops_every_rank_with_an_error(tiny_csv, tmp_path):
