@@ -706,7 +706,7 @@ def check_static(data: Prepared) -> CheckResult:
     rows = frame.static[(starts <= training_ends.max()).to_numpy()]  # the series that exist by the training end
     text = {c: rows[c].map(lambda v: str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)) for c in rows}
     numbers = {c: pd.to_numeric(text[c], errors="coerce") for c in rows}
-    numeric = tuple(c for c in rows if numbers[c].notna().all() and np.isfinite(numbers[c].to_numpy(float)).all())
+    numeric = tuple(c for c in rows if np.isfinite(numbers[c].to_numpy(np.float64)).all())  # NaN: not a number
     categorical = tuple((c, tuple(sorted(set(text[c])))) for c in rows if c not in numeric)
     found, stored = dict(categorical), dict(layout.static_categorical)
     if numeric != layout.static_numeric or found != stored:

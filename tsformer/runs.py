@@ -136,7 +136,7 @@ def refit_backtest(
     offset = to_offset(frame.freq)
     results, notes = [], [note] if note else []
     if len(series) < frame.n_ids:  # they still train in every fold: only their rows cannot hold the origins
-        left = [name for i, name in enumerate(frame.names) if i not in set(series)]
+        left = [frame.names[i] for i in np.setdiff1d(np.arange(frame.n_ids), series)]
         notes.append(
             f"{len(left)} series left out of the scores, too short for the origins ({', '.join(map(repr, left[:3]))}"
             f"{', ...' if len(left) > 3 else ''}); each fold still trains on their rows before its origin"

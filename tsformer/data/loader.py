@@ -244,7 +244,7 @@ def _read(
     raw_times = table[time_col]
     longest = int(np.bincount(codes).argmax())  # the series with the most rows: its dates show their order best
     date_sample = codes == longest
-    timestamps, time_notes, notation = parse_timestamps(table[time_col], time_col, cfg, sample=date_sample)
+    timestamps, time_notes, notation = parse_timestamps(raw_times, time_col, cfg, sample=date_sample)
     time_notes = found_notes + time_notes
     static_source = static if static is not None else (cfg.static_path or None)
     in_table = () if static_source is not None else cfg.static_covs  # static columns of the data itself

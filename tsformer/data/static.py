@@ -115,13 +115,9 @@ def static_roles(
     read as an unseen category, never change a role or the categories the model is built with."""
     rows = table[trained]
     numbers = {c: pd.to_numeric(pd.Series(_as_text(rows[c])), errors="coerce") for c in table.columns}
-    numeric = tuple(c for c in table.columns if len(rows) and numbers[c].notna().all() and _finite(numbers[c]))
+    numeric = tuple(c for c in table.columns if len(rows) and np.isfinite(numbers[c].to_numpy(np.float64)).all())
     categorical = tuple((c, tuple(sorted(set(_as_text(rows[c]))))) for c in table.columns if c not in numeric)
     return numeric, categorical
-
-
-def _finite(numbers: pd.Series) -> bool:
-    return bool(np.isfinite(numbers.to_numpy(np.float64)).all())
 
 
 @dataclass(frozen=True)
