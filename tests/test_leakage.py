@@ -10,7 +10,15 @@ from helpers import layout_of, make_frame, tiny_config, write_csv
 from tsformer.config import DataConfig, ModelConfig
 from tsformer.data import Scaler, read_series, training_data
 from tsformer.errors import LeakageError
-from tsformer.leakage import check_fill, check_model, check_scaler, check_windows, require_passed
+from tsformer.leakage import (
+    check_data,
+    check_fill,
+    check_model,
+    check_scaler,
+    check_windows,
+    redrawn_rows,
+    require_passed,
+)
 from tsformer.model import Forecaster, attention, forecaster, normalisation
 
 CONFIGS = [
@@ -322,6 +330,23 @@ def test_the_fast_window_path_is_checked_against_the_gather(tiny_csv, monkeypatc
     monkeypatch.setattr(windows_module, "_unfolded", one_row_later)
     result = by_name(check_windows(data))["data/window-paths"]
     assert not result.passed and result.max_change > 0
+
+
+@pytest.mark.parametrize("level, spread", [(0.01, 1e-5), (25_000_000.0, 100.0)])
+def test_the_data_checks_redraw_in_each_columns_own_units(tmp_path, level, spread):
+    # a rate of 0.01 moving by 1e-5 (its std about 7e-6): noise of a fixed 1e3 was 1e8 of its standard deviations
+    # and tripped the data guard, so such a file could not train at all
+    frame = make_frame()
+    frame[["a", "b"]] = level + spread * frame[["a", "b"]]
+    data = training_data(tiny_config(write_csv(tmp_path / "rate.csv", frame)))
+    results = by_name(check_data(data, data.config))
+    assert all(r.passed for r in results.values()), [r for r in results.values() if not r.passed]
+
+    later = np.arange(data.frame.n_rows) >= 100
+    redrawn = redrawn_rows(data.frame, later, data.scaler, np.random.default_rng(0)).values
+    assert np.array_equal(redrawn[:100], data.frame.values[:100])
+    far = np.abs(redrawn[100:] - data.scaler.mean[0]) / data.scaler.std[0]  # standard deviations from the mean
+    assert 10 < np.median(far) < 1e4 and far.max() < 1e5  # far from the data, inside the guard's 1e6
 
 
 def test_the_scaled_inputs_are_probed_on_real_rows(tiny_csv, monkeypatch):

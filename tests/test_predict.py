@@ -165,11 +165,28 @@ def test_the_forecast_writes_times_as_the_data_wrote_them(tmp_path, times, expec
 
 def test_forecast_values_carry_no_float32_noise(tmp_path):
     frame = make_frame(240, 1)
-    frame["a"] = 5.08  # constant but for the last row: repeat-last forecasts 5.08, which float32 holds as 5.0799999
-    frame.loc[239, "a"] = 5.08
-    frame.loc[::2, "a"] = 5.07
+    frame["a"] = 5.08
+    frame.loc[::2, "a"] = 5.07  # a spread of 0.005 about 5.075: float32 holds 8 digits of it, no more
     forecast = _forecast_csv(tmp_path, frame, "--set", "train.fallback=false")
-    assert all(len(value.split(".")[-1]) <= 6 for value in forecast["a"])  # 6 significant digits at most
+    digits = [len(value.replace("-", "").replace(".", "").strip("0")) for value in forecast["a"]]
+    assert max(digits) <= 8  # float32's digits, not float64's 5.079999923706055
+
+
+@pytest.mark.parametrize(
+    "value, spread",
+    [(5.08, 1.0), (5.08, 0.005), (25_000_846.0, 50.0), (250_000.38, 1e4), (0.0100131, 3e-4), (-3.14159, 2.0)],
+    ids=["decimal", "narrow", "meter-reading", "revenue", "rate", "negative"],
+)
+def test_a_value_the_data_held_comes_back_as_the_data_wrote_it(value, spread):
+    """Scaled as `prepare` scales (float32 statistics, float32 result) and back: the decimal the CSV held, whatever
+    the level's size against its spread (6 significant digits took a meter reading of 25,000,846 to 25,000,800)."""
+    from tsformer.results import Forecasts
+
+    mean, std = np.float32(value + 0.37 * spread), np.float32(spread)  # a series' training statistics
+    scaled = np.float32((np.float64(np.float32(value)) - mean) / std)  # (x - mean) / std in float64, then float32
+    point = torch.full((1, 1, 1), float(scaled))
+    shipped = Forecasts({"model": point}, point, None, None, (), (), np.array([[mean]]), np.array([[std]]), None)
+    assert repr(float(shipped.units(point)[0, 0, 0])) == repr(value)
 
 
 def test_business_day_forecasts_skip_weekends(tmp_path):
@@ -261,11 +278,11 @@ def test_a_forecast_at_the_zero_floor_is_written_as_zero_not_a_rounding_error():
 
     mean, std = np.array([[10.0, 10.0]]), np.array([[3.0, 3.0]])
     floor = np.array([[[np.float32(-10.0 / 3.0), -np.inf]]], dtype=np.float32)  # (N, 1, C): column 0 floored
-    point = torch.tensor([[[floor[0, 0, 0], floor[0, 0, 0]], [1.0, 1.0]]])  # (1, H=2, C=2)
+    point = torch.tensor([[[floor[0, 0, 0], floor[0, 0, 0] - 0.5], [1.0, 1.0]]])  # (1, H=2, C=2)
     chosen = np.array([["model", "model"]], dtype=object)
     shipped = Forecasts({"model": point}, point, None, None, (), (), mean, std, chosen, floor)
     units = shipped.units(point)
-    assert units[0, 0, 0] == 0.0 and units[0, 0, 1] != 0.0  # only the floored column is pinned
+    assert units[0, 0, 0] == 0.0 and units[0, 0, 1] == pytest.approx(-1.5)  # only the floored column is pinned
     np.testing.assert_allclose(units[0, 1], [13.0, 13.0])
     quantiles = shipped.units(torch.stack([point, point + 1], dim=-1))  # (N, H, C, Q)
     assert quantiles[0, 0, 0, 0] == 0.0 and quantiles[0, 0, 0, 1] == pytest.approx(3.0)

@@ -16,7 +16,7 @@ from tsformer.data import Prepared, SeriesFrame, WindowIndex
 from tsformer.errors import ConfigError, DataError
 from tsformer.fallback import BASE, Weights
 from tsformer.final import last_timestamps
-from tsformer.leakage import CheckResult, check_data, check_intervals, check_model
+from tsformer.leakage import CheckResult, check_data, check_intervals, check_model, redrawn_rows
 from tsformer.model import linear_candidate
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ def check_settings(predictor: Predictor, data: Prepared | None) -> CheckResult:
         on_data, _ = resolve_from_data(auto, frame)
     except (DataError, ConfigError) as exc:  # a run saved before its given config was kept: some were the user's
         return CheckResult.skip(name, f"every setting made automatic cannot be chosen on these data ({exc})")
-    redrawn, _ = resolve_from_data(auto, _frame_redrawn_after(frame, data.borders.val_end))
+    redrawn, _ = resolve_from_data(auto, _frame_redrawn_after(data, data.borders.val_end))
     same = on_data == redrawn
     return CheckResult(
         name,
@@ -154,8 +154,8 @@ def check_scales(predictor: Predictor, data: Prepared | None) -> CheckResult:
     if data is None:
         return CheckResult.skip(name, "no data: the scales cannot be made again")
     season, borders = predictor.season, data.borders
-    after_train = dataclasses.replace(data, frame=_frame_redrawn_after(data.frame, borders.train_end))
-    after_val = dataclasses.replace(data, frame=_frame_redrawn_after(data.frame, borders.val_end))
+    after_train = dataclasses.replace(data, frame=_frame_redrawn_after(data, borders.train_end))
+    after_val = dataclasses.replace(data, frame=_frame_redrawn_after(data, borders.val_end))
 
     def widths(prepared: Prepared) -> np.ndarray:
         return seasonal_naive_widths(prepared, season, predictor.horizon, predictor.interval_levels)
@@ -292,21 +292,10 @@ def _redrawn_after(data: Prepared, ends: np.ndarray) -> Prepared:
     return dataclasses.replace(data, inputs=dataclasses.replace(data.inputs, target=redrawn))
 
 
-def _frame_redrawn_after(frame: SeriesFrame, ends: np.ndarray) -> SeriesFrame:
-    """`frame` with every value (targets and covariates) from each series' `ends` (n_ids,) on redrawn as large
-    noise (seed 0), as read: before scaling."""
-    later = ~_rows_before(frame, ends)  # (n_rows,)
-    rng = np.random.default_rng(0)
-
-    def redrawn(block: np.ndarray | None) -> np.ndarray | None:
-        if block is None:
-            return None
-        noise = (1e3 * rng.standard_normal(block.shape)).astype(block.dtype)
-        return np.where(later[:, None], noise, block)
-
-    return dataclasses.replace(
-        frame, values=redrawn(frame.values), past=redrawn(frame.past), future=redrawn(frame.future)
-    )
+def _frame_redrawn_after(data: Prepared, ends: np.ndarray) -> SeriesFrame:
+    """`data`'s frame with every value (targets and covariates) from each series' `ends` (n_ids,) on redrawn as
+    large noise in its series' units (`leakage.redrawn_rows`, seed 0), as read: before scaling."""
+    return redrawn_rows(data.frame, ~_rows_before(data.frame, ends), data.scaler, np.random.default_rng(0))
 
 
 def check_backtest_origins(predictor: Predictor, data: Prepared | None) -> CheckResult:

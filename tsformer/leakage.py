@@ -653,18 +653,13 @@ def check_scaled_inputs(data: Prepared, n_origins: int = 16) -> CheckResult:
         first, end = max(int(frame.bounds[i]), row + 1 - span), min(int(frame.bounds[i + 1]), row + 1 + span)
         piece = _series_rows(frame, i, first, end)
         scaler = data.scaler.rows(slice(i, i + 1))
-        later = slice(row + 1 - first, end - first)  # the piece's rows after the origin
-        changed = dataclasses.replace(
-            piece,
-            values=_redrawn(piece.values, later, rng),
-            past=_redrawn(piece.past, later, rng),
-            future=_redrawn(piece.future, later, rng),
-        )
+        kept = row + 1 - first  # the piece's rows up to the origin; the rest are redrawn
+        changed = redrawn_rows(piece, np.arange(end - first) >= kept, scaler, rng)
         base, inputs = (scale_inputs(f, data.layout, scaler, data.static_scale) for f in (piece, changed))
         for role in ("target", "past", "future", "phase"):
             before, after = getattr(base, role), getattr(inputs, role)
             if before is not None:
-                worst = max(worst, float((after[: later.start] - before[: later.start]).abs().max()))
+                worst = max(worst, float((after[:kept] - before[:kept]).abs().max()))
     return CheckResult(
         "data/scaled",
         worst == 0.0,
@@ -684,13 +679,27 @@ def _series_rows(frame: SeriesFrame, i: int, first: int, end: int) -> SeriesFram
     )
 
 
-def _redrawn(block: np.ndarray | None, rows: slice, rng: np.random.Generator) -> np.ndarray | None:
-    """A copy of `block` with `rows` replaced by large random values (None stays None)."""
-    if block is None:
-        return None
-    block = block.copy()
-    block[rows] = (1e3 * rng.normal(size=block[rows].shape)).astype(block.dtype)
-    return block
+def redrawn_rows(frame: SeriesFrame, later: np.ndarray, scaler: Scaler, rng: np.random.Generator) -> SeriesFrame:
+    """`frame` with every value (targets and covariates) of the rows `later` (n_rows,) bool redrawn as noise of a
+    thousand scales about its series' training mean (`scaler`: one row per series of `frame`). Far from any real
+    value, yet in the data's own units, so it stays inside what the data guard (`prepare.MAX_STANDARD_DEVIATIONS`)
+    accepts for a column of any size (a rate of 0.01 as much as a meter reading of 25 million)."""
+    ids = frame.id_of_rows()
+    mean, std = scaler.mean[ids], scaler.std[ids]  # (n_rows, n_inputs): targets, past-only, known-future
+    n_targets, n_past = frame.values.shape[1], 0 if frame.past is None else frame.past.shape[1]
+
+    def redrawn(block: np.ndarray | None, columns: slice) -> np.ndarray | None:
+        if block is None:
+            return None
+        noise = mean[:, columns] + 1e3 * std[:, columns] * rng.standard_normal(block.shape)
+        return np.where(later[:, None], noise.astype(block.dtype), block)
+
+    return dataclasses.replace(
+        frame,
+        values=redrawn(frame.values, slice(0, n_targets)),
+        past=redrawn(frame.past, slice(n_targets, n_targets + n_past)),
+        future=redrawn(frame.future, slice(n_targets + n_past, None)),
+    )
 
 
 def check_static(data: Prepared) -> CheckResult:

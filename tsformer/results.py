@@ -10,13 +10,39 @@ import torch
 from tsformer.intervals import interval_bounds
 
 
-def significant(values: np.ndarray, digits: int = 6) -> np.ndarray:
-    """float64 values rounded to `digits` significant digits (float32's last digit is noise)."""
-    values = values.astype(np.float64)
+def to_units(scaled: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """float32 `scaled` values back in the data's units (`mean` and `std` broadcast), float64, written no finer than
+    they are known: to the power of ten above float32's rounding of the scaled value (2^-22 of its |scaled| + 1
+    standard deviations), or, where float32 holds the value in units more coarsely than that (a level far above its
+    spread, as the CSV's float32 cells were read), as the shortest decimal of its float32. So 5.08 comes back 5.08,
+    not 5.0799999, and a meter reading of 25,000,846 keeps every digit (a fixed 6 significant digits made it
+    25,000,800)."""
+    values = scaled.astype(np.float64) * std + mean
+    with np.errstate(divide="ignore", invalid="ignore"):  # NaN (an unobserved truth) stays NaN
+        exponent = np.ceil(np.log10((np.abs(scaled.astype(np.float64)) + 1.0) * std * 2.0**-22))
+        as32 = values.astype(np.float32)
+        coarser = np.spacing(np.abs(as32)) > 10.0**exponent
+    return np.where(coarser, _shortest(as32), _to_exponent(values, exponent))
+
+
+def _to_exponent(values: np.ndarray, exponent: np.ndarray) -> np.ndarray:
+    """`values` rounded to 10 ** `exponent`, dividing or multiplying by an exact power of ten, so the result is the
+    double nearest the decimal (5.08, not 5.080000000000001)."""
+    up, down = 10.0 ** np.maximum(exponent, 0), 10.0 ** np.maximum(-exponent, 0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.where(exponent >= 0, np.round(values / up) * up, np.round(values * down) / down)
+
+
+def _shortest(as32: np.ndarray) -> np.ndarray:
+    """float32 values as the float64 of their shortest decimal (at most 9 significant digits round-trip)."""
+    values = as32.astype(np.float64)
     magnitude = np.floor(np.log10(np.abs(values), out=np.zeros_like(values), where=values != 0))
-    factor = 10.0 ** (digits - 1 - magnitude)
-    with np.errstate(invalid="ignore"):  # NaN (an unobserved truth) stays NaN
-        return np.round(values * factor) / factor
+    shortest, found = values.copy(), ~np.isfinite(values)
+    for digits in range(1, 10):
+        rounded = _to_exponent(values, magnitude - (digits - 1))
+        hit = ~found & (rounded.astype(np.float32) == as32)
+        shortest[hit], found = rounded[hit], found | hit
+    return shortest
 
 
 @dataclass(frozen=True)
@@ -64,16 +90,19 @@ class Forecasts:
     floor: np.ndarray | None = None
 
     def units(self, scaled: torch.Tensor | np.ndarray) -> np.ndarray:
-        """(N, H, C) or (N, H, C, Q) scaled -> the data's units, to the 6 significant digits float32 holds (so 5.08
-        is written 5.08, not 5.0799994); a value at the floor is 0 exactly (its scaled value, -mean/std in float32,
-        comes back as a rounding error such as 5.96e-08)."""
+        """(N, H, C) or (N, H, C, Q) scaled -> the data's units, in float64 to the digits a scaled float32 holds
+        (`to_units`); a value at the floor is 0 exactly (its scaled value, -mean/std in float32, comes back as a
+        rounding error such as 5.96e-08)."""
         values = scaled.numpy() if isinstance(scaled, torch.Tensor) else scaled
         extra = values.ndim - 3  # a trailing quantile axis
-        std, mean = (x[:, None].reshape(*x[:, None].shape, *[1] * extra) for x in (self.std, self.mean))
-        units = (values * std + mean).astype(np.float32)
+        # (N, C) -> (N, 1, C) or (N, 1, C, 1): each window's series' statistics, for every step (and quantile)
+        std, mean = (
+            x[:, None].reshape(*x[:, None].shape, *[1] * extra).astype(np.float64) for x in (self.std, self.mean)
+        )
+        units = to_units(values, mean, std)
         if self.floor is not None:
             units[values <= self.floor.reshape(*self.floor.shape, *[1] * extra)] = 0.0  # -inf: no floor, none at it
-        return significant(units)
+        return units
 
     def scaled_bounds(self) -> list[tuple[float, np.ndarray, np.ndarray]]:
         """Per level: (level, lower, upper) (N, H, C) scaled: the point forecast -+ the half-width, not below the
