@@ -213,8 +213,8 @@ def test_the_rule_weighs_every_series_alike_not_by_the_size_of_its_errors():
 
 def test_a_series_a_candidate_forecasts_exactly_does_not_decide_the_rule():
     # the previous test's panel plus a constant series, which repeat-last forecasts exactly and the model nearly:
-    # both are as good as solved there (the panel score's floor), so the rule and its scores stay the previous
-    # test's; an unfloored ratio of 0 would send best's and weighted's geometric means to 0 and ship them
+    # solved there (within the panel score's floor), it is left out of the rule's choice, so the rule and its scores
+    # stay the previous test's; an unfloored ratio of 0 would send best's and weighted's geometric means to 0
     truth = torch.zeros(24, 3, 1)
     ids = np.repeat([0, 1, 2, 3], 6)
     late = torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0, 1.0]).view(6, 1, 1).expand(6, 3, 1)
@@ -225,8 +225,26 @@ def test_a_series_a_candidate_forecasts_exactly_does_not_decide_the_rule():
     }
     decision = decide(off, truth, None, ("y",), ids=ids, n_ids=4)
     assert decision.nested["model"] == 1.0
-    assert decision.nested["best"] == pytest.approx((0.01 * 0.01 * 64 * 1.0) ** (1 / 4))
+    assert decision.nested["best"] == pytest.approx((0.01 * 0.01 * 64) ** (1 / 3))
     assert decision.rule == "best" and decision.choice[3] == ("repeat_last",)
+
+
+def test_many_solved_series_leave_the_rule_to_the_others_and_ship_what_solved_them():
+    # three series where the model beats repeat-last on the last origins (the rule: model), and five all-zero
+    # stretches repeat-last gets exactly while the model is 0.03 off: floored at 1e-4 against 9e-4, their ratios
+    # (1/9 each) outvoted the three and chose "best" for every series
+    truth = torch.zeros(48, 3, 1)
+    ids = np.repeat(np.arange(8), 6)
+    late = torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0, 1.0]).view(6, 1, 1).expand(6, 3, 1)
+    late = late.repeat(3, 1, 1)  # (18, 3, 1): each busy series' six origins
+    busy = {"model": truth[:18] + 0.5, "repeat_last": truth[:18] + 4 * late, "seasonal_naive": truth[:18] + 3.0}
+    quiet = {"model": truth[18:] + 0.03, "repeat_last": truth[18:], "seasonal_naive": truth[18:] + 1.0}
+    forecasts = {name: torch.cat([busy[name], quiet[name]]) for name in busy}
+    decision = decide(forecasts, truth, None, ("y",), ids=ids, n_ids=8)
+    assert decision.rule == "model" and decision.nested["best"] > 1.0  # on the three busy series alone
+    assert decision.choice == (("model",),) * 3 + (("repeat_last",),) * 5
+    assert "chosen per series: the model in 3, repeat-last in 5 of 8 series (rule model" in decision.lines()[0]
+    assert decide(forecasts, truth, None, ("y",), enabled=False, ids=ids, n_ids=8).choice == (("model",),) * 8
 
 
 def test_the_gram_matrix_gives_each_blend_its_own_squared_error():
