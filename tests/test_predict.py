@@ -154,8 +154,16 @@ def _forecast_csv(tmp_path, frame: pd.DataFrame, *flags: str) -> pd.DataFrame:
         ([f"{1990 + i // 4} Q{i % 4 + 1}" for i in range(120)], ["2020 Q1", "2020 Q2"]),
         ((1167609600 + 3600 * np.arange(120)) * 1000, ["1168041600000", "1168045200000"]),
         (pd.date_range("2024-01-01", periods=120, freq="D").strftime("%d/%m/%Y"), ["30/04/2024", "01/05/2024"]),
+        (
+            [t.isoformat() for t in pd.date_range("2023-01-01", periods=120, freq="h", tz="Asia/Kolkata")],
+            ["2023-01-06T00:00:00+05:30", "2023-01-06T01:00:00+05:30"],  # %z alone wrote +0530 (and lost the T)
+        ),
+        (
+            pd.date_range("2023-01-01", periods=120, freq="100ms").strftime("%Y-%m-%d %H:%M:%S.%f").str[:-3],
+            ["2023-01-01 00:00:12.000", "2023-01-01 00:00:12.100"],  # %f's six digits gave 12 then 12.100000
+        ),
     ],
-    ids=["months", "quarters", "epoch-ms", "day-first"],
+    ids=["months", "quarters", "epoch-ms", "day-first", "iso-offset", "milliseconds"],
 )
 def test_the_forecast_writes_times_as_the_data_wrote_them(tmp_path, times, expected):
     frame = pd.DataFrame({"t": times, "y": np.sin(np.arange(120) / 3) + 5}).rename(columns={"t": "time"})

@@ -54,7 +54,12 @@ class TimeNotation:
         if self.kind == "quarter":
             return np.array([f"{t.year}{self.format}Q{t.quarter}" for t in timestamps], dtype=object)
         if self.format:
-            return np.asarray(timestamps.strftime(self.format), dtype=object)
+            text = pd.Series(timestamps.strftime(self.format.replace("%:z", "%z").replace("%3f", "%f")))
+            if "%3f" in self.format:  # milliseconds: %f's six digits less the last three
+                text = text.str.replace(r"(\.\d{3})\d{3}", r"\1", n=1, regex=True)
+            if "%:z" in self.format:  # the offset as +05:30 (%z writes +0530; Python 3.12's %:z is not 3.11's)
+                text = text.str.replace(r"([+-]\d{2})(\d{2})$", r"\1:\2", regex=True)
+            return text.to_numpy(dtype=object)
         return np.array([str(t) for t in timestamps], dtype=object)  # pandas' astype(str) drops a midnight's time
 
     def to_dict(self) -> dict[str, str]:
@@ -344,6 +349,10 @@ def _notation(timestamps: pd.DatetimeIndex, text: pd.Series, dayfirst: bool) -> 
     tried = (fmt,) if fmt else MONTH_NAME_FORMATS if MONTH_AND_YEAR.match(text.iloc[0]) else ()
     if fmt and fmt.endswith("%z") and text.iloc[0].endswith("Z"):  # ISO's Z for UTC, which %z writes as +0000
         tried = (fmt[:-2] + "Z", fmt)
+    elif fmt and fmt.endswith("%z") and re.search(r"[+-]\d{2}:\d{2}$", text.iloc[0]):  # +05:30, ISO's way
+        tried = (fmt[:-2] + "%:z", fmt)
+    if fmt and "%f" in fmt and re.search(r"\.\d{3}(?!\d)", text.iloc[0]):  # milliseconds, not %f's microseconds
+        tried = tuple(f.replace("%f", "%3f") for f in tried) + tried
     if fmt:  # 4/9/2024 5:00, as spreadsheets write dates: the fewest codes without their leading zero that fit
         present = [code for code in UNPADDED if code in fmt]
         for k in range(1, len(present) + 1):
@@ -351,7 +360,7 @@ def _notation(timestamps: pd.DatetimeIndex, text: pd.Series, dayfirst: bool) -> 
                 tried += (functools.reduce(lambda f, code: f.replace(code, UNPADDED[code]), codes, fmt),)
     for fmt in tried:  # only output depends on it
         try:
-            if (timestamps[rows].strftime(fmt) == written).all():
+            if (TimeNotation("datetime", fmt).write(timestamps[rows]) == written).all():
                 return TimeNotation("datetime", fmt)
         except ValueError:  # a strftime without %-m (not glibc's): pandas' own notation
             continue
