@@ -731,6 +731,15 @@ def test_predict_refuses_a_folder_as_out_before_any_work(tmp_path, run):
     assert list(folder.iterdir()) == [] and not list(tmp_path.glob(".*"))
 
 
+def test_predict_refuses_to_write_over_the_history_it_reads(tmp_path, run):
+    history = write_csv(tmp_path / "history.csv", hourly_rows(40))
+    before = history.read_bytes()
+    for out in (history, tmp_path / "." / "history.csv"):
+        result = invoke("predict", run, history, "--out", out)
+        assert_error(result, f"--out {out} is a file this command reads; write to another path")
+    assert history.read_bytes() == before
+
+
 def test_predict_writes_through_a_symlinked_out(tmp_path, run):
     target, link = tmp_path / "real.csv", tmp_path / "link.csv"
     target.write_text("old\n")

@@ -450,7 +450,7 @@ class Predictor:
     def _path(self) -> str:
         """The path of the data it was trained on, when it was trained on a file."""
         if not self.config.data.path:
-            raise DataError("this predictor keeps no data and was trained on a DataFrame; pass the data")
+            raise DataError("this predictor keeps no data and was trained on a DataFrame; pass the data with --csv")
         return self.config.data.path
 
 

@@ -63,7 +63,7 @@ def predict_run(
 ) -> Forecast:
     """The forecast after a CSV's last rows with a saved run; with `out` and/or `plot`, the CSV and the PNG are
     written atomically, and only when both succeed."""
-    _check_outputs(out, plot)
+    _check_outputs(out, plot, (csv, future, static))
     predictor = _load(run)
     frame = predictor.read_frame(csv, static)
     forecast = forecast_after(predictor, frame, future)
@@ -82,7 +82,7 @@ def backtest_run(
 ) -> BacktestResult:
     """`backtest` of a saved run on its CSV (or `csv`); with `out`/`plot`, write the long CSV and a plot of
     error by origin."""
-    _check_outputs(out, plot)
+    _check_outputs(out, plot, (csv,))
     predictor = _load(run)
     result = backtest(predictor, predictor.read(csv), windows, step, start)
     write_backtest(result, out, plot)
@@ -217,9 +217,14 @@ def _load(run: str | Path) -> Predictor:
     return predictor
 
 
-def _check_outputs(out: Path | None, plot: Path | None) -> None:
+def _check_outputs(out: Path | None, plot: Path | None, reads: tuple[Source | None, ...] = ()) -> None:
+    """Refuse, before any work, an output path that cannot be written or that is one of the files the command
+    `reads` (a forecast written over its own history would replace the user's data)."""
+    inputs = {Path(read).resolve() for read in reads if isinstance(read, str | Path)}
     for path, flag in ((out, "--out"), (plot, "--plot")):
         if path is not None:
             check_output_path(path, flag)
+            if Path(path).resolve() in inputs:
+                raise ConfigError(f"{flag} {path} is a file this command reads; write to another path")
     if plot is not None and Path(plot).suffix.lower() != ".png":
         raise ConfigError(f"--plot {plot} would hold a PNG under another name; give a path ending in .png")
