@@ -193,6 +193,17 @@ def test_predict_starts_each_series_after_its_last_value_not_after_blank_rows(lo
     assert "the last rows of 2 series hold no target value (2 of 'A')" in " ".join(forecast.notes)
 
 
+def test_predict_says_which_series_end_before_the_others(long_run, long_csv, tmp_path):
+    full = pd.read_csv(long_csv)
+    ends = full.groupby("unique_id")["ds"].max()  # C ends at the data's last time, A and B before it
+    assert list(ends[ends < ends.max()].index) == ["A", "B"] and ends["B"] < ends["A"]
+    note = f"2 series end before the data's last time ({ends.max()}), the earliest 'B' at {ends['B']}"
+    assert f"{note}: each is forecast after its own last row" in predict_run(long_run, long_csv).notes
+    together = full[pd.to_datetime(full["ds"]) <= pd.to_datetime(ends["B"])]  # every series cut at B's end
+    together.to_csv(tmp_path / "together.csv", index=False)
+    assert not any("end before" in note for note in predict_run(long_run, tmp_path / "together.csv").notes)
+
+
 def test_predict_equals_the_scored_test_window_of_each_series(long_run, long_csv, tmp_path, monkeypatch):
     """Cut each series at its test origin: predict gives what evaluate scored, in the CSV's units."""
     import tsformer.evaluate as evaluate_module

@@ -99,7 +99,7 @@ def shipped_after(
         notes += (f"{new_series} series not in training; the global model forecasts each, scaled with its own history",)
     unseen = unseen_note(frame.static, predictor.layout.static_categorical, frame.names)
     notes += (unseen,) if unseen else ()
-    notes += tuple(note for note in (_short_history_note(frame, predictor.context_len),) if note)
+    notes += tuple(note for note in (_short_history_note(frame, predictor.context_len), _early_end_note(frame)) if note)
     index, timestamps = forecast_index(
         frame, ahead, predictor.layout, scaler, predictor.static_scale, predictor.context_len, predictor.horizon
     )
@@ -127,6 +127,23 @@ def _short_history_note(frame: SeriesFrame, context_len: int) -> str:
     return (
         f"{int(short.sum())} series hold fewer rows than the model's context of {context_len} steps (the shortest "
         f"{int(frame.lengths.min())}): their forecasts read them with the missing steps before them masked"
+    )
+
+
+def _early_end_note(frame: SeriesFrame) -> str:
+    """Where a panel's series end before its last time (a product no longer sold): each is forecast after its own
+    last row, so its forecast's times lie before the others'."""
+    if not frame.is_panel:
+        return ""
+    ends = frame.timestamps[frame.bounds[1:] - 1]  # (n_ids,) each series' last time
+    early = np.flatnonzero(ends < ends.max())
+    if not len(early):
+        return ""
+    first = early[np.argmin(ends[early])]
+    written = frame.time_notation.write(ends[[first, int(np.argmax(ends))]])
+    return (
+        f"{len(early)} series end before the data's last time ({written[1]}), the earliest {frame.names[first]!r} "
+        f"at {written[0]}: each is forecast after its own last row"
     )
 
 
