@@ -190,6 +190,14 @@ def test_predict_needs_the_future_rows_of_every_series(covariate_csv, tmp_path):
     future.iloc[::-1].to_csv(tmp_path / "reversed.csv", index=False)  # rows in any order, as the history's
     reversed_rows = invoke("predict", run, tmp_path / "history.csv", "--future", tmp_path / "reversed.csv")
     assert reversed_rows.exit_code == 0 and reversed_rows.stdout == result.stdout, reversed_rows.output
+    # the long-file habit: each series' rows ahead in the history itself, covariates and no target
+    frame.assign(y=frame["y"].where(~frame.index.isin(future.index))).to_csv(tmp_path / "ahead.csv", index=False)
+    in_file = invoke("predict", run, tmp_path / "ahead.csv")
+    assert in_file.exit_code == 0 and in_file.stdout == result.stdout, in_file.output
+    assert "known-future covariates of the steps ahead were read from the data's rows after" in in_file.stderr
+    short = frame.drop(index=future.index[-1])  # B's last row ahead missing: 3 of its 4 steps
+    short.assign(y=short["y"].where(~short.index.isin(future.index))).to_csv(tmp_path / "short.csv", index=False)
+    assert_error(invoke("predict", run, tmp_path / "short.csv"), "--future CSV", "or end each series with 4 rows")
 
 
 def test_the_cli_takes_covariates_and_a_non_numeric_one_is_an_error(covariate_csv, tmp_path):

@@ -58,7 +58,12 @@ def forecast_after(
     the static covariates of series it was not trained on."""
     read = source if isinstance(source, SeriesFrame) else predictor.read_frame(source, static)
     frame = to_last_value(read, predictor.config.data.fill)
-    shipped, timestamps, notes = shipped_after(predictor, frame, read_future(predictor, frame, future))
+    ahead = rows_ahead(predictor, read, frame) if future is None else None
+    if ahead is None:
+        ahead = read_future(predictor, frame, future)
+    else:
+        frame = dataclasses.replace(frame, notes=(*frame.notes, AHEAD_NOTE))
+    shipped, timestamps, notes = shipped_after(predictor, frame, ahead)
     table = _table(predictor, frame, shipped, timestamps)
     return Forecast(table, notes, predictor.time_col, frame.time_notation, frame)
 
@@ -80,8 +85,6 @@ def to_last_value(frame: SeriesFrame, fill: str) -> SeriesFrame:
         last = frame.time_notation.write(kept.timestamps[-1:])[0]
         note = f"the last {dropped[0]} rows hold no target value, so the forecast starts after the last row with one"
         note += f" ({last})"
-    if frame.future is not None:
-        note += "; the known-future covariates of the steps ahead go in --future"
     cells = int((~frame.observed).sum() - (~kept.observed).sum())  # the blank cells of the rows left out
     if cells:  # the reader counted them among the missing cells
         note += f"; the {cells} blank cells of those rows are among the missing ones counted above"
@@ -182,6 +185,27 @@ def write_forecast(
             stack.enter_context(atomic_open(plot)).write(image.getbuffer())
 
 
+AHEAD_NOTE = (
+    "the known-future covariates of the steps ahead were read from the data's rows after each series' last target "
+    "value (--future gives them otherwise)"
+)
+
+
+def rows_ahead(predictor: Predictor, read: SeriesFrame, history: SeriesFrame) -> np.ndarray | None:
+    """(n_ids, horizon, n_future) the known-future covariates of the `horizon` rows after each series' last target
+    value where the data hold them there (`read`: the data as read; `history`: it through those last values), as
+    long files often carry the covariates to come; None where the model reads none or some series lacks a value."""
+    horizon = predictor.horizon
+    if not predictor.layout.future or read.future is None or read.future_names != predictor.layout.future:
+        return None
+    after = history.lengths  # (n_ids,) each series' rows up to its last value: the rows ahead start there
+    if (read.lengths - after < horizon).any():
+        return None
+    steps = read.bounds[:-1, None] + after[:, None] + np.arange(horizon)  # (n_ids, horizon) rows of `read`
+    ahead = read.future[steps]  # (n_ids, horizon, n_future)
+    return None if np.isnan(ahead).any() else ahead
+
+
 def read_future(predictor: Predictor, history: SeriesFrame, future: Source | None) -> np.ndarray | None:
     """(n_ids, horizon, n_future) the known-future covariates of `future` (a CSV or DataFrame): the
     `horizon` steps after each series' last row (rows before and after them are not read); None when the model
@@ -196,7 +220,8 @@ def read_future(predictor: Predictor, history: SeriesFrame, future: Source | Non
     if future is None:
         raise DataError(
             f"the model reads the known-future covariates {', '.join(names)}; pass --future CSV with "
-            f"their values for the {horizon} steps after each series' last row"
+            f"their values for the {horizon} steps after each series' last row (or end each series with {horizon} "
+            "rows that hold them and no target value)"
         )
     data_cfg = dataclasses.replace(
         predictor.config.data,
