@@ -135,6 +135,20 @@ def test_the_floor_is_zero_where_a_column_reached_zero_in_training_and_never_wen
     assert np.isneginf(scaler.floors("none")).all()
 
 
+def test_a_panels_column_is_floored_for_every_series_or_none():
+    # three series of one quantity: counts that reached zero, counts of fives that never did, and a column that
+    # went below zero in one series (a temperature): floored per column, not per series
+    counts = [np.array([[0.0, 1.0], [2.0, -3.0]]), np.array([[5.0, 0.0], [6.0, 2.0]]), np.array([[4.0, 0.0]])]
+    scaler = Scaler.stack([Scaler.fit(rows.astype(np.float32)) for rows in counts])
+    assert scaler.bounded_columns().tolist() == [True, False]
+    per_series = np.isfinite(scaler.floors())  # a series alone: only where it reached zero itself
+    assert per_series.tolist() == [[True, False], [False, True], [False, True]]
+    pooled = scaler.floors("auto", scaler.bounded_columns())
+    assert np.isfinite(pooled[:, 0]).all() and np.isneginf(pooled[:, 1]).all()
+    assert pooled[1, 0] == pytest.approx(-5.5 / 0.5)  # the series of fives: zero is 11 of its stds below its mean
+    assert Scaler(scaler.mean, scaler.std).bounded_columns() is None
+
+
 def test_constant_columns_are_left_out_of_a_wide_files_default_targets(tmp_path):
     frame = make_frame(60, 2)
     frame["Dividends"], frame["Stock Splits"] = 0.0, 0  # a stock's columns that never change

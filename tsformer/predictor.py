@@ -166,7 +166,7 @@ class Predictor:
         `window_scaler`: one row of statistics per window, for `Forecasts.units` (default: the run's scaler's
         rows of `ids`)."""
         targets = self.window_targets(ids, window_scaler)
-        floor = _floor(targets, self.config.data.floor)
+        floor = self._floor(targets)
         return self.ship(self.forecasters(windows, floor, reference=True), windows, ids, targets, floor)
 
     def window_targets(self, ids: np.ndarray, window_scaler: Scaler | None = None) -> Scaler:
@@ -206,7 +206,14 @@ class Predictor:
 
     def floors(self, ids: np.ndarray) -> torch.Tensor:
         """(N, 1, C) scaled: the floor of the forecasts of windows of series `ids` (`Scaler.floors`)."""
-        return _floor(self.window_targets(ids), self.config.data.floor)
+        return self._floor(self.window_targets(ids))
+
+    def _floor(self, targets: Scaler) -> torch.Tensor:
+        """(N, 1, C) scaled: the floor of each window's forecasts by data.floor, from its target statistics
+        (`Scaler.floors`); a panel's column is floored for every series or none, as its training rows decide
+        (`Scaler.bounded_columns`: one column of a long file is one quantity)."""
+        columns = self.scaler.first(self.layout.n_targets).bounded_columns() if self.id_cols else None
+        return torch.from_numpy(targets.floors(self.config.data.floor, columns)).unsqueeze(1)
 
     def ship(
         self,
@@ -485,9 +492,3 @@ def _outputs(model: ForecasterBase, windows: Split) -> tuple[torch.Tensor, torch
     point = torch.cat([p for p, _ in outputs]).cpu()
     quantiles = None if outputs and outputs[0][1] is None else torch.cat([q for _, q in outputs]).cpu()
     return point, quantiles
-
-
-def _floor(targets: Scaler, rule: str) -> torch.Tensor:
-    """(N, 1, C) scaled: the floor of each window's forecasts by data.floor `rule`, from its target statistics
-    (`Scaler.floors`)."""
-    return torch.from_numpy(targets.floors(rule)).unsqueeze(1)

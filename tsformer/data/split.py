@@ -242,17 +242,30 @@ class Scaler:
         lowest = None if any(one.lowest is None for one in scalers) else np.concatenate([s.lowest for s in scalers])
         return cls(np.concatenate([s.mean for s in scalers]), np.concatenate([s.std for s in scalers]), lowest)
 
-    def floors(self, rule: str = "auto") -> np.ndarray:
+    def floors(self, rule: str = "auto", columns: np.ndarray | None = None) -> np.ndarray:
         """(n_ids, n_columns) scaled: the value 0 where forecasts may not go below zero, -inf elsewhere (no floor).
         By `rule` (data.floor): auto, where a series' column reached zero in its training rows and never went below
-        it (counts, sales, volumes; nowhere for a scaler without `lowest`); zero, every column; none, no column."""
+        it (counts, sales, volumes; nowhere for a scaler without `lowest`), or where `columns` (n_columns,) bool
+        says so for every series (a panel's column, one quantity: `bounded_columns`); zero, every column; none, no
+        column."""
         zero = (-self.mean / self.std).astype(np.float32)
         if rule == "zero":
             return zero
         if rule == "none" or self.lowest is None:
             return np.full(self.mean.shape, -np.inf, dtype=np.float32)
+        if columns is not None:
+            return np.where(columns, zero, -np.inf).astype(np.float32)
         bounded = np.nan_to_num(self.lowest, nan=-1.0) == 0  # NaN: no training value, no floor
         return np.where(bounded, zero, -np.inf).astype(np.float32)
+
+    def bounded_columns(self) -> np.ndarray | None:
+        """(n_columns,) bool: the columns that reached zero in some series' training rows and went below it in none
+        (a panel of counts: a series of fives that never sold nothing is still counted); None without `lowest`."""
+        if self.lowest is None:
+            return None
+        seen = ~np.isnan(self.lowest)  # (n_ids, n_columns): a series with a training value there
+        lowest = np.where(seen, self.lowest, np.inf).min(axis=0)
+        return seen.any(axis=0) & (lowest == 0)
 
     def inverse(self, scaled: np.ndarray, ids: np.ndarray | int = 0) -> np.ndarray:
         return (scaled * self.std[ids] + self.mean[ids]).astype(np.float32)
