@@ -50,6 +50,21 @@ def long_run(long_csv, tmp_path):
     return tmp_path / "run"
 
 
+def test_a_panel_of_local_days_across_daylight_saving_keeps_its_grid():
+    # Berlin's midnights: the day of the switch to summer time is 23 hours long, which a fixed 24-hour step
+    # put off the grid ("series 'b' is not on the D grid")
+    days = pd.date_range("2021-03-20", periods=20, freq="D", tz="Europe/Berlin")
+    table = pd.concat(
+        [
+            pd.DataFrame({"unique_id": uid, "ds": days[k:], "y": np.arange(20 - k, dtype=float)})
+            for k, uid in enumerate("ab")
+        ]
+    )
+    frame = read_series(table, DataConfig())
+    assert frame.bounds.tolist() == [0, 20, 39] and frame.observed.all()
+    assert (frame.timestamps == frame.timestamps.normalize()).all()  # every row a local midnight, none inserted
+
+
 def test_the_id_column_is_found_and_each_series_keeps_its_rows(long_csv):
     frame = read_series(long_csv, DataConfig())
     assert frame.id_cols == ("unique_id",) and frame.keys == (("A",), ("B",), ("C",))

@@ -671,7 +671,7 @@ def fill_the_grids(
     the grid (another frequency, or too sparse to be gappy) is an error naming it and its line."""
     offset = to_offset(freq)
     try:
-        step = offset.nanos
+        step = offset.nanos if _one_offset(timestamps) else None
     except ValueError:  # a calendar step (months, business days): lay out each series' grid
         step = None
     as_ns = timestamps.as_unit("ns").asi8
@@ -734,6 +734,15 @@ def fill_the_grids(
             f"(first in {names[gappy[0]]!r}) became unobserved steps",
         )
     return grid, full, new_bounds, notes
+
+
+def _one_offset(timestamps: pd.DatetimeIndex) -> bool:
+    """Whether the timestamps keep one UTC offset (naive ones do), so that a step of fixed length lays their grid;
+    across a daylight-saving switch a day is 23 or 25 hours, and each series' grid is laid out by the calendar."""
+    if timestamps.tz is None:
+        return True
+    offsets = timestamps.tz_localize(None).as_unit("ns").asi8 - timestamps.as_unit("ns").asi8  # wall - UTC, ns
+    return bool((offsets == offsets[0]).all()) if len(offsets) else True
 
 
 def _irregular(timestamps: pd.DatetimeIndex, lines: np.ndarray, expected: str) -> DataError:
