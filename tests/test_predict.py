@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 import torch
 from helpers import make_frame, tiny_config, write_csv
+from test_cli_errors import assert_error, invoke
 
 from tsformer.errors import DataError
 from tsformer.predictor import load_predictor
@@ -169,6 +170,26 @@ def test_the_forecast_writes_times_as_the_data_wrote_them(tmp_path, times, expec
     frame = pd.DataFrame({"t": times, "y": np.sin(np.arange(120) / 3) + 5}).rename(columns={"t": "time"})
     forecast = _forecast_csv(tmp_path, frame, "--dayfirst") if "/" in str(times[0]) else _forecast_csv(tmp_path, frame)
     assert forecast["time"].tolist()[:2] == expected
+
+
+def test_a_time_zone_writes_each_forecast_step_at_its_own_offset(tmp_path):
+    # Berlin's hours up to the night clocks go forward: read at one offset (+01:00, the default) the forecast's
+    # third hour was written 02:00+01:00, an hour local clocks never show
+    hours = pd.date_range("2021-03-23", "2021-03-27 23:00", freq="h", tz="Europe/Berlin")
+    frame = pd.DataFrame({"time": [t.isoformat() for t in hours], "y": np.sin(np.arange(len(hours)) / 3) + 5})
+    forecast = _forecast_csv(tmp_path, frame, "--set", "data.time_zone=Europe/Berlin")
+    assert forecast["time"].tolist() == [
+        "2021-03-28T00:00:00+01:00",
+        "2021-03-28T01:00:00+01:00",
+        "2021-03-28T03:00:00+02:00",
+        "2021-03-28T04:00:00+02:00",
+    ]
+    naive = frame.assign(time=hours.tz_localize(None).strftime("%Y-%m-%d %H:%M:%S"))
+    zone = ["--set", "data.time_zone=Europe/Berlin", "--out", str(tmp_path / "naive")]
+    result = invoke("train", write_csv(tmp_path / "naive.csv", naive), *zone)
+    assert_error(result, "writes no UTC offsets, so data.time_zone=Europe/Berlin cannot place its times")
+    both = invoke("train", tmp_path / "naive.csv", *zone, "--set", "data.utc_offset=+01:00")
+    assert_error(both, "data.utc_offset and data.time_zone both set")
 
 
 def test_forecast_values_carry_no_float32_noise(tmp_path):

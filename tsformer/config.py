@@ -88,6 +88,17 @@ def check_split(split: str) -> None:
         raise ConfigError(f"--split must be test or val, got {split!r}")
 
 
+def _known_zone(name: str) -> bool:
+    """Whether `name` is a time zone this machine's zone database knows."""
+    import zoneinfo
+
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return False
+    return True
+
+
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise ConfigError(message)
@@ -127,6 +138,9 @@ class DataConfig:
     # the UTC offset ("+01:00") that timestamps written with offsets are read at, calendar features included;
     # "" takes the first row's (a training row), and the run stores it, so every file it reads is read alike
     utc_offset: str = ""
+    # an IANA time zone ("Europe/Berlin"): timestamps written with UTC offsets are read as its local times, each at
+    # its own offset (daylight saving included), and forecasts are written so; "" reads them at one utc_offset
+    time_zone: str = ""
     fill: str = ""  # "", ffill or zero: how NaN/inf cells are filled (never from later rows)
     # Each series' scale (from its training steps): std, or seasonal = the mean absolute change over one season
     # (MASE's denominator), which weighs smooth, regular series more in the loss
@@ -166,6 +180,16 @@ class DataConfig:
         _require(
             self.utc_offset == "" or re.fullmatch(r"[+-]\d\d:\d\d", self.utc_offset) is not None,
             f"data.utc_offset must be an offset such as +01:00 or -05:30, got {self.utc_offset!r}",
+        )
+        _require(
+            not (self.utc_offset and self.time_zone),
+            "data.utc_offset and data.time_zone both set: give the zone alone (its offsets change with daylight "
+            "saving) or one fixed offset",
+        )
+        _require(
+            self.time_zone == "" or _known_zone(self.time_zone),
+            f"data.time_zone must be an IANA time zone such as Europe/Berlin or America/New_York, got "
+            f"{self.time_zone!r}",
         )
         _check_finite(self, "data")
         _require(

@@ -101,7 +101,8 @@ def resolve_from_data(cfg: Config, frame: SeriesFrame) -> tuple[Config, tuple[st
     other choices (none when nothing was automatic)."""
     cfg, borders = choice_split(cfg, frame)
     notes, chosen, flags = [], [], []
-    if frame.timestamps.tz is not None and not cfg.data.utc_offset:  # stored, so later files are read at it
+    fixed = frame.timestamps.tz is not None and not cfg.data.time_zone
+    if fixed and not cfg.data.utc_offset:  # stored, so later files are read at it
         offset = written_offset(frame.timestamps[:1])
         cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, utc_offset=offset))
     panel = frame.is_panel

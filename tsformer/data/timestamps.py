@@ -238,7 +238,8 @@ def parse_timestamps(
         line = column.index[missing][0]
         raise DataError(f"empty timestamp in time column {name!r} at line {line}; every row needs a timestamp")
     if pd.api.types.is_datetime64_any_dtype(column):  # a DataFrame's own timestamps
-        return pd.DatetimeIndex(column), (), TimeNotation()
+        stamps = pd.DatetimeIndex(column)
+        return (_in_zone(stamps, name, cfg.time_zone) if cfg.time_zone else stamps), (), TimeNotation()
     text = column.astype(str).str.strip()
     years = _whole_years(text)
     text = text if years is None else years
@@ -284,7 +285,9 @@ def parse_timestamps(
             "use one date format such as 2024-01-31 13:00"
         )
     stamps = pd.DatetimeIndex(timestamps)
-    if stamps.tz is not None:  # one stated zone, whatever offsets later rows are written with
+    if cfg.time_zone:
+        stamps = _in_zone(stamps, name, cfg.time_zone)
+    elif stamps.tz is not None:  # one stated offset, whatever offsets later rows are written with
         first = pd.DatetimeIndex(_to_datetime(text.iloc[:1], readings[order], order == "day-first"))
         if first.tz is None:
             raise DataError(
@@ -305,9 +308,22 @@ def parse_timestamps(
         elif mixed:
             notes += (
                 f"time column {name!r} mixes UTC offsets (daylight saving?); its times are read, given calendar "
-                f"features and written at {whose}, {zone}",
+                f"features and written at {whose}, {zone}; --set data.time_zone=ZONE (such as Europe/Berlin) "
+                "reads and writes each at its zone's own offset",
             )
     return stamps, notes, _notation(stamps, text, order == "day-first")
+
+
+def _in_zone(stamps: pd.DatetimeIndex, name: str, zone: str) -> pd.DatetimeIndex:
+    """Timestamps that state their UTC offsets as the local times of the IANA `zone` (data.time_zone): the same
+    instants, each at the zone's own offset, so calendar features read local hours and output writes local times."""
+    if stamps.tz is None:
+        raise DataError(
+            f"time column {name!r} writes no UTC offsets, so data.time_zone={zone} cannot place its times; write "
+            "each with its offset (such as 2024-03-31T03:00:00+02:00), or leave data.time_zone unset to read them "
+            "as written"
+        )
+    return stamps.tz_convert(zone)
 
 
 def _wall_clock(text: pd.Series, fmt: str | None, dayfirst: bool) -> pd.DatetimeIndex | None:
