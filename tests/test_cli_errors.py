@@ -317,6 +317,8 @@ def test_freq_accepts_irregular_spacing(tmp_path):
 def test_unknown_freq(tmp_path):
     csv = write_csv(tmp_path / "ok.csv", hourly_rows())
     train_error(tmp_path, csv, "--freq 'fortnightly' is not a pandas frequency", extra=("--freq", "fortnightly"))
+    renamed = "--freq '2Q-DEC' is not a pandas frequency such as h, D, W-SUN or 15min (pandas now calls it '2QE-DEC')"
+    train_error(tmp_path, csv, renamed, extra=("--freq", "2Q-DEC"))  # pandas 3 renamed the period ends
 
 
 def test_freq_that_contradicts_regular_data(tmp_path):

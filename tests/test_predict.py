@@ -163,8 +163,10 @@ def _forecast_csv(tmp_path, frame: pd.DataFrame, *flags: str) -> pd.DataFrame:
             pd.date_range("2023-01-01", periods=120, freq="100ms").strftime("%Y-%m-%d %H:%M:%S.%f").str[:-3],
             ["2023-01-01 00:00:12.000", "2023-01-01 00:00:12.100"],  # %f's six digits gave 12 then 12.100000
         ),
+        ([f"{2004 + i // 12}-{i % 12 + 1:02d}-15" for i in range(120)], ["2014-01-15", "2014-02-15"]),  # no freq
+        ([f"15/06/{1900 + i}" for i in range(120)], ["15/06/2020", "15/06/2021"]),  # yearly, day-first
     ],
-    ids=["months", "quarters", "epoch-ms", "day-first", "iso-offset", "milliseconds"],
+    ids=["months", "quarters", "epoch-ms", "day-first", "iso-offset", "milliseconds", "mid-month", "mid-june"],
 )
 def test_the_forecast_writes_times_as_the_data_wrote_them(tmp_path, times, expected):
     frame = pd.DataFrame({"t": times, "y": np.sin(np.arange(120) / 3) + 5}).rename(columns={"t": "time"})

@@ -691,8 +691,10 @@ def redrawn_rows(frame: SeriesFrame, later: np.ndarray, scaler: Scaler, rng: np.
     def redrawn(block: np.ndarray | None, columns: slice) -> np.ndarray | None:
         if block is None:
             return None
-        noise = mean[:, columns] + 1e3 * std[:, columns] * rng.standard_normal(block.shape)
-        return np.where(later[:, None], noise.astype(block.dtype), block)
+        spread = std[:, columns].astype(np.float64) * rng.standard_normal(block.shape)
+        noise = mean[:, columns].astype(np.float64) + 1e3 * spread
+        largest = float(np.finfo(block.dtype).max)  # a column of 1e36 stays finite in float32
+        return np.where(later[:, None], np.clip(noise, -largest, largest).astype(block.dtype), block)
 
     return dataclasses.replace(
         frame,

@@ -311,7 +311,25 @@ def parse_timestamps(
                 f"features and written at {whose}, {zone}; --set data.time_zone=ZONE (such as Europe/Berlin) "
                 "reads and writes each at its zone's own offset",
             )
-    return stamps, notes, _notation(stamps, text, order == "day-first")
+    return _to_month_starts(stamps, notes, _notation(stamps, text, order == "day-first"), name)
+
+
+def _to_month_starts(
+    stamps: pd.DatetimeIndex, notes: tuple[str, ...], notation: TimeNotation, name: str
+) -> tuple[pd.DatetimeIndex, tuple[str, ...], TimeNotation]:
+    """Dates that all fall on one day of their months after the first (the 15th, as many monthly reports are
+    stamped), read as their months' first days, which pandas' monthly (and quarterly, yearly) frequencies lay out,
+    and written back on that day. Without it such a file had no frequency, and --freq MS moved its forecast to the
+    1st of each month without a word."""
+    day = int(stamps[0].day) if len(stamps) else 1
+    fmt = notation.format
+    code = next((c for c in ("%d", "%-d") if c in fmt), None) if notation.kind == "datetime" else None
+    one_day = len(stamps) >= 3 and stamps.tz is None and 1 < day <= 28 and (stamps.day == day).all()
+    if not (one_day and code and (stamps == stamps.normalize()).all()):
+        return stamps, notes, notation
+    literal = f"{day:02d}" if code == "%d" else str(day)
+    note = f"time column {name!r} dates every row on day {day} of its month: read as months (their first days)"
+    return stamps - pd.Timedelta(days=day - 1), (*notes, note), TimeNotation("datetime", fmt.replace(code, literal))
 
 
 def _in_zone(stamps: pd.DatetimeIndex, name: str, zone: str) -> pd.DatetimeIndex:
@@ -590,12 +608,18 @@ def _stray_weekend_note(timestamps: pd.DatetimeIndex, step: pd.DateOffset, lines
     )
 
 
+RENAMED_FREQS = {"M": "ME", "BM": "BME", "SM": "SME", "Q": "QE", "BQ": "BQE", "Y": "YE", "A": "YE", "BY": "BYE"}
+
+
 def parse_freq(freq: str, what: str) -> pd.DateOffset:
     """A pandas offset that moves time forward, or a DataError naming `what` gave it."""
     try:
         offset = to_offset(freq)
     except ValueError:
-        raise DataError(f"{what} {freq!r} is not a pandas frequency such as h, D, W-SUN or 15min") from None
+        parts = re.fullmatch(r"(\d*)([A-Za-z]+)(-.*)?", freq.strip())  # 2, Q, -DEC
+        count, alias, anchor = parts.groups("") if parts else ("", "", "")
+        hint = f" (pandas now calls it {count + RENAMED_FREQS[alias] + anchor!r})" if alias in RENAMED_FREQS else ""
+        raise DataError(f"{what} {freq!r} is not a pandas frequency such as h, D, W-SUN or 15min{hint}") from None
     if offset.n <= 0:
         raise DataError(f"{what} {freq!r} does not move time forward; give a positive step such as h or 15min")
     return offset
