@@ -348,9 +348,13 @@ def choose(
     elif rule is None:
         if include is not None:
             raise ValueError("the rule is chosen over every window: give `rule` with `include`")
-        rule, nested = ("best", None) if errors.late_gram is None else _nested_rule(errors, columns, ids_t, n_ids)
     count, val_error = _validation_errors(errors, ids_t, n_ids, included)
-    values = _weights(val_error, count, errors.names, rule, metric, solve=enabled and solve)
+    solved = _solved(np.stack(list(val_error.values())), metric)  # (n_ids, C) over the included windows
+    if enabled and rule is None:  # over every window (`include` is None), so `solved` is every window's
+        rule, nested = (
+            ("best", None) if errors.late_gram is None else _nested_rule(errors, columns, ids_t, n_ids, solved)
+        )
+    values = _weights(val_error, count, errors.names, rule, solved if enabled and solve else None)
     return Decision(columns, Weights(errors.names, values), val_error, metric, rule, nested)
 
 
@@ -369,10 +373,10 @@ def _validation_errors(
 
 
 def _weights(
-    val_error: dict[str, np.ndarray], count: torch.Tensor, names: tuple[str, ...], rule: str, metric: str, solve: bool
+    val_error: dict[str, np.ndarray], count: torch.Tensor, names: tuple[str, ...], rule: str, solved: np.ndarray | None
 ) -> np.ndarray:
-    """(n_ids, C, K) each series and column's weights over `names` by `rule` ("model": the model's alone); with
-    `solve`, a series and column some forecaster has solved (`_solved`) ships the best whatever the rule."""
+    """(n_ids, C, K) each series and column's weights over `names` by `rule` ("model": the model's alone); a series
+    and column marked `solved` (`_solved`; None: none) ships the best whatever the rule."""
     library = _library(names)
     vectors = np.stack([library[name] for name in val_error])  # (L, K) in val_error's (FORECASTERS) order
     errors = np.stack(list(val_error.values()))  # (L, n_ids, C)
@@ -391,8 +395,8 @@ def _weights(
         combined = np.einsum("lnc,lk->nck", share, vectors)
     else:
         combined = best if rule == "best" else model
-    if solve:
-        combined = np.where(_solved(errors, metric)[..., None], best, combined)
+    if solved is not None:
+        combined = np.where(solved[..., None], best, combined)
     return np.where(count.numpy()[..., None] > 0, combined, model)
 
 
@@ -408,7 +412,7 @@ def _solved(errors: np.ndarray, metric: str) -> np.ndarray:
 
 
 def _nested_rule(
-    errors: WindowErrors, columns: tuple[str, ...], ids: torch.Tensor, n_ids: int
+    errors: WindowErrors, columns: tuple[str, ...], ids: torch.Tensor, n_ids: int, solved: np.ndarray
 ) -> tuple[str, dict[str, float] | None]:
     """The rule whose weights, set on the first NESTED_SHARE of each series' validation origins, score the lowest
     MSE on the rest relative to the model alone's, as a geometric mean over the series and columns scored (RULES
@@ -423,8 +427,7 @@ def _nested_rule(
         weights = choose(errors, columns, True, ids_np, n_ids, "mse", include=~late, rule=rule, solve=False).weights
         total = _combined(errors.late_gram, torch.from_numpy(weights.values))  # (n_ids, C)
         late_mse[rule] = (total / steps.clamp(min=1.0)).numpy()
-    _, every_error = _validation_errors(errors, ids, n_ids, np.ones(len(late), dtype=bool))
-    scored = (steps > 0).numpy() & ~_solved(np.stack(list(every_error.values())), "mse")  # solved: ships the best
+    scored = (steps > 0).numpy() & ~solved  # a series solved on every window ships the best under any rule
     if not scored.any():
         return "best", None
     # each MSE floored as the epoch's panel score floors it: a series some forecaster gets exactly (a constant one)

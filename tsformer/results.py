@@ -22,7 +22,9 @@ def to_units(scaled: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarra
         exponent = np.ceil(np.log10((np.abs(scaled.astype(np.float64)) + 1.0) * std * 2.0**-22))
         as32 = values.astype(np.float32)
         coarser = np.spacing(np.abs(as32)) > 10.0**exponent
-    return np.where(coarser, _shortest(as32), _to_exponent(values, exponent))
+    units = _to_exponent(values, exponent)
+    units[coarser] = _shortest(as32[coarser])  # the few levels far above their spread: nine passes over them alone
+    return units
 
 
 def _to_exponent(values: np.ndarray, exponent: np.ndarray) -> np.ndarray:
