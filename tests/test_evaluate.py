@@ -76,3 +76,20 @@ def test_evaluate_on_validation_scores_the_validation_windows_and_writes_nothing
     text = format_report(report)
     assert text.startswith("validation windows: 21")
     assert "of validation points (those it was calibrated on)" in text and "test points" not in text
+
+
+def test_smape_is_noted_where_many_test_points_are_zero():
+    from tsformer.evaluate import _smape_note
+
+    mean, std = np.array([[2.0, 2.0]]), np.array([[4.0, 4.0]])  # (N=1, C): the value 0 is -0.5 scaled
+    truth = torch.tensor([[[-0.5, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0]]])  # (1, H=5, C=2): 1 zero of 10
+    note = _smape_note(truth, None, mean, std, "test")
+    assert note == (
+        "sMAPE: 10% of test points are 0, where a forecast of exactly 0 scores 0 % and any other 200 %, so it "
+        "favours forecasts of 0; compare MAE and MASE on such data"
+    )
+    observed = torch.ones_like(truth, dtype=torch.bool)
+    observed[0, 1:, 0] = False  # an unobserved point is not scored: 1 zero of 6
+    assert "17% of test points are 0" in _smape_note(truth, observed, mean, std, "test")
+    truth[0, 0, 0] = -0.49  # a tenth of a unit above 0: no zero left
+    assert _smape_note(truth, None, mean, std, "test") == ""

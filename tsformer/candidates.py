@@ -13,7 +13,10 @@ it forecasts from any origin exactly as it would after the data's end:
 - weekly_naive, weekly_drift: the same at one week, for data below a day (168 hourly), where the
   context reaches a week back;
 - ets, theta: automatic ETS and the Theta method from statsmodels, fit to each window's context
-  (`tsformer.classical`), only where train.candidates names them (`train` does where their fits cost little).
+  (`tsformer.classical`), only where train.candidates names them (`train` does where their fits cost little);
+- croston, tsb: Croston's method (SBA) and TSB for intermittent demand, counted from each window's zero
+  (`tsformer.intermittent`), only where train.candidates names them (`train`'s note names them for demand
+  often zero).
 
 One more, `linear`, is fitted on the training windows rather than read off each context: the model's context
 skip alone, fitted by least squares (`tsformer.model.linear_candidate`). A predictor holds it beside its model and
@@ -30,13 +33,14 @@ from pandas.tseries.frequencies import to_offset
 
 from tsformer.classical import CLASSICAL, classical_forecasts
 from tsformer.config import CANDIDATE_NAMES
+from tsformer.intermittent import INTERMITTENT, intermittent_forecasts
 from tsformer.intervals import CHUNK_WINDOWS
 from tsformer.metrics import forward_fill, repeat_last, season_length, seasonal_naive, usable_season
 
 CANDIDATES = CANDIDATE_NAMES  # in order of preference on a tie; the config checks train.candidates against them
 FITTED = ("linear",)  # fitted on the training windows, held by the predictor (where its model has a context skip)
 # every run has these (the weekly ones where they apply)
-BUILT_IN = tuple(name for name in CANDIDATES if name not in (*CLASSICAL, *FITTED))
+BUILT_IN = tuple(name for name in CANDIDATES if name not in (*CLASSICAL, *FITTED, *INTERMITTENT))
 # what evaluate and backtest score every shipped forecast against, candidates or not (--candidates limits only
 # what may ship)
 REFERENCE = ("repeat_last", "seasonal_naive")
@@ -53,6 +57,8 @@ LABELS = {
     "linear": "the linear map",
     "ets": "ETS",
     "theta": "Theta",
+    "croston": "Croston (SBA)",
+    "tsb": "TSB",
 }
 DAY_NS = 24 * 3600 * 10**9
 
@@ -106,10 +112,15 @@ def candidate_forecasts(
     season: int,
     week: int = 0,
     classical: tuple[str, ...] = (),
+    intermittent: tuple[str, ...] = (),
+    zero: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """Every built-in candidate's forecast (N, H, C) of contexts (N, L, C), the weekly ones only when `week` > 0,
-    and those of `classical` (ets, theta: fit per window, so only when asked for). Each window is forecast on
-    its own, CHUNK_WINDOWS at a time, so no (N, L, C) copy of all the contexts is made."""
+    those of `classical` (ets, theta: fit per window, so only when asked for) and of `intermittent` (croston,
+    tsb), counting demand from each window's `zero` (N, 1, C) scaled (None: no zero, repeat-last). Each window is
+    forecast on its own, CHUNK_WINDOWS at a time, so no (N, L, C) copy of all the contexts is made."""
+    if zero is None:
+        zero = torch.full_like(contexts[:, :1], -torch.inf)
     parts = [
         _built_in(
             contexts[start : start + CHUNK_WINDOWS],
@@ -117,6 +128,13 @@ def candidate_forecasts(
             horizon,
             season,
             week,
+        )
+        | _intermittent(
+            contexts[start : start + CHUNK_WINDOWS],
+            None if observed is None else observed[start : start + CHUNK_WINDOWS],
+            zero[start : start + CHUNK_WINDOWS],
+            horizon,
+            intermittent,
         )
         for start in range(0, max(len(contexts), 1), CHUNK_WINDOWS)
     ]
@@ -146,6 +164,15 @@ def _built_in(
         weekly = seasonal_naive(history, horizon, week)
         out |= {"weekly_naive": weekly, "weekly_drift": weekly + steps_ahead * drift_per_step(history, first, week)}
     return out
+
+
+def _intermittent(
+    contexts: torch.Tensor, observed: torch.Tensor | None, zero: torch.Tensor, horizon: int, names: tuple[str, ...]
+) -> dict[str, torch.Tensor]:
+    """The intermittent candidates' forecasts (N, H, C) of one block of contexts (N, L, C), those `names` asks."""
+    if not names:
+        return {}
+    return intermittent_forecasts(forward_fill(contexts, observed), observed, zero, horizon, names)
 
 
 def first_observed(history: torch.Tensor, observed: torch.Tensor | None) -> torch.Tensor:

@@ -210,7 +210,8 @@ def train(
         "--candidates",
         help="The candidates the fallback scores beside the model, e.g. seasonal_naive,seasonal_drift (default: "
         "those of repeat_last, seasonal_naive, drift, seasonal_drift, weekly_naive, weekly_drift the data have, the "
-        "linear one where the model has a context skip, and ets and theta where their fits cost little).",
+        "linear one where the model has a context skip, and ets and theta where their fits cost little; croston and "
+        "tsb, for intermittent demand, only when named).",
     ),
 ) -> None:
     """Train a model on a CSV into a run folder.

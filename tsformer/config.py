@@ -58,6 +58,8 @@ CANDIDATE_NAMES = (
     "linear",
     "ets",
     "theta",
+    "croston",
+    "tsb",
 )
 AUTO_MAX_CONTEXT = 336  # the longest automatic context_len: two weeks of hourly data, the ETTh1 setting
 PANEL_MAX_CONTEXT = 720  # a small panel below a day may read past AUTO_MAX_CONTEXT in whole weeks, up to this
@@ -360,7 +362,7 @@ class TrainConfig:
     selection_metric: str = "mse"
     # the candidates the fallback scores (`tsformer.candidates.CANDIDATES`); () = chosen from the data: every
     # built-in one that applies, the linear candidate where the model has one, and ets and theta where their fits
-    # cost little (`choices`)
+    # cost little (`choices`); croston and tsb (intermittent demand) only when named
     candidates: tuple[str, ...] = ()
     # the rows the linear candidate fits on: every_token (each token's window, zero-padded, as the loss trains the
     # model), last_token (the whole context, as a forecast reads it), or auto: whichever fit scores lower on

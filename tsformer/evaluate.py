@@ -20,6 +20,7 @@ from tsformer.config import check_split
 from tsformer.data import Prepared, SeriesFrame
 from tsformer.data.timestamps import as_text
 from tsformer.files import atomic_write_text
+from tsformer.intermittent import DEMAND_TOL
 from tsformer.intervals import (
     coverage,
     interval_bounds,
@@ -31,6 +32,8 @@ from tsformer.intervals import (
 )
 from tsformer.metrics import mean_defined, score, score_by_series
 from tsformer.results import Forecasts
+
+ZERO_SHARE_NOTED = 0.1  # evaluate notes sMAPE's two values where at least this share of the scored points is zero
 
 if TYPE_CHECKING:
     from tsformer.predictor import Predictor
@@ -63,6 +66,7 @@ class EvalReport:
     worst_series: list[dict] = dataclasses.field(default_factory=list)  # long format: the ten with the highest MASE
     intervals_note: str = ""  # the interval levels left out for want of calibration windows ("" when none)
     mase_note: str = ""  # the series left out of MASE and MSIS for want of a scale ("" when none)
+    smape_note: str = ""  # how many scored points are zero, where sMAPE is 0 % or 200 % ("" when few are)
     after_note: str = ""  # the rows after the test split, which no split scores ("" when none)
     by_series: pd.DataFrame | None = dataclasses.field(default=None, repr=False)  # long format: every series
     windows: ScoredWindows | None = dataclasses.field(default=None, repr=False)  # for the plot
@@ -133,6 +137,9 @@ def evaluate(predictor: Predictor, data: Prepared, split: str = "test") -> EvalR
         windows=ScoredWindows(cut.context, truth, shipped.point, ids),
         intervals_note="" if predictor.calibration is None else predictor.calibration.note(),
         mase_note=_mase_note(scales, np.unique(ids), data.frame),
+        smape_note=_smape_note(
+            truth, truth_observed, shipped.mean, shipped.std, "test" if split == "test" else "validation"
+        ),
         after_note=_after_note(data) if split == "test" else "",
     )
 
@@ -158,6 +165,23 @@ def _mase_note(scales: np.ndarray, scored: np.ndarray, frame: SeriesFrame) -> st
     return (
         f"MASE and MSIS leave out {len(unscaled)} of {len(scored)} series ({names}): their rows before the test "
         "split hold no seasonal-naive error to scale by (too short, or constant)"
+    )
+
+
+def _smape_note(
+    truth: torch.Tensor, observed: torch.Tensor | None, mean: np.ndarray, std: np.ndarray, split: str
+) -> str:
+    """One line where at least ZERO_SHARE_NOTED of the scored points (truth (N, H, C) scaled; `mean`, `std` (N, C)
+    each window's) are zero in the data's units, where sMAPE scores any other forecast 200 % ("" otherwise)."""
+    zero = torch.from_numpy(-mean / std).unsqueeze(1)  # (N, 1, C) scaled: the value 0
+    scored = torch.ones_like(truth, dtype=torch.bool) if observed is None else observed
+    zeros = ((truth - zero).abs() <= DEMAND_TOL) & scored
+    share = float(zeros.sum()) / max(int(scored.sum()), 1)
+    if share < ZERO_SHARE_NOTED:
+        return ""
+    return (
+        f"sMAPE: {share:.0%} of {split} points are 0, where a forecast of exactly 0 scores 0 % and any other "
+        "200 %, so it favours forecasts of 0; compare MAE and MASE on such data"
     )
 
 
@@ -386,6 +410,8 @@ def format_report(report: EvalReport) -> str:
         lines.append(report.intervals_note)
     if report.mase_note:
         lines.append(report.mase_note)
+    if report.smape_note:
+        lines.append(report.smape_note)
     for tag, interval in report.intervals.items():
         lines.append(
             f"{tag} % interval (conformal, calibrated on validation): "

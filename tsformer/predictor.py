@@ -29,6 +29,7 @@ import tsformer.evaluate as evaluation
 from tsformer import __version__
 from tsformer.candidates import (
     CLASSICAL,
+    INTERMITTENT,
     REFERENCE,
     candidate_forecasts,
     candidate_names,
@@ -192,8 +193,16 @@ class Predictor:
         point, quantiles = self.model_outputs(windows) if model_outputs is None else model_outputs
         allowed = self.candidates
         classical = tuple(name for name in allowed if name in CLASSICAL)  # fit per window: only when used
+        intermittent = tuple(name for name in allowed if name in INTERMITTENT)
         naive = candidate_forecasts(
-            windows.context, windows.context_observed, self.horizon, self.season, self.week, classical
+            windows.context,
+            windows.context_observed,
+            self.horizon,
+            self.season,
+            self.week,
+            classical,
+            intermittent,
+            floor,
         )
         if "linear" in allowed:
             naive["linear"], _ = _outputs(self.linear, windows)
@@ -395,7 +404,8 @@ class Predictor:
         `tsformer.evaluate.evaluate` gives the whole report; `.attrs["notes"]` what it left out."""
         report = evaluation.evaluate(self, self.read(data), split)
         table = report.table()
-        table.attrs["notes"] = python_notes((report.intervals_note, report.mase_note, report.after_note))
+        notes = (report.intervals_note, report.mase_note, report.smape_note, report.after_note)
+        table.attrs["notes"] = python_notes(notes)
         return table
 
     @in_python_terms

@@ -31,7 +31,11 @@
   them to every validation and test window and column (each is fit per window) is estimated to take at most
   CLASSICAL_BUDGET_S seconds of one core (under train.time_limit, at most a quarter of it): a short single
   series, a small wide file, a panel of a few hundred short yearly series; not ETTh1, M4 Hourly or the
-  electricity markets, whose windows number thousands.
+  electricity markets, whose windows number thousands. Croston and TSB (`tsformer.intermittent`) are named in the
+  note where demand is intermittent (`intermittent_share`: every target column floored at zero by data.floor, and
+  some series' training values zero at least INTERMITTENT_ZERO_SHARE of the time), not added: on seven
+  intermittent data sets they moved no choice or lost the rule's nested validation score (benchmarks/NOTES.md,
+  session 51).
 
 Only rows before the end of validation are read: the test split never chooses a setting. The resolved
 config (every value concrete) is what a run stores.
@@ -45,7 +49,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tsformer.candidates import BUILT_IN, CLASSICAL, FITTED, candidate_names, season_for, steps_per_week
+from tsformer.candidates import (
+    BUILT_IN,
+    CLASSICAL,
+    FITTED,
+    INTERMITTENT,
+    candidate_names,
+    season_for,
+    steps_per_week,
+)
 from tsformer.classical import fit_seconds
 from tsformer.config import (
     AUTO_DROPOUT,
@@ -67,6 +79,7 @@ from tsformer.data.calendar import calendar_features, calendar_names
 from tsformer.data.loader import SeriesFrame
 from tsformer.data.split import SplitBorders, panel_min_history, split_borders, val_horizons, window_counts
 from tsformer.data.timestamps import written_offset
+from tsformer.errors import DataError
 from tsformer.metrics import season_length
 
 # ets and theta are candidates by default where fitting them to every validation window (in train) and test window
@@ -75,6 +88,9 @@ CLASSICAL_BUDGET_S = 300.0
 # under train.time_limit, at most this share of it (in one core's seconds, so at most half of it on two cores, and
 # the estimate can be off by a factor of two): the recipe search needs the rest for the model
 CLASSICAL_TIME_SHARE = 0.25
+# demand is intermittent where at least this share of a series' training values are zero: Syntetos and Boylan's
+# cut-off of 1.32 steps between demands on average, where Croston's methods start to beat smoothing the level
+INTERMITTENT_ZERO_SHARE = 1 - 1 / 1.32
 CALENDAR_MIN_GAIN = 0.05  # the calendar is used when it cuts the probe's validation MSE by at least this share
 
 
@@ -162,6 +178,8 @@ def resolve_from_data(cfg: Config, frame: SeriesFrame) -> tuple[Config, tuple[st
     if not cfg.train.candidates:
         cfg, note = _choose_candidates(cfg, frame, borders)
         notes.append(note)
+    else:
+        _require_demand(cfg, frame, borders)
     return cfg, tuple(notes)
 
 
@@ -273,7 +291,57 @@ def _choose_candidates(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -
             f"candidates: ETS and Theta left out, as they are fit to each window: {cost} (up to "
             f"{budget:.0f} s{limit}); --candidates {','.join((*built_in, *CLASSICAL))} asks for them"
         )
+    floored, zero_share = intermittent_share(cfg, frame, borders)
+    if floored.all() and zero_share >= INTERMITTENT_ZERO_SHARE:  # named, not added: they won no validation yet
+        note += (
+            f"; demand is intermittent (up to {zero_share:.0%} of a series' training values zero): "
+            f"--candidates {','.join((*names, *INTERMITTENT))} adds Croston and TSB"
+        )
     return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, candidates=names)), note
+
+
+def intermittent_share(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> tuple[np.ndarray, float]:
+    """(n_columns,) bool: the target columns whose forecasts data.floor floors at zero for every series, as
+    `Scaler.floors` decides from the training rows (auto: a wide file's column that reached zero and never went
+    below; a panel's column where some series did and none went below); and the largest share of zero values
+    among one series' observed training values in a floored column (0 where none is floored)."""
+    n_columns = len(frame.columns)
+    starts = frame.bounds[:-1]
+    lowest = np.full((frame.n_ids, n_columns), np.nan)
+    zeros = np.zeros((frame.n_ids, n_columns))
+    for i, (start, end) in enumerate(zip(starts, borders.train_end, strict=True)):
+        rows = slice(int(start), int(start) + int(end))
+        values = np.where(frame.observed[rows], frame.values[rows], np.nan)  # (rows, n_columns)
+        seen = frame.observed[rows].sum(axis=0)
+        with warnings.catch_warnings():  # a column with no training value here: NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            lowest[i] = np.nanmin(values, axis=0) if len(values) else np.nan
+        zeros[i] = (values == 0).sum(axis=0) / np.maximum(seen, 1)
+    rule = cfg.data.floor
+    if rule != "auto":
+        floored = np.full(n_columns, rule == "zero")
+    elif frame.id_cols:  # one column of a long file is one quantity: floored for every series or none
+        floored = ~np.isnan(lowest).all(axis=0) & (np.nanmin(np.where(np.isnan(lowest), np.inf, lowest), axis=0) == 0)
+    else:
+        floored = lowest[0] == 0
+    return floored, float(zeros[:, floored].max(initial=0.0))
+
+
+def _require_demand(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> None:
+    """Refuse Croston and TSB in train.candidates where a target column has no floor at zero to count demand from
+    (they would repeat the last value there)."""
+    asked = [name for name in cfg.train.candidates if name in INTERMITTENT]
+    if not asked:
+        return
+    floored, _ = intermittent_share(cfg, frame, borders)
+    if floored.all():
+        return
+    column = frame.columns[int(np.argmin(floored))]
+    why = "data.floor is none" if cfg.data.floor == "none" else "its training values never reach zero or go below it"
+    raise DataError(
+        f"train.candidates {', '.join(asked)} forecast demand counted from zero, and column {column!r} has no floor "
+        f"at zero ({why}); leave them out of --candidates, or set data.floor=zero if the column cannot go below zero"
+    )
 
 
 def classical_seconds(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> tuple[int, float]:
