@@ -82,14 +82,17 @@ def test_smape_is_noted_where_many_test_points_are_zero():
     from tsformer.evaluate import _smape_note
 
     mean, std = np.array([[2.0, 2.0]]), np.array([[4.0, 4.0]])  # (N=1, C): the value 0 is -0.5 scaled
-    truth = torch.tensor([[[-0.5, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0]]])  # (1, H=5, C=2): 1 zero of 10
-    note = _smape_note(truth, None, mean, std, "test")
-    assert note == (
-        "sMAPE: 10% of test points are 0, where a forecast of exactly 0 scores 0 % and any other 200 %, so it "
+    truth = torch.tensor([[[-0.5, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0]]])  # (1, H=5, C=2)
+    assert _smape_note(truth[..., :1], None, mean[:, :1], std[:, :1], ("a",), "test") == (
+        "sMAPE: 20% of test points are 0, where a forecast of exactly 0 scores 0 % and any other 200 %, so it "
         "favours forecasts of 0; compare MAE and MASE on such data"
     )
+    # per column: one zero of five in a, none in b
+    assert _smape_note(truth, None, mean, std, ("a", "b"), "validation").startswith(
+        "sMAPE: validation points are 0 (a: 20%), where"
+    )
     observed = torch.ones_like(truth, dtype=torch.bool)
-    observed[0, 1:, 0] = False  # an unobserved point is not scored: 1 zero of 6
-    assert "17% of test points are 0" in _smape_note(truth, observed, mean, std, "test")
-    truth[0, 0, 0] = -0.49  # a tenth of a unit above 0: no zero left
-    assert _smape_note(truth, None, mean, std, "test") == ""
+    observed[0, 1:, 0] = False  # an unobserved point is not scored: 1 zero of 1
+    assert "(a: 100%)" in _smape_note(truth, observed, mean, std, ("a", "b"), "test")
+    truth[0, 0, 0] = -0.5 + 1e-5  # 4e-5 above 0 in units (a sale of 1 at a scale of 100,000): no zero left
+    assert _smape_note(truth, None, mean, std, ("a", "b"), "test") == ""

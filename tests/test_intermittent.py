@@ -12,7 +12,6 @@ from tsformer.candidates import candidate_forecasts
 from tsformer.config import Config, DataConfig, ModelConfig, TrainConfig
 from tsformer.data.choices import choice_split, intermittent_share, resolve_from_data
 from tsformer.data.loader import read_series
-from tsformer.errors import DataError
 from tsformer.intermittent import intermittent_forecasts
 
 HORIZON = 3
@@ -123,16 +122,35 @@ def test_train_names_them_for_intermittent_demand_without_adding_them():
     assert "intermittent" not in resolve_from_data(unfloored, read_series(retail(), cfg.data))[1][-1]
 
 
-def test_asking_for_them_without_a_zero_to_count_from_is_refused():
-    frame = retail().assign(sold=lambda t: t["sold"] - 1)  # goes below zero: no floor
+def test_asked_for_without_a_zero_to_count_from_they_are_left_out_with_a_note():
+    frame = retail().assign(sold=lambda t: t["sold"] - 1)  # goes down to -1: no floor
     cfg = Config(
-        model=ModelConfig(horizon=7), data=DataConfig(id_cols=("item",)), train=TrainConfig(candidates=("croston",))
+        model=ModelConfig(horizon=7),
+        data=DataConfig(id_cols=("item",)),
+        train=TrainConfig(candidates=("repeat_last", "croston", "tsb")),
     )
-    with pytest.raises(
-        DataError,
-        match="train.candidates croston forecast demand counted from zero, and column 'sold' has no floor at zero",
-    ):
-        resolve_from_data(cfg, read_series(frame, cfg.data))
+    chosen, notes = resolve_from_data(cfg, read_series(frame, cfg.data))
+    assert chosen.train.candidates == ("repeat_last",)
+    assert notes[-1] == (
+        "candidates: croston and tsb left out, as column 'sold' has no floor at zero to count demand from (its "
+        "training values go down to -1); if it cannot go below zero, train with --set data.floor=zero"
+    )
+    given = resolve_from_data(cfg, read_series(retail(), cfg.data))  # floored: kept, nothing said
+    assert given[0].train.candidates == cfg.train.candidates and "croston" not in given[1][-1]
+
+
+def test_a_small_demand_at_a_large_scale_is_a_demand():
+    from tsformer.data.split import Scaler
+
+    counts = np.zeros((120, 1))
+    counts[::10], counts[55] = 1.0, 300_000.0  # a sale of 1 every ten steps and one large order: std 27,272
+    scaler = Scaler.fit(counts)
+    scaled = torch.from_numpy(scaler.transform(counts)).unsqueeze(0).double()  # (1, 120, 1)
+    zero = torch.from_numpy(scaler.floors("zero")).view(1, 1, 1).double()
+    out = intermittent_forecasts(scaled, None, zero, HORIZON)
+    raw = intermittent_forecasts(torch.from_numpy(counts).unsqueeze(0), None, zeros_of(), HORIZON)
+    for name in ("croston", "tsb"):
+        torch.testing.assert_close(out[name] * float(scaler.std[0, 0]) + float(scaler.mean[0, 0]), raw[name])
 
 
 def test_a_trained_predictor_weighs_them_and_the_leakage_check_probes_them(tmp_path):

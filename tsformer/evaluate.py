@@ -20,7 +20,7 @@ from tsformer.config import check_split
 from tsformer.data import Prepared, SeriesFrame
 from tsformer.data.timestamps import as_text
 from tsformer.files import atomic_write_text
-from tsformer.intermittent import DEMAND_TOL
+from tsformer.intermittent import near_zero
 from tsformer.intervals import (
     coverage,
     interval_bounds,
@@ -138,7 +138,7 @@ def evaluate(predictor: Predictor, data: Prepared, split: str = "test") -> EvalR
         intervals_note="" if predictor.calibration is None else predictor.calibration.note(),
         mase_note=_mase_note(scales, np.unique(ids), data.frame),
         smape_note=_smape_note(
-            truth, truth_observed, shipped.mean, shipped.std, "test" if split == "test" else "validation"
+            truth, truth_observed, shipped.mean, shipped.std, columns, "test" if split == "test" else "validation"
         ),
         after_note=_after_note(data) if split == "test" else "",
     )
@@ -169,19 +169,30 @@ def _mase_note(scales: np.ndarray, scored: np.ndarray, frame: SeriesFrame) -> st
 
 
 def _smape_note(
-    truth: torch.Tensor, observed: torch.Tensor | None, mean: np.ndarray, std: np.ndarray, split: str
+    truth: torch.Tensor,
+    observed: torch.Tensor | None,
+    mean: np.ndarray,
+    std: np.ndarray,
+    columns: tuple[str, ...],
+    split: str,
 ) -> str:
-    """One line where at least ZERO_SHARE_NOTED of the scored points (truth (N, H, C) scaled; `mean`, `std` (N, C)
-    each window's) are zero in the data's units, where sMAPE scores any other forecast 200 % ("" otherwise)."""
+    """One line where at least ZERO_SHARE_NOTED of a column's scored points (truth (N, H, C) scaled; `mean`, `std`
+    (N, C) each window's) are zero in the data's units, where sMAPE scores any other forecast 200 % ("" where no
+    column has so many)."""
     zero = torch.from_numpy(-mean / std).unsqueeze(1)  # (N, 1, C) scaled: the value 0
     scored = torch.ones_like(truth, dtype=torch.bool) if observed is None else observed
-    zeros = ((truth - zero).abs() <= DEMAND_TOL) & scored
-    share = float(zeros.sum()) / max(int(scored.sum()), 1)
-    if share < ZERO_SHARE_NOTED:
+    zeros = (near_zero(truth, zero) & scored).sum(dim=(0, 1))  # (C,)
+    shares = (zeros / scored.sum(dim=(0, 1)).clamp(min=1)).tolist()
+    noted = [(name, share) for name, share in zip(columns, shares, strict=True) if share >= ZERO_SHARE_NOTED]
+    if not noted:
         return ""
+    if len(columns) == 1:
+        where = f"{noted[0][1]:.0%} of {split} points are 0"
+    else:
+        where = f"{split} points are 0 ({', '.join(f'{name}: {share:.0%}' for name, share in noted)})"
     return (
-        f"sMAPE: {share:.0%} of {split} points are 0, where a forecast of exactly 0 scores 0 % and any other "
-        "200 %, so it favours forecasts of 0; compare MAE and MASE on such data"
+        f"sMAPE: {where}, where a forecast of exactly 0 scores 0 % and any other 200 %, so it favours forecasts "
+        "of 0; compare MAE and MASE on such data"
     )
 
 

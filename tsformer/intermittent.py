@@ -17,7 +17,8 @@ vectorised over windows and columns) as statsmodels has neither and statsforecas
 Each reads only its window's context. Demand is measured from each window's zero in scaled units (the value
 0 of its series, `Scaler.floors`), so a forecast in scaled units is the method's forecast of the raw counts,
 scaled; a column with no floor at zero (data.floor) has no zero to count from and gets repeat-last there (train
-refuses the candidates for such data). Unobserved steps are skipped, neither demand nor a zero.
+leaves the candidates out for such data, with a note). Unobserved steps are skipped, neither demand nor a zero
+(nor a step of an interval: a gap's sales are unknown).
 
 They are candidates only where train.candidates names them: on seven intermittent data sets (benchmarks/NOTES.md,
 session 51) they moved no choice, or lost the weighted rule's nested validation score.
@@ -30,7 +31,16 @@ import torch
 INTERMITTENT = ("croston", "tsb")
 ALPHA = 0.1  # the smoothing of sizes, intervals and the demand probability: Croston's and statsforecast's fixed 0.1
 SBA_FACTOR = 1 - ALPHA / 2  # Syntetos and Boylan's correction of Croston's upward bias
-DEMAND_TOL = 1e-4  # a scaled step above its zero by more than this (a ten-thousandth of a std) is a demand
+# a scaled value counts as zero within this many float32 roundings of the zero's size (a 0 in the data scales to the
+# zero's exact bits; the allowance is for arithmetic on the way, never a real demand: a sale of 1 in a series of
+# scale 30,000 stands 3e-5 above its zero)
+ZERO_ROUNDINGS = 4
+
+
+def near_zero(values: torch.Tensor, zero: torch.Tensor) -> torch.Tensor:
+    """Bool, where scaled `values` are the value 0 of their series, `zero` (broadcast), to float32 rounding."""
+    tolerance = ZERO_ROUNDINGS * torch.finfo(torch.float32).eps * zero.abs().clamp(min=1.0)
+    return (values - zero).abs() <= tolerance
 
 
 def intermittent_forecasts(
@@ -44,7 +54,8 @@ def intermittent_forecasts(
     (`observed` (N, L, C) bool, or None where every step is), counting demand above `zero` (N, 1, C) scaled; where
     `zero` is not finite, the last value."""
     counted = torch.isfinite(zero)  # (N, 1, C)
-    demand = (history - torch.where(counted, zero, torch.zeros_like(zero))).clamp(min=0)  # (N, L, C)
+    base = torch.where(counted, zero, torch.zeros_like(zero))  # (N, 1, C)
+    demand = torch.where(near_zero(history, base), 0.0, (history - base).clamp(min=0))  # (N, L, C)
     if observed is None:
         observed = torch.ones_like(history, dtype=torch.bool)
     size, interval, probability = _smoothed(demand, observed)  # (N, C) each
@@ -73,7 +84,7 @@ def _smoothed(demand: torch.Tensor, observed: torch.Tensor) -> tuple[torch.Tenso
     for t in range(length):
         seen = observed[:, t]
         value = demand[:, t]
-        occurred = seen & (value > DEMAND_TOL)
+        occurred = seen & (value > 0)
         since = since + seen.to(since.dtype)
         # each smoothed quantity starts at its first value and moves ALPHA of the way to each later one
         size = torch.where(occurred, torch.where(sizes_seen, size + ALPHA * (value - size), value), size)

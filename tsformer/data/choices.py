@@ -79,7 +79,6 @@ from tsformer.data.calendar import calendar_features, calendar_names
 from tsformer.data.loader import SeriesFrame
 from tsformer.data.split import SplitBorders, panel_min_history, split_borders, val_horizons, window_counts
 from tsformer.data.timestamps import written_offset
-from tsformer.errors import DataError
 from tsformer.metrics import season_length
 
 # ets and theta are candidates by default where fitting them to every validation window (in train) and test window
@@ -179,7 +178,8 @@ def resolve_from_data(cfg: Config, frame: SeriesFrame) -> tuple[Config, tuple[st
         cfg, note = _choose_candidates(cfg, frame, borders)
         notes.append(note)
     else:
-        _require_demand(cfg, frame, borders)
+        cfg, note = _demand_candidates(cfg, frame, borders)
+        notes.extend([note] if note else [])
     return cfg, tuple(notes)
 
 
@@ -305,21 +305,10 @@ def intermittent_share(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -
     `Scaler.floors` decides from the training rows (auto: a wide file's column that reached zero and never went
     below; a panel's column where some series did and none went below); and the largest share of zero values
     among one series' observed training values in a floored column (0 where none is floored)."""
-    n_columns = len(frame.columns)
-    starts = frame.bounds[:-1]
-    lowest = np.full((frame.n_ids, n_columns), np.nan)
-    zeros = np.zeros((frame.n_ids, n_columns))
-    for i, (start, end) in enumerate(zip(starts, borders.train_end, strict=True)):
-        rows = slice(int(start), int(start) + int(end))
-        values = np.where(frame.observed[rows], frame.values[rows], np.nan)  # (rows, n_columns)
-        seen = frame.observed[rows].sum(axis=0)
-        with warnings.catch_warnings():  # a column with no training value here: NaN
-            warnings.simplefilter("ignore", RuntimeWarning)
-            lowest[i] = np.nanmin(values, axis=0) if len(values) else np.nan
-        zeros[i] = (values == 0).sum(axis=0) / np.maximum(seen, 1)
+    lowest, zeros = _training_lowest_and_zeros(frame, borders)
     rule = cfg.data.floor
     if rule != "auto":
-        floored = np.full(n_columns, rule == "zero")
+        floored = np.full(len(frame.columns), rule == "zero")
     elif frame.id_cols:  # one column of a long file is one quantity: floored for every series or none
         floored = ~np.isnan(lowest).all(axis=0) & (np.nanmin(np.where(np.isnan(lowest), np.inf, lowest), axis=0) == 0)
     else:
@@ -327,20 +316,45 @@ def intermittent_share(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -
     return floored, float(zeros[:, floored].max(initial=0.0))
 
 
-def _require_demand(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> None:
-    """Refuse Croston and TSB in train.candidates where a target column has no floor at zero to count demand from
-    (they would repeat the last value there)."""
-    asked = [name for name in cfg.train.candidates if name in INTERMITTENT]
+def _training_lowest_and_zeros(frame: SeriesFrame, borders: SplitBorders) -> tuple[np.ndarray, np.ndarray]:
+    """(n_ids, n_columns) each: every series' lowest observed training value per target column (NaN where it has
+    none) and the share of its observed training values that are zero."""
+    shape = (frame.n_ids, len(frame.columns))
+    lowest, zeros = np.full(shape, np.nan), np.zeros(shape)
+    for i, (start, end) in enumerate(zip(frame.bounds[:-1], borders.train_end, strict=True)):
+        rows = slice(int(start), int(start) + int(end))
+        values = np.where(frame.observed[rows], frame.values[rows], np.nan)  # (rows, n_columns)
+        with warnings.catch_warnings():  # a column with no training value here: NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            lowest[i] = np.nanmin(values, axis=0) if len(values) else np.nan
+        zeros[i] = (values == 0).sum(axis=0) / np.maximum(frame.observed[rows].sum(axis=0), 1)
+    return lowest, zeros
+
+
+def _demand_candidates(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> tuple[Config, str]:
+    """train.candidates without Croston and TSB where a target column has no floor at zero to count demand from
+    (they would repeat its last value), and a note saying so ("" when nothing was left out). A note, not an
+    error, as elsewhere for candidates that do not apply: a refit backtest's early fold may lack the zeros that
+    the whole run had."""
+    asked = tuple(name for name in cfg.train.candidates if name in INTERMITTENT)
     if not asked:
-        return
+        return cfg, ""
     floored, _ = intermittent_share(cfg, frame, borders)
     if floored.all():
-        return
-    column = frame.columns[int(np.argmin(floored))]
-    why = "data.floor is none" if cfg.data.floor == "none" else "its training values never reach zero or go below it"
-    raise DataError(
-        f"train.candidates {', '.join(asked)} forecast demand counted from zero, and column {column!r} has no floor "
-        f"at zero ({why}); leave them out of --candidates, or set data.floor=zero if the column cannot go below zero"
+        return cfg, ""
+    j = int(np.argmin(floored))
+    if cfg.data.floor == "none":
+        why = "data.floor is none"
+    else:
+        with warnings.catch_warnings():  # a column no series has a training value in: NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            lowest = np.nanmin(_training_lowest_and_zeros(frame, borders)[0][:, j])
+        why = f"its training values go down to {lowest:g}" if lowest < 0 else "its training values never reach zero"
+    kept = tuple(name for name in cfg.train.candidates if name not in INTERMITTENT)
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, candidates=kept))
+    return cfg, (
+        f"candidates: {' and '.join(asked)} left out, as column {frame.columns[j]!r} has no floor at zero to count "
+        f"demand from ({why}); if it cannot go below zero, train with --set data.floor=zero"
     )
 
 
