@@ -742,6 +742,15 @@ def test_predict_refuses_to_write_over_the_history_it_reads(tmp_path, run):
     assert history.read_bytes() == before
 
 
+def test_backtest_refuses_to_write_over_the_training_csv_it_reads(run):
+    csv = run.parent / "train.csv"  # backtest without a CSV reads the run's own
+    before = csv.read_bytes()
+    for refit in ((), ("--refit",)):
+        result = invoke("backtest", run, "--out", csv, *refit)
+        assert_error(result, f"--out {csv} is a file this command reads; write to another path")
+    assert csv.read_bytes() == before
+
+
 def test_predict_writes_through_a_symlinked_out(tmp_path, run):
     target, link = tmp_path / "real.csv", tmp_path / "link.csv"
     target.write_text("old\n")

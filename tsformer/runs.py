@@ -82,8 +82,8 @@ def backtest_run(
 ) -> BacktestResult:
     """`backtest` of a saved run on its CSV (or `csv`); with `out`/`plot`, write the long CSV and a plot of
     error by origin."""
-    _check_outputs(out, plot, (csv,))
     predictor = _load(run)
+    _check_outputs(out, plot, (csv,) if csv is not None else _data_files(predictor.config))
     result = backtest(predictor, predictor.read(csv), windows, step, start)
     write_backtest(result, out, plot)
     return result
@@ -114,7 +114,7 @@ def refit_backtest(
     series end together, or --start names the date), so no series trains on a time after another's
     origin; otherwise, and in a wide file, at the same rows when the series have equal lengths. `windows`
     None: REFIT_WINDOWS."""
-    _check_outputs(out, plot)
+    _check_outputs(out, plot, (source, static) if source is not None else _data_files(cfg))
     windows = REFIT_WINDOWS if windows is None else windows
     check_origins(windows, step)
     cfg = resolve(cfg)
@@ -215,6 +215,11 @@ def _load(run: str | Path) -> Predictor:
     if predictor.config.train.num_threads:
         torch.set_num_threads(predictor.config.train.num_threads)
     return predictor
+
+
+def _data_files(cfg: Config) -> tuple[str, ...]:
+    """The files a run's config reads: its CSV and its static table, where it names them."""
+    return tuple(path for path in (cfg.data.path, cfg.data.static_path) if path)
 
 
 def _check_outputs(out: Path | None, plot: Path | None, reads: tuple[Source | None, ...] = ()) -> None:
