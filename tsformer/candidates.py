@@ -122,18 +122,13 @@ def candidate_forecasts(
     if zero is None:
         zero = torch.full_like(contexts[:, :1], -torch.inf)
     parts = [
-        _built_in(
-            contexts[start : start + CHUNK_WINDOWS],
-            None if observed is None else observed[start : start + CHUNK_WINDOWS],
-            horizon,
-            season,
-            week,
-        )
-        | _intermittent(
+        _block(
             contexts[start : start + CHUNK_WINDOWS],
             None if observed is None else observed[start : start + CHUNK_WINDOWS],
             zero[start : start + CHUNK_WINDOWS],
             horizon,
+            season,
+            week,
             intermittent,
         )
         for start in range(0, max(len(contexts), 1), CHUNK_WINDOWS)
@@ -145,12 +140,29 @@ def candidate_forecasts(
     return out
 
 
-def _built_in(
-    contexts: torch.Tensor, observed: torch.Tensor | None, horizon: int, season: int, week: int
+def _block(
+    contexts: torch.Tensor,
+    observed: torch.Tensor | None,
+    zero: torch.Tensor,
+    horizon: int,
+    season: int,
+    week: int,
+    intermittent: tuple[str, ...],
 ) -> dict[str, torch.Tensor]:
-    """The built-in candidates' forecasts (N, H, C) of one block of contexts (N, L, C)."""
+    """The built-in candidates' forecasts (N, H, C) of one block of contexts (N, L, C), and those of
+    `intermittent` counted from `zero` (N, 1, C), from one forward fill."""
     history = forward_fill(contexts, observed)
-    first = first_observed(history, observed)
+    out = _built_in(history, first_observed(history, observed), horizon, season, week)
+    if intermittent:
+        out |= intermittent_forecasts(history, observed, zero, horizon, intermittent)
+    return out
+
+
+def _built_in(
+    history: torch.Tensor, first: torch.Tensor, horizon: int, season: int, week: int
+) -> dict[str, torch.Tensor]:
+    """The built-in candidates' forecasts (N, H, C) of forward-filled contexts (N, L, C) whose columns start at
+    `first` (N, 1, C)."""
     steps_ahead = torch.arange(1, horizon + 1, dtype=history.dtype, device=history.device).view(1, -1, 1)
     last = repeat_last(history, horizon)
     seasonal = seasonal_naive(history, horizon, season)
@@ -164,15 +176,6 @@ def _built_in(
         weekly = seasonal_naive(history, horizon, week)
         out |= {"weekly_naive": weekly, "weekly_drift": weekly + steps_ahead * drift_per_step(history, first, week)}
     return out
-
-
-def _intermittent(
-    contexts: torch.Tensor, observed: torch.Tensor | None, zero: torch.Tensor, horizon: int, names: tuple[str, ...]
-) -> dict[str, torch.Tensor]:
-    """The intermittent candidates' forecasts (N, H, C) of one block of contexts (N, L, C), those `names` asks."""
-    if not names:
-        return {}
-    return intermittent_forecasts(forward_fill(contexts, observed), observed, zero, horizon, names)
 
 
 def first_observed(history: torch.Tensor, observed: torch.Tensor | None) -> torch.Tensor:

@@ -77,7 +77,7 @@ from tsformer.config import (
 )
 from tsformer.data.calendar import calendar_features, calendar_names
 from tsformer.data.loader import SeriesFrame
-from tsformer.data.split import SplitBorders, panel_min_history, split_borders, val_horizons, window_counts
+from tsformer.data.split import Scaler, SplitBorders, panel_min_history, split_borders, val_horizons, window_counts
 from tsformer.data.timestamps import written_offset
 from tsformer.metrics import season_length
 
@@ -301,34 +301,28 @@ def _choose_candidates(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -
 
 
 def intermittent_share(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> tuple[np.ndarray, float]:
-    """(n_columns,) bool: the target columns whose forecasts data.floor floors at zero for every series, as
-    `Scaler.floors` decides from the training rows (auto: a wide file's column that reached zero and never went
-    below; a panel's column where some series did and none went below); and the largest share of zero values
-    among one series' observed training values in a floored column (0 where none is floored)."""
-    lowest, zeros = _training_lowest_and_zeros(frame, borders)
-    rule = cfg.data.floor
-    if rule != "auto":
-        floored = np.full(len(frame.columns), rule == "zero")
-    elif frame.id_cols:  # one column of a long file is one quantity: floored for every series or none
-        floored = ~np.isnan(lowest).all(axis=0) & (np.nanmin(np.where(np.isnan(lowest), np.inf, lowest), axis=0) == 0)
-    else:
-        floored = lowest[0] == 0
-    return floored, float(zeros[:, floored].max(initial=0.0))
-
-
-def _training_lowest_and_zeros(frame: SeriesFrame, borders: SplitBorders) -> tuple[np.ndarray, np.ndarray]:
-    """(n_ids, n_columns) each: every series' lowest observed training value per target column (NaN where it has
-    none) and the share of its observed training values that are zero."""
-    shape = (frame.n_ids, len(frame.columns))
-    lowest, zeros = np.full(shape, np.nan), np.zeros(shape)
+    """(n_columns,) bool: the target columns whose forecasts data.floor floors at zero for every series (`_floored`);
+    and the largest share of zero values among one series' observed training values in a floored column (0 where
+    none is floored)."""
+    floored = _floored(cfg, frame, _training_scaler(frame, borders))
+    shares = np.zeros((frame.n_ids, len(frame.columns)))
     for i, (start, end) in enumerate(zip(frame.bounds[:-1], borders.train_end, strict=True)):
         rows = slice(int(start), int(start) + int(end))
-        values = np.where(frame.observed[rows], frame.values[rows], np.nan)  # (rows, n_columns)
-        with warnings.catch_warnings():  # a column with no training value here: NaN
-            warnings.simplefilter("ignore", RuntimeWarning)
-            lowest[i] = np.nanmin(values, axis=0) if len(values) else np.nan
-        zeros[i] = (values == 0).sum(axis=0) / np.maximum(frame.observed[rows].sum(axis=0), 1)
-    return lowest, zeros
+        seen = frame.observed[rows]  # (rows, n_columns)
+        shares[i] = (seen & (frame.values[rows] == 0)).sum(axis=0) / np.maximum(seen.sum(axis=0), 1)
+    return floored, float(shares[:, floored].max(initial=0.0))
+
+
+def _training_scaler(frame: SeriesFrame, borders: SplitBorders) -> Scaler:
+    """The targets' statistics on each series' training rows, as training fits them (`prepare.fit_scaler`)."""
+    return Scaler.fit_series(frame.values, frame.bounds, borders.train_end)[0]
+
+
+def _floored(cfg: Config, frame: SeriesFrame, scaler: Scaler) -> np.ndarray:
+    """(n_columns,) bool: the target columns whose forecasts data.floor floors at zero for every series, decided by
+    `Scaler.floors` as a trained predictor decides it (a panel's column for every series or none)."""
+    columns = scaler.bounded_columns() if frame.id_cols else None
+    return np.isfinite(scaler.floors(cfg.data.floor, columns)).all(axis=0)
 
 
 def _demand_candidates(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -> tuple[Config, str]:
@@ -339,16 +333,15 @@ def _demand_candidates(cfg: Config, frame: SeriesFrame, borders: SplitBorders) -
     asked = tuple(name for name in cfg.train.candidates if name in INTERMITTENT)
     if not asked:
         return cfg, ""
-    floored, _ = intermittent_share(cfg, frame, borders)
+    scaler = _training_scaler(frame, borders)
+    floored = _floored(cfg, frame, scaler)
     if floored.all():
         return cfg, ""
     j = int(np.argmin(floored))
     if cfg.data.floor == "none":
         why = "data.floor is none"
     else:
-        with warnings.catch_warnings():  # a column no series has a training value in: NaN
-            warnings.simplefilter("ignore", RuntimeWarning)
-            lowest = np.nanmin(_training_lowest_and_zeros(frame, borders)[0][:, j])
+        lowest = np.fmin.reduce(scaler.lowest[:, j])  # over every series; NaN where none has a training value
         why = f"its training values go down to {lowest:g}" if lowest < 0 else "its training values never reach zero"
     kept = tuple(name for name in cfg.train.candidates if name not in INTERMITTENT)
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, candidates=kept))
