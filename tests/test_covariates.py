@@ -169,6 +169,14 @@ def test_predict_needs_the_future_rows_of_every_series(covariate_csv, tmp_path):
                 "a missing value is an empty cell or NA, or correct it there",
             ),
         ),
+        "offsets": (
+            future.assign(ds=future["ds"] + "+00:00"),
+            ("writes its timestamps with UTC offsets and the data",),
+        ),
+        "ids-written-otherwise": (
+            future.assign(unique_id=future["unique_id"] + ".0"),
+            ("no rows for series 'A' (it holds 2 series ('A.0', 'B.0') that the data does not: are the ids written",),
+        ),
         "empty-cell": (
             future.assign(load=future["load"].where(np.arange(len(future)) != 5)),  # series B's second step
             ("misses covariate values for series 'B', 1 of 4", f"load at {future['ds'].iloc[5]}"),
@@ -183,6 +191,12 @@ def test_predict_needs_the_future_rows_of_every_series(covariate_csv, tmp_path):
     future.to_csv(tmp_path / "good.csv", index=False)
     result = invoke("predict", run, tmp_path / "history.csv", "--future", tmp_path / "good.csv")
     assert result.exit_code == 0, result.output
+    pd.concat([future, future[future.unique_id == "A"].assign(unique_id="Z")]).to_csv(
+        tmp_path / "extra.csv", index=False
+    )
+    extra = invoke("predict", run, tmp_path / "history.csv", "--future", tmp_path / "extra.csv")
+    assert extra.exit_code == 0 and extra.stdout == result.stdout, extra.output
+    assert "extra.csv holds 1 series ('Z') that the data does not; their rows are not read" in extra.stderr
     whole = frame.drop(columns=["y", "seen"])  # the covariate's whole timeline: history, then the horizon
     whole.to_csv(tmp_path / "whole.csv", index=False)
     from_whole = invoke("predict", run, tmp_path / "history.csv", "--future", tmp_path / "whole.csv")

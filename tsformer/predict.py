@@ -60,9 +60,10 @@ def forecast_after(
     frame = to_last_value(read, predictor.config.data.fill)
     ahead = rows_ahead(predictor, read, frame) if future is None else None
     if ahead is None:
-        ahead = read_future(predictor, frame, future)
+        ahead, notes = read_future(predictor, frame, future)
     else:
-        frame = dataclasses.replace(frame, notes=(*frame.notes, AHEAD_NOTE))
+        notes = (AHEAD_NOTE,)
+    frame = dataclasses.replace(frame, notes=(*frame.notes, *notes))
     shipped, timestamps, notes = shipped_after(predictor, frame, ahead)
     table = _table(predictor, frame, shipped, timestamps)
     return Forecast(table, notes, predictor.time_col, frame.time_notation, frame)
@@ -206,22 +207,25 @@ def rows_ahead(predictor: Predictor, read: SeriesFrame, history: SeriesFrame) ->
     return None if np.isnan(ahead).any() else ahead
 
 
-def read_future(predictor: Predictor, history: SeriesFrame, future: Source | None) -> np.ndarray | None:
+def read_future(
+    predictor: Predictor, history: SeriesFrame, future: Source | None
+) -> tuple[np.ndarray | None, tuple[str, ...]]:
     """(n_ids, horizon, n_future) the known-future covariates of `future` (a CSV or DataFrame): the
-    `horizon` steps after each series' last row (rows before and after them are not read); None when the model
-    reads none from the data."""
+    `horizon` steps after each series' last row with a target value (rows before and after them are not read);
+    None when the model reads none from the data. And a note naming the series `future` holds and the history
+    does not."""
     horizon, names = predictor.horizon, predictor.layout.future
     if not names:
         if future is not None:
             raise DataError(
                 "the model reads no known-future covariate columns (trained without --future-cov); drop --future"
             )
-        return None
+        return None, ()
     if future is None:
         raise DataError(
-            f"the model reads the known-future covariates {', '.join(names)}; pass --future CSV with "
-            f"their values for the {horizon} steps after each series' last row (or end each series with {horizon} "
-            "rows that hold them and no target value)"
+            f"the model reads the known-future covariates {', '.join(names)}; pass --future CSV with their "
+            f"values for the {horizon} steps after each series' last target value (or end each series with "
+            f"{horizon} rows that hold them and no target value)"
         )
     data_cfg = dataclasses.replace(
         predictor.config.data,
@@ -245,13 +249,22 @@ def read_future(predictor: Predictor, history: SeriesFrame, future: Source | Non
         for wrong, right in fixes.items():  # the reader speaks of targets; here its columns are covariates
             message = message.replace(wrong, right)
         raise DataError(f"{where}: {message.replace('target column', 'covariate')}") from None
+    if (frame.timestamps.tz is None) != (history.timestamps.tz is None):
+        stated, data = ("with", "without") if history.timestamps.tz is None else ("without", "with")
+        raise DataError(
+            f"{where} writes its timestamps {stated} UTC offsets and the data {data}; write both alike (offsets such "
+            "as +01:00 in each, or in neither)"
+        )
     rows = {key: i for i, key in enumerate(frame.keys)}
+    known = set(history.keys)
+    others = [key for key in frame.keys if key not in known]  # series the data does not hold
     offset = to_offset(predictor.freq)
     out = np.empty((history.n_ids, horizon, len(names)), dtype=np.float32)
     for i, key in enumerate(history.keys):
         series = f"series {'/'.join(key)!r}" if predictor.id_cols else "the forecast"
         if key not in rows:
-            raise DataError(f"{where} has no rows for {series}; give its next {horizon} steps")
+            held = f" (it holds {_series_names(others)} that the data does not: are the ids written alike?)"
+            raise DataError(f"{where} has no rows for {series}{held if others else ''}; give its next {horizon} steps")
         span = frame.rows_of(rows[key])
         expected = history.timestamps[int(history.bounds[i + 1]) - 1] + offset
         first = span.start + int(frame.timestamps[span].searchsorted(expected))  # rows before it (history) unused
@@ -271,7 +284,14 @@ def read_future(predictor: Predictor, history: SeriesFrame, future: Source | Non
                 "give every value"
             )
         out[i] = frame.values[span]
-    return out
+    unread = f"{where} holds {_series_names(others)} that the data does not; their rows are not read"
+    return out, (unread,) if others else ()
+
+
+def _series_names(keys: list[tuple[str, ...]]) -> str:
+    """'1 series ('9/A1')' or '4 series ('9/A1', '9/A2', '9/B1', ...)'."""
+    shown = ", ".join(repr("/".join(key)) for key in keys[:3])
+    return f"{len(keys)} series ({shown}{', ...' if len(keys) > 3 else ''})"
 
 
 def series_scaler(predictor: Predictor, frame: SeriesFrame) -> tuple[Scaler, int]:

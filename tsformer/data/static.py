@@ -67,7 +67,8 @@ def static_columns(
     table: pd.DataFrame, wanted: tuple[str, ...], codes: np.ndarray, series: tuple[str, ...], id_cols: tuple
 ) -> pd.DataFrame:
     """The data's own columns `wanted` as static covariates: each must hold one value in each series (`codes`
-    (n_rows,) names each row's series, `series` their names). One row per series."""
+    (n_rows,) names each row's series, grouped, `series` their names); a blank cell gives none (the rows ahead
+    of a long file often leave them blank). One row per series."""
     if not id_cols:
         raise DataError(WIDE)
     for name in wanted:
@@ -75,7 +76,7 @@ def static_columns(
             raise DataError(f"static covariate {name!r} is not a column; columns are: {names(table.columns)}")
         column = table[name]
         text = column.astype(str).str.strip().where(column.notna())
-        distinct = text.groupby(codes).nunique(dropna=False)
+        distinct = text.groupby(codes).nunique()
         varying = np.flatnonzero(distinct.to_numpy() > 1)
         if len(varying):
             i = int(distinct.index[varying[0]])
@@ -86,8 +87,20 @@ def static_columns(
                 f"{values.index[0]}, {other.iloc[0]!r} at line {other.index[0]}); a static covariate holds one value "
                 "per series: give a time-varying one as --past-cov or --future-cov"
             )
-    first = np.searchsorted(codes, np.arange(len(series)))  # rows are grouped by series here
-    return _typed(table.iloc[first][list(wanted)], "the data")
+    first = np.searchsorted(codes, np.arange(len(series)))  # each series' first row: rows are grouped by series
+    values = {name: table[name].to_numpy()[_first_given(table[name], codes, first)] for name in wanted}
+    return _typed(pd.DataFrame(values, index=table.index[first]), "the data")
+
+
+def _first_given(column: pd.Series, codes: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """(n_series,) each series' first row (of grouped `codes`) where `column` holds a value, else its `first` row."""
+    given = np.flatnonzero(column.notna().to_numpy())  # rows with a value, in order
+    if not len(given):
+        return first
+    at = np.searchsorted(codes[given], np.arange(len(first)))  # (n_series,) each series' first of them
+    found = at < len(given)
+    found[found] = codes[given[at[found]]] == np.flatnonzero(found)
+    return np.where(found, given[np.minimum(at, len(given) - 1)], first)
 
 
 def _typed(rows: pd.DataFrame, where: str) -> pd.DataFrame:
