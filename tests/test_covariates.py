@@ -191,6 +191,12 @@ def test_predict_needs_the_future_rows_of_every_series(covariate_csv, tmp_path):
     future.to_csv(tmp_path / "good.csv", index=False)
     result = invoke("predict", run, tmp_path / "history.csv", "--future", tmp_path / "good.csv")
     assert result.exit_code == 0, result.output
+    early = history.drop(index=history.index[history.unique_id == "B"][-3:])  # B no longer sold
+    early.to_csv(tmp_path / "early.csv", index=False)
+    future[future.unique_id == "A"].to_csv(tmp_path / "a-only.csv", index=False)
+    ended = invoke("predict", run, tmp_path / "early.csv", "--future", tmp_path / "a-only.csv")
+    last_b = early["ds"][early.unique_id == "B"].iloc[-1]
+    assert_error(ended, "no rows for series 'B'; give its next 4 steps from", f"(it ends early, at {last_b}: or leave")
     pd.concat([future, future[future.unique_id == "A"].assign(unique_id="Z")]).to_csv(
         tmp_path / "extra.csv", index=False
     )

@@ -259,14 +259,20 @@ def read_future(
     known = set(history.keys)
     others = [key for key in frame.keys if key not in known]  # series the data does not hold
     offset = to_offset(predictor.freq)
+    latest = history.timestamps[history.bounds[1:] - 1].max()  # the data's last time: a series ending before it ended
     out = np.empty((history.n_ids, horizon, len(names)), dtype=np.float32)
     for i, key in enumerate(history.keys):
         series = f"series {'/'.join(key)!r}" if predictor.id_cols else "the forecast"
+        last = history.timestamps[int(history.bounds[i + 1]) - 1]
+        expected = last + offset
         if key not in rows:
             held = f" (it holds {_series_names(others)} that the data does not: are the ids written alike?)"
-            raise DataError(f"{where} has no rows for {series}{held if others else ''}; give its next {horizon} steps")
+            early = f" (it ends early, at {last}: or leave the series out of the data)" if last < latest else ""
+            raise DataError(
+                f"{where} has no rows for {series}{held if others else ''}; give its next {horizon} steps from "
+                f"{expected}{early}"
+            )
         span = frame.rows_of(rows[key])
-        expected = history.timestamps[int(history.bounds[i + 1]) - 1] + offset
         first = span.start + int(frame.timestamps[span].searchsorted(expected))  # rows before it (history) unused
         if first + horizon > span.stop or frame.timestamps[first] != expected:
             raise DataError(
