@@ -162,6 +162,24 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(series_csv, tmp_path, resto
     assert _saved_epoch(run) > saved and load_train_state(run / LAST_FILE)[1]["loop"]["finished"]
 
 
+def test_ctrl_c_after_the_last_epoch_says_how_to_resume(series_csv, tmp_path, monkeypatch, restore_threads):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(train_module, "choose_and_calibrate", interrupted)  # candidates scored after the epochs
+        run = tmp_path / "run"
+        result = CliRunner().invoke(app, [*_train_argv(series_csv, run), "--quiet"])
+    assert result.exit_code == 130
+    assert result.output.strip() == (
+        "Error: training stopped while the candidates were scored after the last epoch (its epochs are saved; "
+        f"resume with: tsformer train --resume --out {run})"
+    )
+    resumed = CliRunner().invoke(app, ["train", "--resume", "--out", str(run), "--quiet"])
+    assert resumed.exit_code == 0, resumed.output
+    assert (run / MODEL_FILE).exists()
+
+
 def test_ctrl_c_before_any_epoch_says_nothing_was_saved(series_csv, tmp_path, monkeypatch, restore_threads):
     def interrupted(self, *args, **kwargs):
         raise KeyboardInterrupt

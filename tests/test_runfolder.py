@@ -170,6 +170,14 @@ def test_overwrite_refuses_a_folder_that_is_not_a_run(tmp_path):
         claim(folder, overwrite=True, resume=False)
     assert (folder / "thesis.tex").read_text() == "precious"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["documents"]
+    project = tmp_path / "project"  # another program's config.yaml and model.pt: no proof of a run
+    (project / "src").mkdir(parents=True)
+    (project / "config.yaml").write_text("name: myapp\n")
+    (project / MODEL_FILE).write_bytes(b"weights")
+    with pytest.raises(ConfigError, match="not a tsformer run folder"):
+        claim(project, overwrite=True, resume=False)
+    (project / "config.yaml").write_text("data: {}\nmodel: {}\ntrain: {}\n")  # tsformer's sections: a run
+    claim(project, overwrite=True, resume=False).release()
 
 
 def test_claim_publish_release(tmp_path):

@@ -255,11 +255,9 @@ def train(
         given += (
             ["--config"] * (config is not None) + ["--set"] * bool(overrides) + ["--data-dir"] * (data_dir is not None)
         )
-        if given or overwrite:
-            fail(
-                f"--resume continues {out} with its saved config and data; drop {', '.join(given or ['--overwrite'])} "
-                "(keep --out)"
-            )
+        given += ["--overwrite"] * overwrite
+        if given:
+            fail(f"--resume continues {out} with its saved config and data; drop {', '.join(given)} (keep --out)")
     cfg = None if resume else config_from_flags(config, flags, overrides)
     frame = None
     if cfg is not None and cfg.data.path:  # read it before torch loads, so a bad CSV is a quick error

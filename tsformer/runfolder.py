@@ -14,13 +14,16 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from tsformer.errors import CheckpointError, ConfigError
 from tsformer.files import remove_temp_files
 
 MODEL_FILE = "model.pt"  # the predictor, for evaluate/predict/check
 LAST_FILE = "last.pt"  # latest epoch with optimizer and RNG state, for --resume
 CONFIG_FILE = "config.yaml"  # the resolved config
-RUN_MARKERS = (CONFIG_FILE, MODEL_FILE, LAST_FILE)  # a folder holding one of these is a tsformer run
+CHECKPOINTS = (MODEL_FILE, LAST_FILE)  # a run holds one of these beside its config (`_is_run`)
+CONFIG_SECTIONS = {"data", "model", "train"}  # a run's config.yaml holds exactly these
 
 
 @dataclass
@@ -117,11 +120,23 @@ def _check_replaceable(out_dir: Path, overwrite: bool, resumable: bool, named: s
             f"run folder {out_dir} already exists and is not empty; pass --overwrite to replace it, "
             f"{continued}or choose another {named}"
         )
-    if not any((out_dir / marker).exists() for marker in RUN_MARKERS):
+    if not _is_run(out_dir):
         raise ConfigError(
-            f"{out_dir} is not a tsformer run folder (it has no {', '.join(RUN_MARKERS)}), so --overwrite "
-            f"will not replace it; choose another {named}"
+            f"{out_dir} is not a tsformer run folder (it has no {CONFIG_FILE} of tsformer's beside a "
+            f"{' or '.join(CHECKPOINTS)}), so --overwrite will not replace it; choose another {named}"
         )
+
+
+def _is_run(folder: Path) -> bool:
+    """Whether `folder` holds a tsformer run: a config.yaml of exactly the data, model and train sections, and a
+    checkpoint beside it (a file merely named config.yaml or model.pt is no proof: --overwrite deletes the folder)."""
+    if not any((folder / name).is_file() for name in CHECKPOINTS):
+        return False
+    try:
+        raw = yaml.safe_load((folder / CONFIG_FILE).read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(raw, dict) and set(raw) == CONFIG_SECTIONS
 
 
 def _sibling(out_dir: Path, kind: str) -> Path:

@@ -215,10 +215,20 @@ def _train(
         runner.loop(state, train_windows, val_windows)
     model.load_state_dict(runner.best_state)
     model.eval()
-    linear, cfg, linear_line = _linear_candidate(cfg, data, model)
-    predictor, decision = choose_and_calibrate(
-        _uncalibrated(cfg, data, model, linear), val_windows, data, runner.best_val_outputs
-    )
+    try:
+        linear, cfg, linear_line = _linear_candidate(cfg, data, model)
+        predictor, decision = choose_and_calibrate(
+            _uncalibrated(cfg, data, model, linear), val_windows, data, runner.best_val_outputs
+        )
+    except KeyboardInterrupt as stop:
+        kept = (
+            "in memory: nothing kept"
+            if out_dir is None
+            else f"its epochs are saved; resume with: tsformer train --resume --out {out_dir}"
+        )
+        raise Interrupted(
+            f"training stopped while the candidates were scored after the last epoch ({kept})", stop
+        ) from None
     final = None
     if cfg.train.final_fit:
         final = _final_fit(cfg, data, ctx, state.best_epoch, out_dir, show_progress)
