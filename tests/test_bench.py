@@ -198,6 +198,13 @@ def test_every_config_is_read_before_any_trains_and_its_mistakes_name_it(tiny_cs
     beside = tmp_path / "other" / "beside.yaml"  # a path relative to the config's folder
     beside.write_text(TINY_BENCH.replace(f"path: {tiny_csv.name}", f"path: ../{tiny_csv.name}"))
     assert read_bench_configs([beside])[0].config.data.path == str(tmp_path / "other" / ".." / tiny_csv.name)
+    from typer.testing import CliRunner
+
+    from tsformer.cli import app
+
+    trained = CliRunner().invoke(app, ["train", "--config", str(beside), "--out", str(tmp_path / "run"), "--quiet"])
+    assert trained.exit_code == 0, trained.output  # `make runs` finds it as bench does
+    assert Path(load_config(tmp_path / "run" / "config.yaml").data.path) == tiny_csv.resolve()
     lost = tmp_path / "lost.yaml"
     lost.write_text(TINY_BENCH.replace(f"path: {tiny_csv.name}", "path: missing.csv"))
     with pytest.raises(DataError, match=rf"^{lost}: its data.path missing.csv is not a file here, beside the config"):

@@ -155,6 +155,8 @@ def test_a_searched_run_ships_the_members_chosen_and_checks_as_one_model(searche
         expected = torch.stack([m.outputs_last(*inputs)[0] for m in parts]).mean(0)
         torch.testing.assert_close(model.outputs_last(*inputs)[0], expected)
     assert predictor.summary.lines[0].startswith("recipe search within 300 s")
+    cycle = f"cycle {saved.config.model.cycle}" if saved.config.model.cycle else "no cycle"  # the week, or none
+    assert f", loss {saved.config.train.loss}, {cycle}, {members} member" in predictor.summary.lines[0]
     failed = [r for r in check_predictor(predictor, predictor.data) if not r.passed]
     assert not failed, failed
     assert len(predictor.predict()) == predictor.config.model.horizon

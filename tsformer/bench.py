@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tsformer.check import check_predictor
 from tsformer.config import Config, load_config, to_dict, with_data_path
-from tsformer.datasets import resolve_data_path
+from tsformer.datasets import beside_config, resolve_data_path
 from tsformer.errors import ConfigError, DataError
 from tsformer.evaluate import evaluate, write_report
 from tsformer.files import atomic_write_text
@@ -60,10 +60,7 @@ def read_bench_configs(
             given = load_config(path)
             if not given.data.path:
                 raise ConfigError("it sets no data.path; give the CSV it benchmarks as data.path")
-            data = Path(given.data.path)
-            beside = path.parent / data
-            found = beside if not data.exists() and not data.is_absolute() and beside.is_file() else data
-            cfg = with_data_path(given, resolve_data_path(found, data_dir))
+            cfg = with_data_path(given, resolve_data_path(beside_config(given.data.path, path), data_dir))
             if not Path(cfg.data.path).is_file():
                 raise DataError(
                     f"its data.path {given.data.path} is not a file here, beside the config, or in the data "

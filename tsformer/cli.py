@@ -220,7 +220,7 @@ def train(
     """
     from tsformer.config import config_from_flags, given_flags, seconds_of, with_data_path
     from tsformer.data.loader import read_series
-    from tsformer.datasets import find_data_file
+    from tsformer.datasets import beside_config, find_data_file
 
     flags = {
         "data": {
@@ -261,7 +261,8 @@ def train(
     cfg = None if resume else config_from_flags(config, flags, overrides)
     frame = None
     if cfg is not None and cfg.data.path:  # read it before torch loads, so a bad CSV is a quick error
-        cfg = with_data_path(cfg, find_data_file(cfg.data.path, data_dir))
+        from_config = None if csv else config  # a config's relative data path may lie beside it
+        cfg = with_data_path(cfg, find_data_file(beside_config(cfg.data.path, from_config), data_dir))
         frame = read_series(cfg.data.path, cfg.data)
     from tsformer.train import train as train_run
 

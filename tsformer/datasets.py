@@ -71,6 +71,16 @@ def resolve_data_path(path: str | Path, data_dir: str | Path | None = None) -> P
     return path  # reading it reports "not found" with the path the user gave
 
 
+def beside_config(path: str | Path, config: str | Path | None) -> Path:
+    """A config's relative data path: as given where it exists from the current folder, else from the config's own
+    folder where it is a file there (`tsformer train --config` and `tsformer bench` alike), else as given."""
+    path = Path(path)
+    if config is None or path.exists() or path.is_absolute():
+        return path
+    beside = Path(config).parent / path
+    return beside if beside.is_file() else path
+
+
 def find_data_file(path: str | Path, data_dir: str | Path | None = None, flag: str = "--data-dir") -> Path:
     """`resolve_data_path`, refusing a relative path found nowhere with where it was looked for (and, for a known
     dataset's file, how to fetch it); `flag`: the option that names a data directory ("" where there is none)."""

@@ -98,10 +98,11 @@ class Searched:
         skipped = self.log.loc[self.log["outcome"] == "not tried (time)", "candidate"].tolist()
         cut = trained.loc[trained["stopped_by"] == "time", "candidate"].tolist()
         cfg = self.config
+        cycle = f"cycle {cfg.model.cycle}" if cfg.model.cycle else "no cycle"
         return (
             f"recipe search within {self.budget:g} s (train.time_limit): {len(trained)} candidates trained and scored "
             f"on the same validation windows (search.csv); chose context {cfg.model.context_len}, loss "
-            f"{cfg.train.loss}, {len(self.members)} member{'s' * (len(self.members) > 1)}: validation score "
+            f"{cfg.train.loss}, {cycle}, {len(self.members)} member{'s' * (len(self.members) > 1)}: validation score "
             f"{self.val_loss:.4f} against {self.default_val_loss:.4f} for the default recipe alone"
             + (f"; not tried for time: {', '.join(skipped)}" if skipped else "")
             + (
