@@ -19,7 +19,7 @@ import tsformer.checkpoint as checkpoint_module
 import tsformer.train as train_module
 from tsformer.checkpoint import save_predictor
 from tsformer.cli import app
-from tsformer.config import load_config
+from tsformer.config import load_config, save_config
 from tsformer.data import training_data
 from tsformer.errors import CheckpointError, TrainingError
 from tsformer.model import Forecaster
@@ -359,11 +359,15 @@ def test_resuming_a_finished_run_rewrites_its_history_from_last_pt_and_remakes_n
     train(cfg, run, show_progress=False)
     whole = (run / "history.csv").read_text()
     (run / "history.csv").write_text("".join(whole.splitlines(keepends=True)[:-1]))  # the last epoch lost
+    resolved = (run / "config.yaml").read_text()
+    save_config(cfg, run / "config.yaml")  # the config as given, as a kill before the last write leaves it
+    assert (run / "config.yaml").read_text() != resolved
     model = (run / "model.pt").read_bytes()
     calls = []
     monkeypatch.setattr(train_module, "choose_and_calibrate", lambda *a, **k: calls.append(a))
     train(cfg, run, resume=True, show_progress=False)
     assert (run / "history.csv").read_text() == whole
+    assert (run / "config.yaml").read_text() == resolved  # the config resolved to the end, written again
     assert calls == [] and (run / "model.pt").read_bytes() == model  # nothing made again: the same run
     assert "is a finished run: nothing to resume" in capsys.readouterr().err
 

@@ -192,10 +192,11 @@ def _train(
         _require_same_data(previous, data, out_dir)
     if saved is not None and saved.summary is not None:  # finished: its fallback and final model are made
         finished = saved.replace(data=data)
-        if folder is not None:  # its history written again from last.pt (a kill may have cut history.csv short)
+        if folder is not None:  # its history and config written again (a kill may have cut history.csv short)
             if say is not None:
                 say(f"{out_dir} is a finished run: nothing to resume (--overwrite trains it again)")
             _write_history(folder, pd.DataFrame(train_state["loop"]["history"]))
+            save_config(saved.config, folder.path / CONFIG_FILE)
         return finished
     if cfg.train.time_limit:
         return _searched(given, data, ctx, started, out_dir, folder, show_progress)
@@ -367,10 +368,11 @@ def _lines(decision: Decision, predictor: Predictor, final: FinalFit | None, bes
 
 
 def _write_run(folder: runfolder.RunFolder, predictor: Predictor, history: pd.DataFrame) -> None:
-    """The finished run's history, its plot, model.pt and the config resolved to the end (train.linear_rows)."""
+    """The finished run's history, its plot, the config resolved to the end (train.linear_rows) and, last, model.pt,
+    whose summary marks the run finished: a kill before it leaves a run that --resume finishes."""
     _write_history(folder, history)
-    save_predictor(predictor, folder.path / MODEL_FILE)
     save_config(predictor.config, folder.path / CONFIG_FILE)
+    save_predictor(predictor, folder.path / MODEL_FILE)
 
 
 def _write_history(folder: runfolder.RunFolder, history: pd.DataFrame) -> None:
