@@ -169,6 +169,14 @@ def test_the_time_limit_holds_when_training_would_run_longer():
     wall = time.monotonic() - started
     assert 0.7 * 8 < wall <= 1.1 * 8
     assert predictor.summary.train_seconds <= 1.1 * 8
+    assert not [line for line in predictor.summary.lines if line.startswith("the run took")]
+
+
+def test_a_budget_shorter_than_the_least_run_says_so():
+    predictor = train(searched_config(0.05), None, show_progress=False, source=make_frame(n_rows=200))
+    assert predictor.summary.train_seconds > 1.1 * 0.05
+    line = predictor.summary.lines[1]
+    assert line.startswith("the run took ") and "past train.time_limit (0.05 s) by more than 10%" in line, line
 
 
 def test_a_searched_run_is_not_resumed_but_says_why(searched_run):

@@ -55,6 +55,7 @@ from tsformer.search import Candidate, HeldOut, search, validation_targets
 
 SEARCH_FILE = "search.csv"  # the recipe search's log (train.time_limit)
 CALIBRATION_SAMPLE = 32  # validation windows timed to plan the search's room for the fallback and calibration
+OVERRUN = 0.1  # a search past its train.time_limit by more than this share says so (the budget is held to 10 %)
 
 
 @dataclass
@@ -315,15 +316,17 @@ def _searched(
         )  # fmt: skip
         final = _with_final_linear(final, predictor, chosen)
     first = searched.members[0]
+    seconds = time.monotonic() - started
     summary = TrainSummary(
         first.best_epoch,
         searched.val_loss,
         first.epochs_run,
-        time.monotonic() - started,
+        seconds,
         sum(p.numel() for p in model.parameters()),
         first.n_train_windows,
         len(val_windows),
-        (searched.line(), *linear_line) + _lines(decision, predictor, final, first.best_epoch),
+        (searched.line(), *_overrun(seconds, given.train.time_limit), *linear_line)
+        + _lines(decision, predictor, final, first.best_epoch),
         f"each candidate stopped by patience or the search's deadline (search.csv); {len(members)} member"
         + "s" * (len(members) > 1),
         validation_targets(chosen).of(searched.outputs[0]).mse,
@@ -337,6 +340,17 @@ def _searched(
         _write_run(folder, predictor, history)
         folder.publish()
     return predictor
+
+
+def _overrun(seconds: float, time_limit: float) -> tuple[str, ...]:
+    """A line where the search took more than OVERRUN past its time limit: the least a run takes did not fit."""
+    if seconds <= (1 + OVERRUN) * time_limit:
+        return ()
+    return (
+        f"the run took {seconds:.1f} s, past train.time_limit ({time_limit:g} s) by more than {OVERRUN:.0%}: the "
+        "least a run takes (an optimiser step, the candidates' scores, the final fit) did not fit in it; give a "
+        "longer --time-limit",
+    )
 
 
 def _calibration_seconds(data: Prepared) -> float:
