@@ -221,10 +221,10 @@ def test_static_covariates_numeric_and_categorical_from_a_table_or_the_data():
         from_table.predict(data[["unique_id", "ds", "y"]]),
     )  # the same values, from either place, give the same model and forecast
     blanks = data[["unique_id", "ds", "y", "kind", "size"]].copy()
-    blanks.loc[blanks.groupby("unique_id").head(2).index, ["kind", "size"]] = None  # each series' first rows blank
+    blanks.loc[blanks.groupby("unique_id").tail(3).index, ["kind", "size"]] = None  # each series' last rows blank
     pd.testing.assert_frame_equal(from_data.predict(blanks), from_table.predict(data[["unique_id", "ds", "y"]]))
-    blanks.loc[blanks.unique_id == "S1", "kind"] = None
-    with pytest.raises(DataError, match=r"static covariate 'kind' has no value in the data at row \d+"):
+    blanks.loc[blanks.groupby("unique_id").head(1).index, "kind"] = None  # a value written only in later rows
+    with pytest.raises(DataError, match=r"static covariate 'kind' has no value in the first row of series 'S0'"):
         from_data.predict(blanks)
     other = static.assign(size=static["size"] + 3.0)
     moved = from_table.predict(data[["unique_id", "ds", "y"]], static_df=other)

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import tsformer
 from tsformer.bench import run_benchmark
 from tsformer.config import load_config, with_data_path
 from tsformer.data import training_data
@@ -195,6 +196,8 @@ def test_every_config_is_read_before_any_trains_and_its_mistakes_name_it(tiny_cs
     nowhere.write_text("model:\n  horizon: 4\n")
     with pytest.raises(ConfigError, match=rf"^{nowhere}: it sets no data.path"):
         read_bench_configs([nowhere], tmp_path)
+    lost = tmp_path / "lost.yaml"
+    lost.write_text(TINY_BENCH.replace(f"path: {tiny_csv.name}", "path: missing.csv"))
     beside = tmp_path / "other" / "beside.yaml"  # a path relative to the config's folder
     beside.write_text(TINY_BENCH.replace(f"path: {tiny_csv.name}", f"path: ../{tiny_csv.name}"))
     assert read_bench_configs([beside])[0].config.data.path == str(tmp_path / "other" / ".." / tiny_csv.name)
@@ -205,8 +208,9 @@ def test_every_config_is_read_before_any_trains_and_its_mistakes_name_it(tiny_cs
     trained = CliRunner().invoke(app, ["train", "--config", str(beside), "--out", str(tmp_path / "run"), "--quiet"])
     assert trained.exit_code == 0, trained.output  # `make runs` finds it as bench does
     assert Path(load_config(tmp_path / "run" / "config.yaml").data.path) == tiny_csv.resolve()
-    lost = tmp_path / "lost.yaml"
-    lost.write_text(TINY_BENCH.replace(f"path: {tiny_csv.name}", "path: missing.csv"))
+    assert Path(tsformer.fit(config=beside).config.data.path).resolve() == tiny_csv.resolve()  # the API alike
+    missing = CliRunner().invoke(app, ["train", "--config", str(lost), "--out", str(tmp_path / "lost")])
+    assert missing.exit_code == 2 and f"file missing.csv not found here, beside the config {lost} or" in missing.output
     with pytest.raises(DataError, match=rf"^{lost}: its data.path missing.csv is not a file here, beside the config"):
         read_bench_configs([lost], tmp_path)
 

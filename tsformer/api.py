@@ -88,6 +88,8 @@ def fit(
         source = data
     elif data is not None:
         cfg = with_data_path(cfg, find_data_file(str(data), flag=""))
+    elif isinstance(config, str | Path) and cfg.data.path:  # a config's relative data path may lie beside it
+        cfg = with_data_path(cfg, find_data_file(cfg.data.path, flag="", config=config))
     if resume and out is None:
         raise ConfigError("resume=True continues a run folder: give it as out=")
     shown = progress if notes is None else notes

@@ -220,7 +220,7 @@ def train(
     """
     from tsformer.config import config_from_flags, given_flags, seconds_of, with_data_path
     from tsformer.data.loader import read_series
-    from tsformer.datasets import beside_config, find_data_file
+    from tsformer.datasets import find_data_file
 
     flags = {
         "data": {
@@ -262,7 +262,7 @@ def train(
     frame = None
     if cfg is not None and cfg.data.path:  # read it before torch loads, so a bad CSV is a quick error
         from_config = None if csv else config  # a config's relative data path may lie beside it
-        cfg = with_data_path(cfg, find_data_file(beside_config(cfg.data.path, from_config), data_dir))
+        cfg = with_data_path(cfg, find_data_file(cfg.data.path, data_dir, config=from_config))
         frame = read_series(cfg.data.path, cfg.data)
     from tsformer.train import train as train_run
 
@@ -380,6 +380,7 @@ def backtest(
 
     if refit:
         from tsformer.config import load_config, with_data_path
+        from tsformer.datasets import find_data_file
         from tsformer.predictor import load_predictor
 
         if run is None:
@@ -389,6 +390,8 @@ def backtest(
         cfg, note = (load_config(config), "") if config is not None else load_predictor(run).refit_config()
         if csv is not None:
             cfg = with_data_path(cfg, csv)
+        elif config is not None and cfg.data.path:  # a config's relative data path may lie beside it
+            cfg = with_data_path(cfg, find_data_file(cfg.data.path, flag="", config=config))
         result = refit_backtest(cfg, folds, windows, step, start, out=out, plot=plot, note=note, report=_on_stderr)
     else:
         if run is None or config is not None:

@@ -81,17 +81,21 @@ def beside_config(path: str | Path, config: str | Path | None) -> Path:
     return beside if beside.is_file() else path
 
 
-def find_data_file(path: str | Path, data_dir: str | Path | None = None, flag: str = "--data-dir") -> Path:
-    """`resolve_data_path`, refusing a relative path found nowhere with where it was looked for (and, for a known
-    dataset's file, how to fetch it); `flag`: the option that names a data directory ("" where there is none)."""
-    found = resolve_data_path(path, data_dir)
+def find_data_file(
+    path: str | Path, data_dir: str | Path | None = None, flag: str = "--data-dir", config: str | Path | None = None
+) -> Path:
+    """`resolve_data_path` (of `beside_config` where the path is a config's), refusing a relative path found
+    nowhere with where it was looked for (and, for a known dataset's file, how to fetch it); `flag`: the option
+    that names a data directory ("" where there is none)."""
+    found = resolve_data_path(beside_config(path, config), data_dir)
     if found.exists() or found.is_absolute():
         return found  # an absolute path missing: reading it says so
     places = ", ".join(str(folder) for folder in data_dirs(data_dir))
     known = [d for d in REGISTRY.values() if d.file.lower() == found.name.lower()]
     fetch = f", or fetch it: tsformer datasets fetch {known[0].name}" if known else ""
+    beside = f", beside the config {config}" if config is not None else ""
     raise DataError(
-        f"file {path} not found here or in the data directories ({places}); check the path, or "
+        f"file {path} not found here{beside} or in the data directories ({places}); check the path, or "
         f"{f'pass {flag} (or set TSFORMER_DATA_DIR)' if flag else 'set TSFORMER_DATA_DIR'} to the folder that holds "
         f"it{fetch}"
     )

@@ -266,11 +266,12 @@ def read_future(
         last = history.timestamps[int(history.bounds[i + 1]) - 1]
         expected = last + offset
         if key not in rows:
+            start, end = history.time_notation.write(pd.DatetimeIndex([expected, last]))  # as the data writes them
             held = f" (it holds {_series_names(others)} that the data does not: are the ids written alike?)"
-            early = f" (it ends early, at {last}: or leave the series out of the data)" if last < latest else ""
+            early = f" (it ends early, at {end}: or leave the series out of the data)" if last < latest else ""
             raise DataError(
                 f"{where} has no rows for {series}{held if others else ''}; give its next {horizon} steps from "
-                f"{expected}{early}"
+                f"{start}{early}"
             )
         span = frame.rows_of(rows[key])
         first = span.start + int(frame.timestamps[span].searchsorted(expected))  # rows before it (history) unused

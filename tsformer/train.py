@@ -209,12 +209,16 @@ def _train(
     model.to(ctx.device)
     optimizer = build_optimizer(model, cfg.train)
     state = _restore(train_state, previous, model, optimizer) if previous is not None else LoopState()
-    if folder is not None and previous is None:
-        save_config(cfg, folder.path / CONFIG_FILE)
     runner = _Runner(cfg, data, model, optimizer, out_dir, folder, ctx, show_progress)
     runner.best_state = best_so_far  # a resumed run's best weights are its model.pt
-    if not state.finished:
-        runner.loop(state, train_windows, val_windows)
+    runner.saved_epoch = state.epoch
+    try:  # a stop from the staged config on is told what was kept, as within the epochs
+        if folder is not None and previous is None:
+            save_config(cfg, folder.path / CONFIG_FILE)
+        if not state.finished:
+            runner.loop(state, train_windows, val_windows)
+    except KeyboardInterrupt as stop:
+        raise runner.interrupted(stop) from None
     model.load_state_dict(runner.best_state)
     model.eval()
     try:
@@ -646,15 +650,17 @@ class _Runner:
                 train_loss, lr = self._train_epoch(state, train_windows, total_steps, started, progress)
                 self._end_epoch(state, train_loss, lr, self._val_loss(val_windows), started, progress)
         except KeyboardInterrupt as stop:
-            if not self.saved_epoch or self.out_dir is None:
-                raise Interrupted(
-                    f"training stopped during epoch {self.saved_epoch + 1}; {self._kept()}", stop
-                ) from None
-            raise Interrupted(
-                f"training stopped during epoch {self.saved_epoch + 1}; {self._kept()}. "
-                f"Resume with: tsformer train --resume --out {self.out_dir}",
-                stop,
-            ) from None
+            raise self.interrupted(stop) from None
+
+    def interrupted(self, stop: KeyboardInterrupt) -> Interrupted:
+        """The error a stop during the epochs ends the run with: what was kept, and how to resume."""
+        if not self.saved_epoch or self.out_dir is None:
+            return Interrupted(f"training stopped during epoch {self.saved_epoch + 1}; {self._kept()}", stop)
+        return Interrupted(
+            f"training stopped during epoch {self.saved_epoch + 1}; {self._kept()}. "
+            f"Resume with: tsformer train --resume --out {self.out_dir}",
+            stop,
+        )
 
     def fit_steps(self, windows: WindowIndex, epochs: int, steps_per_epoch: int, total_steps: int) -> int:
         """`epochs` epochs of `steps_per_epoch` steps each, no validation, on the schedule of `total_steps` (the

@@ -67,10 +67,12 @@ def static_columns(
     table: pd.DataFrame, wanted: tuple[str, ...], codes: np.ndarray, series: tuple[str, ...], id_cols: tuple
 ) -> pd.DataFrame:
     """The data's own columns `wanted` as static covariates: each must hold one value in each series (`codes`
-    (n_rows,) names each row's series, grouped, `series` their names); a blank cell gives none (the rows ahead
-    of a long file often leave them blank). One row per series."""
+    (n_rows,) names each row's series, grouped, `series` their names): its first row's, which later rows may
+    leave blank (the rows ahead of a long file often do), never a value written only later (a test row's). One
+    row per series."""
     if not id_cols:
         raise DataError(WIDE)
+    first = np.searchsorted(codes, np.arange(len(series)))  # each series' first row: rows are grouped by series
     for name in wanted:
         if name not in table.columns:
             raise DataError(f"static covariate {name!r} is not a column; columns are: {names(table.columns)}")
@@ -80,27 +82,22 @@ def static_columns(
         varying = np.flatnonzero(distinct.to_numpy() > 1)
         if len(varying):
             i = int(distinct.index[varying[0]])
-            values = text[codes == i]
+            values = text[(codes == i) & text.notna().to_numpy()]
             other = values[values != values.iloc[0]]
             raise DataError(
                 f"static covariate {name!r} varies within series {series[i]!r} ({values.iloc[0]!r} at line "
                 f"{values.index[0]}, {other.iloc[0]!r} at line {other.index[0]}); a static covariate holds one value "
                 "per series: give a time-varying one as --past-cov or --future-cov"
             )
-    first = np.searchsorted(codes, np.arange(len(series)))  # each series' first row: rows are grouped by series
-    values = {name: table[name].to_numpy()[_first_given(table[name], codes, first)] for name in wanted}
-    return _typed(pd.DataFrame(values, index=table.index[first]), "the data")
-
-
-def _first_given(column: pd.Series, codes: np.ndarray, first: np.ndarray) -> np.ndarray:
-    """(n_series,) each series' first row (of grouped `codes`) where `column` holds a value, else its `first` row."""
-    given = np.flatnonzero(column.notna().to_numpy())  # rows with a value, in order
-    if not len(given):
-        return first
-    at = np.searchsorted(codes[given], np.arange(len(first)))  # (n_series,) each series' first of them
-    found = at < len(given)
-    found[found] = codes[given[at[found]]] == np.flatnonzero(found)
-    return np.where(found, given[np.minimum(at, len(given) - 1)], first)
+        blank = np.flatnonzero(column.iloc[first].isna().to_numpy())
+        if len(blank):
+            i = int(blank[0])
+            raise DataError(
+                f"static covariate {name!r} has no value in the first row of series {series[i]!r} (line "
+                f"{table.index[first[i]]}); write each series' value in its first row at least (later rows may "
+                "leave it blank)"
+            )
+    return _typed(table.iloc[first][list(wanted)], "the data")
 
 
 def _typed(rows: pd.DataFrame, where: str) -> pd.DataFrame:
