@@ -259,7 +259,7 @@ def read_future(
     known = set(history.keys)
     others = [key for key in frame.keys if key not in known]  # series the data does not hold
     offset = to_offset(predictor.freq)
-    latest = history.timestamps[history.bounds[1:] - 1].max()  # the data's last time: a series ending before it ended
+    latest = history.timestamps.max()  # the data's last time: a series whose last row is before it ended early
     out = np.empty((history.n_ids, horizon, len(names)), dtype=np.float32)
     for i, key in enumerate(history.keys):
         series = f"series {'/'.join(key)!r}" if predictor.id_cols else "the forecast"

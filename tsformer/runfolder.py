@@ -11,11 +11,12 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import yaml
 
+from tsformer.config import Config
 from tsformer.errors import CheckpointError, ConfigError
 from tsformer.files import remove_temp_files
 
@@ -23,7 +24,7 @@ MODEL_FILE = "model.pt"  # the predictor, for evaluate/predict/check
 LAST_FILE = "last.pt"  # latest epoch with optimizer and RNG state, for --resume
 CONFIG_FILE = "config.yaml"  # the resolved config
 CHECKPOINTS = (MODEL_FILE, LAST_FILE)  # a run holds one of these beside its config (`_is_run`)
-CONFIG_SECTIONS = {"data", "model", "train"}  # a run's config.yaml holds exactly these
+CONFIG_SECTIONS = {section.name for section in fields(Config)}  # a run's config.yaml holds exactly these
 
 
 @dataclass
@@ -128,7 +129,7 @@ def _check_replaceable(out_dir: Path, overwrite: bool, resumable: bool, named: s
 
 
 def _is_run(folder: Path) -> bool:
-    """Whether `folder` holds a tsformer run: a config.yaml of exactly the data, model and train sections, and a
+    """Whether `folder` holds a tsformer run: a config.yaml of exactly the Config's sections, and a
     checkpoint beside it (a file merely named config.yaml or model.pt is no proof: --overwrite deletes the folder)."""
     if not any((folder / name).is_file() for name in CHECKPOINTS):
         return False

@@ -227,11 +227,7 @@ def _train(
             _uncalibrated(cfg, data, model, linear), val_windows, data, runner.best_val_outputs
         )
     except KeyboardInterrupt as stop:
-        kept = (
-            "in memory: nothing kept"
-            if out_dir is None
-            else f"its epochs are saved; resume with: tsformer train --resume --out {out_dir}"
-        )
+        kept = _kept_after_epochs(out_dir, "its epochs are saved")
         raise Interrupted(
             f"training stopped while the candidates were scored after the last epoch ({kept})", stop
         ) from None
@@ -346,6 +342,15 @@ def _searched(
     return predictor
 
 
+def _kept_after_epochs(out_dir: Path | None, saved: str) -> str:
+    """What a stop after the epochs keeps: nothing of a run in memory, else what is `saved` and how to resume."""
+    return (
+        "in memory: nothing kept"
+        if out_dir is None
+        else f"{saved}; resume with: tsformer train --resume --out {out_dir}"
+    )
+
+
 def _overrun(seconds: float, time_limit: float) -> tuple[str, ...]:
     """A line where the search took more than OVERRUN past its time limit: the least a run takes did not fit."""
     if seconds <= (1 + OVERRUN) * time_limit:
@@ -424,11 +429,7 @@ def _final_fit(
     try:
         steps = runner.fit_steps(windows, best_epoch, steps_per_epoch, cfg.train.epochs * steps_per_epoch)
     except KeyboardInterrupt as stop:
-        kept = (
-            "in memory: nothing kept"
-            if out_dir is None
-            else f"the held-out model is saved; resume with: tsformer train --resume --out {out_dir}"
-        )
+        kept = _kept_after_epochs(out_dir, "the held-out model is saved")
         raise Interrupted(f"training stopped during the final fit on every row ({kept})", stop) from None
     model.eval()
     until = last_timestamps(data.frame.through_last_value(cfg.data.fill))  # blank rows at the end taught nothing
