@@ -804,11 +804,15 @@ def test_a_utc_offset_is_kept_in_the_forecast(tmp_path):
 def test_resume_refuses_options_it_would_ignore(tmp_path, run):
     for extra in (["--sort"], ["--data-dir", str(tmp_path)], ["--dayfirst"], ["--overwrite"]):
         result = invoke("train", "--resume", "--out", run, *extra)
-        assert_error(result, f"--resume continues {run} with its saved config and data; drop {extra[0]} (keep --out)")
+        assert_error(
+            result,
+            f"--resume continues {run} with its saved config and data; drop {extra[0]} (keep --out, and the CSV where "
+            "the data moved)",
+        )
     result = invoke("train", "--resume", "--out", run, "--horizon", "6", "--id-col", "store", "--no-calendar")
-    assert_error(result, "; drop --id-col, --no-calendar, --horizon (keep --out)")  # the flags typed, not config keys
+    assert_error(result, "; drop --id-col, --no-calendar, --horizon (keep --out")  # the flags typed, not config keys
     result = invoke("train", "--resume", "--out", run, "--sort", "--overwrite")
-    assert_error(result, "; drop --sort, --overwrite (keep --out)")  # every flag to drop, --overwrite too
+    assert_error(result, "; drop --sort, --overwrite (keep --out")  # every flag to drop, --overwrite too
 
 
 def test_dayfirst_leaves_iso_dates_alone(tmp_path):

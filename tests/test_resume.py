@@ -180,6 +180,38 @@ def test_ctrl_c_after_the_last_epoch_says_how_to_resume(series_csv, tmp_path, mo
     assert (run / MODEL_FILE).exists()
 
 
+def test_a_run_whose_data_moved_resumes_from_the_new_path_its_fingerprint_matches(
+    series_csv, tmp_path, monkeypatch, restore_threads
+):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(train_module, "choose_and_calibrate", interrupted)  # stopped with its epochs saved
+        run = tmp_path / "run"
+        assert CliRunner().invoke(app, [*_train_argv(series_csv, run, epochs=2), "--quiet"]).exit_code == 130
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    series_csv.rename(moved / "series.csv")
+    result = CliRunner().invoke(app, ["train", "--resume", "--out", str(run), "--quiet"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        f"Error: run {run} trained on {series_csv}, which is not there now; if the file moved, give its new path: "
+        f"tsformer train --resume --out {run} NEW_PATH"
+    )
+    other = tmp_path / "other.csv"
+    hourly_series(2424).to_csv(other, index=False)
+    result = CliRunner().invoke(app, ["train", "--resume", "--out", str(run), str(other), "--quiet"])
+    assert result.exit_code == 2 and "changed since run" in result.stderr and "rows 2400 -> 2424" in result.stderr
+    argv = ["train", "--resume", "--out", str(run), "series.csv", "--data-dir", str(moved), "--quiet"]
+    result = CliRunner().invoke(app, argv)  # a bare name is found in --data-dir, as for a new run
+    assert result.exit_code == 0, result.output
+    assert load_config(run / "config.yaml").data.path == str(moved / "series.csv")
+    finished = load_predictor(run / MODEL_FILE)
+    assert finished.summary is not None and finished.config.data.path == str(moved / "series.csv")
+    assert finished.given.data.path == str(moved / "series.csv")
+
+
 def test_ctrl_c_before_any_epoch_says_nothing_was_saved(series_csv, tmp_path, monkeypatch, restore_threads):
     def interrupted(self, *args, **kwargs):
         raise KeyboardInterrupt

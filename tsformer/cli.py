@@ -250,24 +250,27 @@ def train(
             "time_limit": None if time_limit is None else seconds_of(time_limit),
         },
     }
-    if resume:
-        given = [_flag_of(key) for values in given_flags(flags).values() for key in values]
-        given += (
-            ["--config"] * (config is not None) + ["--set"] * bool(overrides) + ["--data-dir"] * (data_dir is not None)
-        )
-        given += ["--overwrite"] * overwrite
+    if resume:  # the CSV (found as ever, in --data-dir too) may say where the run's data lie now
+        given = [_flag_of(key) for values in given_flags(flags).values() for key in values if key != "path"]
+        given += ["--config"] * (config is not None) + ["--set"] * bool(overrides)
+        given += ["--data-dir"] * (data_dir is not None and csv is None) + ["--overwrite"] * overwrite
         if given:
-            fail(f"--resume continues {out} with its saved config and data; drop {', '.join(given)} (keep --out)")
-    cfg = None if resume else config_from_flags(config, flags, overrides)
+            fail(
+                f"--resume continues {out} with its saved config and data; drop {', '.join(given)} (keep --out, and "
+                "the CSV where the data moved)"
+            )
+        cfg = Config() if csv is None else with_data_path(Config(), find_data_file(csv, data_dir))
+    else:
+        cfg = config_from_flags(config, flags, overrides)
     frame = None
-    if cfg is not None and cfg.data.path:  # read it before torch loads, so a bad CSV is a quick error
+    if not resume and cfg.data.path:  # read it before torch loads, so a bad CSV is a quick error
         from_config = None if csv else config  # a config's relative data path may lie beside it
         cfg = with_data_path(cfg, find_data_file(cfg.data.path, data_dir, config=from_config))
         frame = read_series(cfg.data.path, cfg.data)
     from tsformer.train import train as train_run
 
     predictor = train_run(
-        cfg or Config(), out, resume=resume, overwrite=overwrite, show_progress=not quiet, source=frame, show_notes=True
+        cfg, out, resume=resume, overwrite=overwrite, show_progress=not quiet, source=frame, show_notes=True
     )
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
         return

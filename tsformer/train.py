@@ -167,6 +167,8 @@ def _train(
             "of it to resume; train again, with --overwrite"
         )
     previous, train_state = load_train_state(out_dir / LAST_FILE) if resume else (None, None)
+    if previous is not None:
+        previous = _reading_from(previous, cfg.data.path, source, out_dir)
     saved = load_predictor(out_dir / MODEL_FILE) if resume else None
     best_so_far = None if saved is None else saved.model.state_dict()  # before any seeding
     given = previous.config if previous else resolve(cfg)
@@ -536,6 +538,22 @@ def _terminate_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _reading_from(previous: Predictor, moved_to: str, source: Source | None, out_dir: Path) -> Predictor:
+    """The resumed run `previous`, its data read at `moved_to` where given (their fingerprint still says whether
+    they are the data it started on), else where it read them, which must still be there."""
+    if moved_to:
+        moved_to = str(Path(moved_to).resolve())  # as `resolve` saves it
+        given = None if previous.given is None else with_data_path(previous.given, moved_to)
+        return previous.replace(config=with_data_path(previous.config, moved_to), given=given)
+    path = previous.config.data.path
+    if source is None and path and not Path(path).exists():
+        raise DataError(
+            f"run {out_dir} trained on {path}, which is not there now; if the file moved, give its new path: "
+            f"tsformer train --resume --out {out_dir} NEW_PATH"
+        )
+    return previous
 
 
 def _require_same_data(previous: Predictor, data: Prepared, out_dir: Path) -> None:
