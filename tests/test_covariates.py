@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import io
 
 import numpy as np
 import pandas as pd
@@ -175,7 +176,10 @@ def test_predict_needs_the_future_rows_of_every_series(covariate_csv, tmp_path):
         ),
         "ids-written-otherwise": (
             future.assign(unique_id=future["unique_id"] + ".0"),
-            ("no rows for series 'A' (it holds 2 series ('A.0', 'B.0') that the data does not: are the ids written",),
+            (
+                "no rows for 2 series ('A', 'B') (it holds 2 series ('A.0', 'B.0') that the data does not: are the ids "
+                "written alike?); give each its next 4 steps (series 'A' from",
+            ),
         ),
         "empty-cell": (
             future.assign(load=future["load"].where(np.arange(len(future)) != 5)),  # series B's second step
@@ -195,8 +199,12 @@ def test_predict_needs_the_future_rows_of_every_series(covariate_csv, tmp_path):
     early.to_csv(tmp_path / "early.csv", index=False)
     future[future.unique_id == "A"].to_csv(tmp_path / "a-only.csv", index=False)
     ended = invoke("predict", run, tmp_path / "early.csv", "--future", tmp_path / "a-only.csv")
-    last_b = early["ds"][early.unique_id == "B"].iloc[-1]
-    assert_error(ended, "no rows for series 'B'; give its next 4 steps from", f"(it ends early, at {last_b}: or leave")
+    assert ended.exit_code == 0, ended.output  # B, no longer sold, is left out: its forecast would lie in the past
+    assert set(pd.read_csv(io.StringIO(ended.stdout))["unique_id"]) == {"A"}
+    assert (
+        "a-only.csv: left out of the forecast (give their next 4 steps there to forecast them)" in ended.stderr
+        and "1 series ('B') end before the data's last time and have no rows in --future" in ended.stderr
+    )
     pd.concat([future, future[future.unique_id == "A"].assign(unique_id="Z")]).to_csv(
         tmp_path / "extra.csv", index=False
     )

@@ -60,7 +60,8 @@ def forecast_after(
     frame = to_last_value(read, predictor.config.data.fill)
     ahead = rows_ahead(predictor, read, frame) if future is None else None
     if ahead is None:
-        ahead, notes = read_future(predictor, frame, future)
+        ahead, notes, kept = read_future(predictor, frame, future)
+        frame = frame if kept is None else frame.of_series(kept)
     else:
         notes = (AHEAD_NOTE,)
     frame = dataclasses.replace(frame, notes=(*frame.notes, *notes))
@@ -209,18 +210,19 @@ def rows_ahead(predictor: Predictor, read: SeriesFrame, history: SeriesFrame) ->
 
 def read_future(
     predictor: Predictor, history: SeriesFrame, future: Source | None
-) -> tuple[np.ndarray | None, tuple[str, ...]]:
-    """(n_ids, horizon, n_future) the known-future covariates of `future` (a CSV or DataFrame): the
+) -> tuple[np.ndarray | None, tuple[str, ...], np.ndarray | None]:
+    """(n_kept, horizon, n_future) the known-future covariates of `future` (a CSV or DataFrame): the
     `horizon` steps after each series' last row with a target value (rows before and after them are not read);
-    None when the model reads none from the data. And a note naming the series `future` holds and the history
-    does not."""
+    None when the model reads none from the data. The notes: the series `future` holds and the history does
+    not, and those left out. And the series kept (indexes of `history`'s): None where every one is; a series
+    that ended before the data's last time (a product no longer sold) with no rows in `future` is left out."""
     horizon, names = predictor.horizon, predictor.layout.future
     if not names:
         if future is not None:
             raise DataError(
                 "the model reads no known-future covariate columns (trained without --future-cov); drop --future"
             )
-        return None, ()
+        return None, (), None
     if future is None:
         raise DataError(
             f"the model reads the known-future covariates {', '.join(names)}; pass --future CSV with their "
@@ -260,19 +262,26 @@ def read_future(
     others = [key for key in frame.keys if key not in known]  # series the data does not hold
     offset = to_offset(predictor.freq)
     latest = history.timestamps.max()  # the data's last time: a series whose last row is before it ended early
-    out = np.empty((history.n_ids, horizon, len(names)), dtype=np.float32)
-    for i, key in enumerate(history.keys):
+    lasts = history.timestamps[history.bounds[1:] - 1]  # (n_ids,) each series' last time
+    absent = np.array([key not in rows for key in history.keys])
+    ended = absent & (lasts < latest)  # no longer forecast: nothing ahead of them to read
+    if (absent & ~ended).any():
+        missing = np.flatnonzero(absent & ~ended)
+        first = f"series {'/'.join(history.keys[missing[0]])!r}" if predictor.id_cols else "the forecast"
+        start = history.time_notation.write(pd.DatetimeIndex([lasts[missing[0]] + offset]))[0]  # as the data does
+        held = f" (it holds {_series_names(others)} that the data does not: are the ids written alike?)"
+        if len(missing) == 1:
+            wanted = f"{first}{held if others else ''}; give its next {horizon} steps from {start}"
+        else:
+            named = _series_names([history.keys[j] for j in missing])
+            wanted = f"{named}{held if others else ''}; give each its next {horizon} steps ({first} from {start})"
+        raise DataError(f"{where} has no rows for {wanted}")
+    kept = np.flatnonzero(~ended)
+    out = np.empty((len(kept), horizon, len(names)), dtype=np.float32)
+    for row, i in enumerate(kept):
+        key = history.keys[i]
         series = f"series {'/'.join(key)!r}" if predictor.id_cols else "the forecast"
-        last = history.timestamps[int(history.bounds[i + 1]) - 1]
-        expected = last + offset
-        if key not in rows:
-            start, end = history.time_notation.write(pd.DatetimeIndex([expected, last]))  # as the data writes them
-            held = f" (it holds {_series_names(others)} that the data does not: are the ids written alike?)"
-            early = f" (it ends early, at {end}: or leave the series out of the data)" if last < latest else ""
-            raise DataError(
-                f"{where} has no rows for {series}{held if others else ''}; give its next {horizon} steps from "
-                f"{start}{early}"
-            )
+        expected = lasts[i] + offset
         span = frame.rows_of(rows[key])
         first = span.start + int(frame.timestamps[span].searchsorted(expected))  # rows before it (history) unused
         if first + horizon > span.stop or frame.timestamps[first] != expected:
@@ -290,9 +299,15 @@ def read_future(
                 "or an empty or non-numeric cell); "
                 "give every value"
             )
-        out[i] = frame.values[span]
-    unread = f"{where} holds {_series_names(others)} that the data does not; their rows are not read"
-    return out, (unread,) if others else ()
+        out[row] = frame.values[span]
+    notes = (f"{where} holds {_series_names(others)} that the data does not; their rows are not read",) * bool(others)
+    if ended.any():
+        notes += (
+            f"{_series_names([history.keys[j] for j in np.flatnonzero(ended)])} end before the data's last time and "
+            f"have no rows in {where}: left out of the forecast (give their next {horizon} steps there to forecast "
+            "them)",
+        )
+    return out, notes, kept if ended.any() else None
 
 
 def _series_names(keys: list[tuple[str, ...]]) -> str:
