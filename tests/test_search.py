@@ -192,3 +192,23 @@ def test_a_searched_run_is_not_resumed_but_says_why(searched_run):
     with pytest.raises(ConfigError, match="already exists and is not empty") as refused:  # nor offered as such
         train(searched_config(300), folder, show_progress=False, source=make_frame())
     assert "--overwrite" in str(refused.value) and "--resume" not in str(refused.value)
+
+
+def test_a_final_fit_the_deadline_cut_short_is_not_shipped(monkeypatch):
+    """A final fit stopped before the steps its held-out model took to its best (one step, at a budget far below
+    what the data need) would ship an untrained model: predict keeps the held-out one, and the summary says so."""
+    import tsformer.train as train_module
+
+    real = train_module._final_fit
+    monkeypatch.setattr(train_module, "_final_fit", lambda *a, **k: dataclasses.replace(real(*a, **k), steps=1))
+    predictor = train(searched_config(20, final_fit=True), None, show_progress=False, source=make_frame())
+    assert predictor.final is None
+    assert predictor.summary.lines[-1].startswith("final fit: stopped by train.time_limit after 1 optimiser steps, ")
+    assert predictor.summary.lines[-1].endswith(
+        "so predict forecasts with the held-out model (a longer --time-limit leaves room for the final fit)"
+    )
+    assert not [line for line in predictor.summary.lines if line.startswith("final model:")]
+    monkeypatch.setattr(train_module, "_final_fit", real)
+    whole = train(searched_config(20, final_fit=True), None, show_progress=False, source=make_frame())
+    assert whole.final is not None and whole.final.steps >= 1
+    assert not [line for line in whole.summary.lines if line.startswith("final fit: stopped")]

@@ -63,6 +63,7 @@ class HeldOut:
     seconds_to_best: float  # up to its best epoch: what its final fit is expected to take
     stopped_by: str
     history: list[dict[str, float]]
+    steps_to_best: int = 0  # optimiser steps up to its best epoch: a final fit that takes fewer is not shipped
 
 
 # trains a candidate until its best epoch or the deadline (time.monotonic()) and returns it

@@ -292,9 +292,11 @@ def _searched(
         model.eval()
         to_best = state.history[state.best_epoch - 1]["seconds"] if state.best_epoch else 0.0
         to_best *= _final_share(cfg, prepared)  # its final fit: those epochs over every row's windows
+        steps_per_epoch = _steps_per_epoch(_epoch_size(len(train_windows), cfg), cfg.train.batch_size)
+        steps_to_best = min(state.best_epoch * steps_per_epoch, state.step)  # the deadline may cut the last epoch
         return HeldOut(
             candidate, model, runner.best_val_outputs, len(train_windows), state.best_epoch, state.epoch,
-            state.train_seconds, to_best, state.stopped_by, state.history,
+            state.train_seconds, to_best, state.stopped_by, state.history, steps_to_best,
         )  # fmt: skip
 
     searched = search(given, data, budget_end, _calibration_seconds(data), held_out, _final_share(data.config, data))
@@ -306,17 +308,18 @@ def _searched(
     predictor, decision = choose_and_calibrate(
         _uncalibrated(cfg, chosen, model, linear), val_windows, chosen, searched.outputs
     )
-    final = None
+    final, cut_short = None, ()
     if cfg.train.final_fit:
         fits = [
             _final_fit(m.candidate.config, chosen, ctx, m.best_epoch, out_dir, show_progress, budget_end)
             for m in searched.members
         ]
-        final = fits[0] if len(fits) == 1 else FinalFit(
+        cut_short = _cut_short(fits, searched.members)
+        final = None if cut_short else fits[0] if len(fits) == 1 else FinalFit(
             Ensemble([f.model for f in fits]), fits[0].until, sum(f.steps for f in fits), fits[0].n_windows,
             sum(f.seconds for f in fits),
         )  # fmt: skip
-        final = _with_final_linear(final, predictor, chosen)
+        final = None if final is None else _with_final_linear(final, predictor, chosen)
     first = searched.members[0]
     seconds = time.monotonic() - started
     summary = TrainSummary(
@@ -328,7 +331,8 @@ def _searched(
         first.n_train_windows,
         len(val_windows),
         (searched.line(), *_overrun(seconds, given.train.time_limit), *linear_line)
-        + _lines(decision, predictor, final, first.best_epoch),
+        + _lines(decision, predictor, final, first.best_epoch)
+        + cut_short,
         f"each candidate stopped by patience or the search's deadline (search.csv); {len(members)} member"
         + "s" * (len(members) > 1),
         validation_targets(chosen).of(searched.outputs[0]).mse,
@@ -436,6 +440,22 @@ def _final_fit(
     model.eval()
     until = last_timestamps(data.frame.through_last_value(cfg.data.fill))  # blank rows at the end taught nothing
     return FinalFit(model, until, steps, len(windows), time.monotonic() - started)
+
+
+def _cut_short(fits: list[FinalFit], members: list[HeldOut]) -> tuple[str, ...]:
+    """Where the search's deadline stopped a member's final fit before the optimiser steps its held-out model took
+    to its best: a line saying that predict keeps the held-out models (a final fit of a step or two is an untrained
+    model), else nothing."""
+    short = [(fit.steps, member.steps_to_best) for fit, member in zip(fits, members, strict=True)]
+    short = [(took, needed) for took, needed in short if took < needed]
+    if not short:
+        return ()
+    took, needed = short[0]
+    return (
+        f"final fit: stopped by train.time_limit after {took} optimiser steps, fewer than the held-out model's "
+        f"{needed} to its best, so predict forecasts with the held-out model (a longer --time-limit leaves room "
+        "for the final fit)",
+    )
 
 
 def _final_share(cfg: Config, data: Prepared) -> float:
