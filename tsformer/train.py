@@ -681,7 +681,8 @@ class _Runner:
                 "exactly; train it again with --overwrite"
             )
         total_steps = tc.epochs * steps_per_epoch
-        progress = Progress(tc.epochs, steps_per_epoch, enabled=self.show_progress)
+        then = " (then the final fit)" if tc.final_fit else ""  # about as long again as the epochs to the best
+        progress = Progress(tc.epochs, steps_per_epoch, enabled=self.show_progress, then=then)
         started = time.monotonic() - state.train_seconds
         self.saved_epoch = state.epoch
         try:
