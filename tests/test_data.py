@@ -222,6 +222,17 @@ def test_iso_utc_times_written_with_z_are_written_back_with_z(tmp_path):
     assert series.time_notation.write(series.timestamps[-1:] + pd.Timedelta("1h")).tolist() == ["2024-01-03T02:00:00Z"]
 
 
+def test_iso_times_across_a_change_of_offset_keep_their_notation(tmp_path):
+    """A local file across the switch to summer time writes +01:00, then +02:00: the times are read at the first
+    offset, and the rows written at the other still say which notation the file uses (its T, its %:z)."""
+    hours = pd.date_range("2024-03-29", periods=72, freq="h", tz="Europe/Berlin")
+    frame = pd.DataFrame({"ts": [hour.isoformat() for hour in hours], "y": np.arange(72.0)})
+    assert frame["ts"].str.endswith("+02:00").any() and frame["ts"].iloc[0].endswith("+01:00")
+    series = read_series(write_csv(tmp_path / "local.csv", frame), DataConfig())
+    assert series.time_notation.format == "%Y-%m-%dT%H:%M:%S%:z"
+    assert series.time_notation.write(series.timestamps[:1]).tolist() == ["2024-03-29T00:00:00+01:00"]
+
+
 @pytest.mark.parametrize("part, n, freq, first", [("quarter", 4, "QS", "1959Q1"), ("Month", 12, "MS", "1959-01")])
 def test_a_year_column_beside_a_quarter_or_month_column_is_one_time_column(tmp_path, part, n, freq, first):
     """statsmodels' macrodata writes year, quarter, realgdp, ... (as floats): both make the time, and the part

@@ -374,6 +374,9 @@ def fixed_zone(offset: str) -> datetime.timezone:
     return datetime.UTC if not delta else datetime.timezone(delta)
 
 
+OFFSET_WRITTEN = r"([+-]\d{2}:?\d{2}|Z)$"  # a time's UTC offset as written at its end
+
+
 def _notation(timestamps: pd.DatetimeIndex, text: pd.Series, dayfirst: bool) -> TimeNotation:
     """The strftime format the text was written in, when writing the timestamps with it gives the text back
     (2023-05 stays 2023-05, 31/01/2024 stays so); else pandas' own (as for times converted to UTC)."""
@@ -392,6 +395,10 @@ def _notation(timestamps: pd.DatetimeIndex, text: pd.Series, dayfirst: bool) -> 
         for k in range(1, len(present) + 1):
             for codes in itertools.combinations(present, k):
                 tried += (functools.reduce(lambda f, code: f.replace(code, UNPADDED[code]), codes, fmt),)
+    offsets = pd.Series(written).str.extract(OFFSET_WRITTEN, expand=False)  # +02:00 in summer, +01:00 in winter
+    if offsets.notna().all():  # the times are read at one offset: the rows written at another cannot match
+        same = (offsets == offsets.iloc[0]).to_numpy()
+        rows, written = rows[same], written[same]
     for fmt in tried:  # only output depends on it
         try:
             if (TimeNotation("datetime", fmt).write(timestamps[rows]) == written).all():
