@@ -163,7 +163,25 @@ def test_given_values_win_and_say_nothing(capsys, air_passengers):
 def test_patch_len_is_the_largest_divisor_of_the_season_up_to_24(season, patch_len):
     cfg, _ = resolve_auto(Config(), n_train_rows=100_000, season=season)
     assert cfg.model.patch_len == patch_len
-    assert cfg.model.context_len == 336 // patch_len * patch_len
+    assert cfg.model.context_len == (1440 if season == 1440 else 336 // patch_len * patch_len)  # a day of minutes
+
+
+def test_a_season_past_336_steps_is_the_context_where_the_rows_allow_else_the_note_says_what_it_costs():
+    """Minute data's day (1440 steps): a context of 336 made seasonal naive, its drift and MASE's scale repeat the
+    last value, under the name of the season."""
+    cfg, note = resolve_auto(Config(model=ModelConfig(horizon=60)), n_train_rows=10_080, season=1440, freq="min")
+    assert (cfg.model.context_len, cfg.model.patch_len) == (1440, 24)
+    assert note.startswith("context_len 1440 and patch_len 24 chosen for 10080 training rows of min data (season 1440)")
+    assert "shorter than the season" not in note
+    few, note = resolve_auto(Config(model=ModelConfig(horizon=60)), n_train_rows=2_000, season=1440, freq="min")
+    assert few.model.context_len == 336  # 1,941 windows would leave fewer than a day of context steps
+    assert note == (
+        "context_len 336 and patch_len 24 chosen for 2000 training rows of min data (season 1440) and horizon 60, a "
+        "context shorter than the season, so seasonal naive repeats the last value (--context-len 1440 reads a whole "
+        "season, where the rows allow); set them with --context-len / --set model.patch_len=N"
+    )
+    seconds, _ = resolve_auto(Config(model=ModelConfig(horizon=60)), n_train_rows=100_000, season=2880, freq="30s")
+    assert seconds.model.context_len == 336  # past SEASON_MAX_CONTEXT: the day is not read
 
 
 def test_short_data_gets_one_patch_then_a_too_few_rows_error():

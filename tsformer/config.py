@@ -63,6 +63,7 @@ CANDIDATE_NAMES = (
 )
 AUTO_MAX_CONTEXT = 336  # the longest automatic context_len: two weeks of hourly data, the ETTh1 setting
 PANEL_MAX_CONTEXT = 720  # a small panel below a day may read past AUTO_MAX_CONTEXT in whole weeks, up to this
+SEASON_MAX_CONTEXT = 1440  # a season past AUTO_MAX_CONTEXT (a day of minutes) is read whole where the data allow
 SEARCH_MAX_CONTEXT = 720  # the longest context the recipe search (train.time_limit) tries: 30 days of hourly data
 AUTO_MAX_PATCH = 24  # the longest automatic patch_len: a day of hourly data
 AUTO_PATCH_NO_SEASON = 4  # the automatic patch_len for a frequency with no known season (yearly, 2-day, ...)
@@ -475,13 +476,20 @@ def resolve_auto(cfg: Config, n_train_rows: int, season: int, freq: str = "", we
     shortest = model.member_contexts[-1] if model.member_contexts else model.context_len
     patch_len = model.patch_len or min(_auto_patch_len(season), shortest or AUTO_MAX_CONTEXT)
     longest_member = model.member_contexts[0] if model.member_contexts else 0  # given contexts give context_len
-    context_len = model.context_len or longest_member or _auto_context_len(n_train_rows, model.horizon, patch_len, week)
+    context_len = model.context_len or longest_member
+    context_len = context_len or _auto_context_len(n_train_rows, model.horizon, patch_len, week, season)
     chosen = dataclasses.replace(model, context_len=context_len, patch_len=patch_len)
     auto = [name for name in ("context_len", "patch_len") if not getattr(model, name)]
     flags = {"context_len": "--context-len", "patch_len": "--set model.patch_len=N"}
+    short = (  # where the season does not fit: the seasonal baselines and MASE's scale fall back to the last value
+        f", a context shorter than the season, so seasonal naive repeats the last value (--context-len {season} "
+        "reads a whole season, where the rows allow)"
+        if context_len < season
+        else ""
+    )
     note = (
         f"{' and '.join(f'{name} {getattr(chosen, name)}' for name in auto)} chosen for {n_train_rows} training "
-        f"rows of {freq + ' ' if freq else ''}data (season {season}) and horizon {model.horizon}; set "
+        f"rows of {freq + ' ' if freq else ''}data (season {season}) and horizon {model.horizon}{short}; set "
         f"{'them' if len(auto) > 1 else 'it'} with {' / '.join(flags[name] for name in auto)}"
     )
     return dataclasses.replace(cfg, model=chosen), note
@@ -523,12 +531,14 @@ def _auto_patch_len(season: int) -> int:
     return divisor if divisor >= 2 else AUTO_PATCH_NO_SEASON
 
 
-def _auto_context_len(n_train_rows: int, horizon: int, patch_len: int, week: int = 0) -> int:
+def _auto_context_len(n_train_rows: int, horizon: int, patch_len: int, week: int = 0, season: int = 1) -> int:
     """The longest multiple of patch_len up to AUTO_MAX_CONTEXT with windows >= context_len, else one patch; or,
     given `week` (a multiple of patch_len), the most whole weeks up to PANEL_MAX_CONTEXT with as many windows,
-    where that is longer."""
+    where that is longer. A `season` past AUTO_MAX_CONTEXT, up to SEASON_MAX_CONTEXT (a day of minute data), is
+    the context where it leaves as many windows: the model, the seasonal baselines and MASE's scale see the day."""
     usable = n_train_rows - horizon + 1  # training windows there would be with no context at all
-    patches = min(AUTO_MAX_CONTEXT, usable // 2) // patch_len
+    whole_season = AUTO_MAX_CONTEXT < season <= min(SEASON_MAX_CONTEXT, usable // 2) and season % patch_len == 0
+    patches = (season if whole_season else min(AUTO_MAX_CONTEXT, usable // 2)) // patch_len
     whole = week and week % patch_len == 0  # weeks of whole patches (a given patch_len may not divide the week)
     weeks = min(PANEL_MAX_CONTEXT, usable // 2) // week * week if whole else 0
     if weeks > patches * patch_len:
