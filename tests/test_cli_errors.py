@@ -553,6 +553,10 @@ def test_predict_csv_with_bad_values(tmp_path, run):
     rows = [f'{row.split(",")[0]},"1,0",2' for row in hourly_rows(40)]
     csv = write_csv(tmp_path / "new.csv", rows)
     predict_error(tmp_path, run, csv, "column 'load' is not numeric", "'1,0'")
+    rows = hourly_rows(40)
+    rows[30] = rows[30].split(",")[0] + ",abc,2"
+    message = predict_error(tmp_path, run, write_csv(tmp_path / "text.csv", rows), "'abc' at line 32")
+    assert message.endswith("or correct it in the data") and "--target" not in message  # predict takes no --target
 
 
 def damaged_run(tmp_path, run, damage) -> pathlib.Path:

@@ -294,6 +294,10 @@ class Predictor:
                     f"{name} does not match the model, which was trained on columns {', '.join(self.layout.targets)} "
                     f"with time column {self.time_col!r}{ids}: {exc}"
                 ) from None
+            retarget = ("or choose other --target columns", "choose numeric --target columns")  # train's advice
+            if any(advice in str(exc) for advice in retarget):  # the model's columns are fixed: mend the cell
+                message = str(exc).replace(retarget[0], "or correct it in the data").replace(retarget[1], "give numbers")
+                raise DataError(message) from None
             raise
         require_values(frame, self.config.data.fill)
         if self.config.data.floor == "zero":
