@@ -16,6 +16,7 @@ from tsformer.backtest import score_origins
 from tsformer.config import DataConfig
 from tsformer.data import read_series, training_data
 from tsformer.errors import DataError
+from tsformer.evaluate import format_report
 from tsformer.leakage import check_data, check_scaler, check_windows
 from tsformer.predictor import load_predictor
 from tsformer.runs import backtest_run, evaluate_run, predict_run
@@ -486,3 +487,13 @@ def test_negative_row_borders_count_back_from_each_series_end(tmp_path):
     cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, split_borders=(-40, -10, -2)))
     data = training_data(cfg)
     assert data.borders.to_list() == [[160, 110, 0], [190, 140, 20], [198, 148, 28]]
+
+
+def test_evaluate_names_the_series_it_has_no_test_window_for(tmp_path):
+    csv = tmp_path / "ragged.csv"
+    long_frame({"long": 160, "tiny": 4, "other": 140}).to_csv(csv, index=False)  # tiny: one horizon, no history
+    train(tiny_config(csv), tmp_path / "run", show_progress=False)
+    report = evaluate_run(tmp_path / "run")
+    assert report.n_series == 2
+    assert report.unscored_note == "1 of 3 series have no test window and are not scored ('tiny'): too short for one"
+    assert report.unscored_note in format_report(report).splitlines()[:3]

@@ -68,6 +68,7 @@ class EvalReport:
     mase_note: str = ""  # the series left out of MASE and MSIS for want of a scale ("" when none)
     smape_note: str = ""  # how many scored points are zero, where sMAPE is 0 % or 200 % ("" when few are)
     after_note: str = ""  # the rows after the test split, which no split scores ("" when none)
+    unscored_note: str = ""  # the series with no window in the split ("" when none)
     by_series: pd.DataFrame | None = dataclasses.field(default=None, repr=False)  # long format: every series
     windows: ScoredWindows | None = dataclasses.field(default=None, repr=False)  # for the plot
 
@@ -141,6 +142,19 @@ def evaluate(predictor: Predictor, data: Prepared, split: str = "test") -> EvalR
             truth, truth_observed, shipped.mean, shipped.std, columns, "test" if split == "test" else "validation"
         ),
         after_note=_after_note(data) if split == "test" else "",
+        unscored_note=_unscored_note(np.unique(ids), data.frame, "test" if split == "test" else "validation"),
+    )
+
+
+def _unscored_note(scored: np.ndarray, frame: SeriesFrame, split: str) -> str:
+    """One line naming the series with no window in the split (too short, or started late; "" when none)."""
+    unscored = np.setdiff1d(np.arange(frame.n_ids), scored)
+    if not len(unscored):
+        return ""
+    names = ", ".join(repr(frame.names[i]) for i in unscored[:5]) + (", ..." if len(unscored) > 5 else "")
+    return (
+        f"{len(unscored)} of {frame.n_ids} series have no {split} window and are not scored ({names}): too short "
+        "for one"
     )
 
 
@@ -388,6 +402,7 @@ def format_report(report: EvalReport) -> str:
     lines = [
         f"{windows}   context_len {report.context_len}   horizon {report.horizon}   season {report.season}",
         *([report.after_note] if report.after_note else []),  # first: the rows given that no figure below scores
+        *([report.unscored_note] if report.unscored_note else []),
         "",
         f"{'forecaster':<16}{'MSE':>9}{'MAE':>9}{'MAE orig':>12}{'RMSE orig':>12}{'sMAPE':>8}{'MASE':>8}"
         "   (MSE/MAE on scaled values)",
