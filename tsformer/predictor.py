@@ -296,8 +296,8 @@ class Predictor:
                 ) from None
             retarget = ("or choose other --target columns", "choose numeric --target columns")  # train's advice
             if any(advice in str(exc) for advice in retarget):  # the model's columns are fixed: mend the cell
-                message = str(exc).replace(retarget[0], "or correct it in the data").replace(retarget[1], "give numbers")
-                raise DataError(message) from None
+                message = str(exc).replace(retarget[0], "or correct it in the data")
+                raise DataError(message.replace(retarget[1], "give numbers")) from None
             raise
         require_values(frame, self.config.data.fill)
         if self.config.data.floor == "zero":
