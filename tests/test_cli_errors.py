@@ -557,6 +557,9 @@ def test_predict_csv_with_bad_values(tmp_path, run):
     rows[30] = rows[30].split(",")[0] + ",abc,2"
     message = predict_error(tmp_path, run, write_csv(tmp_path / "text.csv", rows), "'abc' at line 32")
     assert message.endswith("or correct it in the data") and "--target" not in message  # predict takes no --target
+    blank = [row.split(",")[0] + ",," + row.split(",")[2] for row in hourly_rows(40)]
+    message = predict_error(tmp_path, run, write_csv(tmp_path / "blank.csv", blank), "column 'load' has no value")
+    assert message.endswith("give it values: the model reads it")
 
 
 def damaged_run(tmp_path, run, damage) -> pathlib.Path:

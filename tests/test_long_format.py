@@ -495,5 +495,7 @@ def test_evaluate_names_the_series_it_has_no_test_window_for(tmp_path):
     train(tiny_config(csv), tmp_path / "run", show_progress=False)
     report = evaluate_run(tmp_path / "run")
     assert report.n_series == 2
-    assert report.unscored_note == "1 of 3 series have no test window and are not scored ('tiny'): too short for one"
+    assert report.unscored_note == (
+        "1 of 3 series have no test window and are not scored ('tiny'): too short for one, or ended before the split"
+    )
     assert report.unscored_note in format_report(report).splitlines()[:3]

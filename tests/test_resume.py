@@ -210,6 +210,14 @@ def test_a_run_whose_data_moved_resumes_from_the_new_path_its_fingerprint_matche
     finished = load_predictor(run / MODEL_FILE)
     assert finished.summary is not None and finished.config.data.path == str(moved / "series.csv")
     assert finished.given.data.path == str(moved / "series.csv")
+    again = tmp_path / "again.csv"
+    (moved / "series.csv").rename(again)  # moved once more, after the run finished
+    result = CliRunner().invoke(app, ["train", "--resume", "--out", str(run), str(again), "--quiet"])
+    assert result.exit_code == 0 and "is a finished run: nothing to resume" in result.stderr, result.output
+    assert load_config(run / "config.yaml").data.path == str(again)
+    assert load_predictor(run / MODEL_FILE).config.data.path == str(again)
+    assert load_train_state(run / LAST_FILE)[0].config.data.path == str(again)
+    assert CliRunner().invoke(app, ["evaluate", str(run)]).exit_code == 0  # finds its data without --csv
 
 
 def test_ctrl_c_before_any_epoch_says_nothing_was_saved(series_csv, tmp_path, monkeypatch, restore_threads):

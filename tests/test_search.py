@@ -203,12 +203,14 @@ def test_a_final_fit_the_deadline_cut_short_is_not_shipped(monkeypatch):
     monkeypatch.setattr(train_module, "_final_fit", lambda *a, **k: dataclasses.replace(real(*a, **k), steps=1))
     predictor = train(searched_config(20, final_fit=True), None, show_progress=False, source=make_frame())
     assert predictor.final is None
-    assert predictor.summary.lines[-1].startswith("final fit: stopped by train.time_limit after 1 optimiser steps, ")
+    assert predictor.summary.lines[-1].startswith("final fit: stopped by the time budget after 1 optimiser steps, ")
+    held_out = "models" if predictor.config.model.members > 1 else "model"
     assert predictor.summary.lines[-1].endswith(
-        "so predict forecasts with the held-out model (a longer --time-limit leaves room for the final fit)"
+        f"so predict forecasts with the held-out {held_out} (a longer --time-limit leaves room for the final fit)"
     )
     assert not [line for line in predictor.summary.lines if line.startswith("final model:")]
-    monkeypatch.setattr(train_module, "_final_fit", real)
-    whole = train(searched_config(20, final_fit=True), None, show_progress=False, source=make_frame())
-    assert whole.final is not None and whole.final.steps >= 1
-    assert not [line for line in whole.summary.lines if line.startswith("final fit: stopped")]
+    fit, member = types.SimpleNamespace(steps=40), types.SimpleNamespace(steps_to_best=40)
+    assert train_module._cut_short([fit], [member]) == ()  # as many steps as the held-out model's: it ships
+    assert train_module._cut_short([fit, types.SimpleNamespace(steps=39)], [member, member])[0].startswith(
+        "final fit: stopped by the time budget after 39 optimiser steps, fewer than the 40 "
+    )

@@ -154,7 +154,7 @@ def _unscored_note(scored: np.ndarray, frame: SeriesFrame, split: str) -> str:
     names = ", ".join(repr(frame.names[i]) for i in unscored[:5]) + (", ..." if len(unscored) > 5 else "")
     return (
         f"{len(unscored)} of {frame.n_ids} series have no {split} window and are not scored ({names}): too short "
-        "for one"
+        "for one, or ended before the split"
     )
 
 

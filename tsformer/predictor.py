@@ -294,10 +294,16 @@ class Predictor:
                     f"{name} does not match the model, which was trained on columns {', '.join(self.layout.targets)} "
                     f"with time column {self.time_col!r}{ids}: {exc}"
                 ) from None
-            retarget = ("or choose other --target columns", "choose numeric --target columns")  # train's advice
-            if any(advice in str(exc) for advice in retarget):  # the model's columns are fixed: mend the cell
-                message = str(exc).replace(retarget[0], "or correct it in the data")
-                raise DataError(message.replace(retarget[1], "give numbers")) from None
+            retarget = {  # train's advice; the model's columns are fixed, so predict's is to mend the data
+                "drop it or choose other --target columns": "give it values: the model reads it",
+                "or choose other --target columns": "or correct it in the data",
+                "choose numeric --target columns": "give numbers",
+            }
+            if any(advice in str(exc) for advice in retarget):
+                message = str(exc)
+                for advice, mended in retarget.items():  # the longest first: "drop it or choose ..." whole
+                    message = message.replace(advice, mended)
+                raise DataError(message) from None
             raise
         require_values(frame, self.config.data.fill)
         if self.config.data.floor == "zero":

@@ -28,7 +28,7 @@ import pandas as pd
 import torch
 
 from tsformer.candidates import steps_per_week
-from tsformer.config import Config, longer_context
+from tsformer.config import SEARCH_MAX_CONTEXT, Config, longer_context
 from tsformer.data import Split, WindowIndex
 from tsformer.data.choices import resolve_from_data
 from tsformer.data.prepare import Prepared, prepare
@@ -194,7 +194,12 @@ def variants(given: Config, data: Prepared) -> list[Variant | str]:
         name = f"context {longer}"
         found.append(Variant(name, longer, prepared(name, context_len=longer, patch_len=model.patch_len)))
     else:
-        found.append(f"longer context: none leaves as many training windows as steps ({longest_rows} rows)")
+        why = (
+            f"the context of {model.context_len} steps is the longest tried already"
+            if model.context_len >= SEARCH_MAX_CONTEXT
+            else f"none leaves as many training windows as steps ({longest_rows} rows)"
+        )
+        found.append(f"longer context: {why}")
     week = steps_per_week(data.frame.freq)
     cycle = 0 if model.cycle == week else week  # the other choice: the week, or none where the default has it
     if week and (cycle or model.transformer or model.context_skip):  # a model without a cycle needs another part

@@ -194,13 +194,16 @@ def _train(
     if previous is not None:
         _require_same_data(previous, data, out_dir)
     if saved is not None and saved.summary is not None:  # finished: its fallback and final model are made
-        finished = saved.replace(data=data)
+        finished = _reading_from(saved, previous.config.data.path, source, out_dir)  # where its data lie now
         if folder is not None:  # its history and config written again (a kill may have cut history.csv short)
             if say is not None:
                 say(f"{out_dir} is a finished run: nothing to resume (--overwrite trains it again)")
             _write_history(folder, pd.DataFrame(train_state["loop"]["history"]))
-            save_config(saved.config, folder.path / CONFIG_FILE)
-        return finished
+            save_config(finished.config, folder.path / CONFIG_FILE)
+            if finished.config.data.path != saved.config.data.path:  # the data moved: the checkpoints say where
+                save_predictor(finished, folder.path / MODEL_FILE)
+                save_predictor(previous, folder.path / LAST_FILE, train_state)
+        return finished.replace(data=data)
     if cfg.train.time_limit:
         return _searched(given, data, ctx, started, out_dir, folder, show_progress)
     torch.manual_seed(cfg.train.seed)
@@ -451,10 +454,11 @@ def _cut_short(fits: list[FinalFit], members: list[HeldOut]) -> tuple[str, ...]:
     if not short:
         return ()
     took, needed = short[0]
+    held_out = "the held-out models" if len(members) > 1 else "the held-out model"
     return (
-        f"final fit: stopped by train.time_limit after {took} optimiser steps, fewer than the held-out model's "
-        f"{needed} to its best, so predict forecasts with the held-out model (a longer --time-limit leaves room "
-        "for the final fit)",
+        f"final fit: stopped by the time budget after {took} optimiser steps, fewer than the {needed} its held-out "
+        f"model took to its best, so predict forecasts with {held_out} (a longer --time-limit leaves room for the "
+        "final fit)",
     )
 
 
