@@ -151,10 +151,9 @@ def _unscored_note(scored: np.ndarray, frame: SeriesFrame, split: str) -> str:
     unscored = np.setdiff1d(np.arange(frame.n_ids), scored)
     if not len(unscored):
         return ""
-    names = ", ".join(repr(frame.names[i]) for i in unscored[:5]) + (", ..." if len(unscored) > 5 else "")
     return (
-        f"{len(unscored)} of {frame.n_ids} series have no {split} window and are not scored ({names}): too short "
-        "for one, or ended before the split"
+        f"{len(unscored)} of {frame.n_ids} series have no {split} window and are not scored "
+        f"({_first_names(frame, unscored)}): too short for one, or ended before the split"
     )
 
 
@@ -175,11 +174,15 @@ def _mase_note(scales: np.ndarray, scored: np.ndarray, frame: SeriesFrame) -> st
     unscaled = scored[np.isnan(scales[scored]).any(axis=1)]
     if not len(unscaled):
         return ""
-    names = ", ".join(repr(frame.names[i]) for i in unscaled[:5]) + (", ..." if len(unscaled) > 5 else "")
     return (
-        f"MASE and MSIS leave out {len(unscaled)} of {len(scored)} series ({names}): their rows before the test "
-        "split hold no seasonal-naive error to scale by (too short, or constant)"
+        f"MASE and MSIS leave out {len(unscaled)} of {len(scored)} series ({_first_names(frame, unscaled)}): their "
+        "rows before the test split hold no seasonal-naive error to scale by (too short, or constant)"
     )
+
+
+def _first_names(frame: SeriesFrame, series: np.ndarray) -> str:
+    """The first five of `series` (indexes) by name: "'a', 'b', ..."."""
+    return ", ".join(repr(frame.names[i]) for i in series[:5]) + (", ..." if len(series) > 5 else "")
 
 
 def _smape_note(
