@@ -108,6 +108,7 @@ def evaluate(predictor: Predictor, data: Prepared, split: str = "test") -> EvalR
         forecasts["model_alone"] = shipped.each["model"]
     forecasts |= {name: f for name, f in shipped.each.items() if name != "model"}
     scales = data.mase_scales(season, split)  # (n_ids, C)
+    scored = np.unique(ids)  # the series with a window in the split
     stats = shipped.mean, shipped.std, scales[ids]  # (N, C) each
     truth_mask = None if truth_observed is None else truth_observed.numpy()
     columns = predictor.layout.targets
@@ -132,17 +133,17 @@ def evaluate(predictor: Predictor, data: Prepared, split: str = "test") -> EvalR
         () if predictor.fallback is None else predictor.fallback.choice,
         intervals,
         quantile_loss=_quantile_scores(shipped, cut, predictor.config.train.quantiles),
-        n_series=len(np.unique(ids)),
+        n_series=len(scored),
         worst_series=_worst(by_series, predictor.id_cols) if by_series is not None else [],
         by_series=by_series,
         windows=ScoredWindows(cut.context, truth, shipped.point, ids),
         intervals_note="" if predictor.calibration is None else predictor.calibration.note(),
-        mase_note=_mase_note(scales, np.unique(ids), data.frame),
+        mase_note=_mase_note(scales, scored, data.frame),
         smape_note=_smape_note(
             truth, truth_observed, shipped.mean, shipped.std, columns, "test" if split == "test" else "validation"
         ),
         after_note=_after_note(data) if split == "test" else "",
-        unscored_note=_unscored_note(np.unique(ids), data.frame, "test" if split == "test" else "validation"),
+        unscored_note=_unscored_note(scored, data.frame, "test" if split == "test" else "validation"),
     )
 
 

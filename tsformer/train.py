@@ -318,11 +318,12 @@ def _searched(
             for m in searched.members
         ]
         cut_short = _cut_short(fits, searched.members)
-        final = None if cut_short else fits[0] if len(fits) == 1 else FinalFit(
-            Ensemble([f.model for f in fits]), fits[0].until, sum(f.steps for f in fits), fits[0].n_windows,
-            sum(f.seconds for f in fits),
-        )  # fmt: skip
-        final = None if final is None else _with_final_linear(final, predictor, chosen)
+        if not cut_short:
+            final = fits[0] if len(fits) == 1 else FinalFit(
+                Ensemble([f.model for f in fits]), fits[0].until, sum(f.steps for f in fits), fits[0].n_windows,
+                sum(f.seconds for f in fits),
+            )  # fmt: skip
+            final = _with_final_linear(final, predictor, chosen)
     first = searched.members[0]
     seconds = time.monotonic() - started
     summary = TrainSummary(
@@ -449,8 +450,8 @@ def _cut_short(fits: list[FinalFit], members: list[HeldOut]) -> tuple[str, ...]:
     """Where the search's deadline stopped a member's final fit before the optimiser steps its held-out model took
     to its best: a line saying that predict keeps the held-out models (a final fit of a step or two is an untrained
     model), else nothing."""
-    short = [(fit.steps, member.steps_to_best) for fit, member in zip(fits, members, strict=True)]
-    short = [(took, needed) for took, needed in short if took < needed]
+    pairs = zip(fits, members, strict=True)
+    short = [(fit.steps, member.steps_to_best) for fit, member in pairs if fit.steps < member.steps_to_best]
     if not short:
         return ()
     took, needed = short[0]
